@@ -1,0 +1,333 @@
+//! The role of the model crate is to name the records that flow through hindsight:
+//! a captured [`Frame`] as a capture source hands it over, and the [`PacketHeaders`]
+//! the decoder extracts from it, which become one row of the `packets` table.
+//!
+//! It performs no I/O and has no dependencies, so every other crate can share it.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Link-layer header type, numbered as in the tcpdump.org `LINKTYPE_` registry
+/// (the values pcap and pcapng files carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct LinkType(pub u16);
+
+impl LinkType {
+    /// BSD loopback: a 4-byte address family in the host byte order of the writer.
+    pub const NULL: Self = Self(0);
+    /// IEEE 802.3 Ethernet.
+    pub const ETHERNET: Self = Self(1);
+    /// Raw IP (version read from the first nibble); also DLT 12/14 on some systems.
+    pub const RAW: Self = Self(101);
+    /// OpenBSD loopback: a 4-byte address family in network byte order.
+    pub const LOOP: Self = Self(108);
+    /// Linux "cooked" capture, version 1 (16-byte header).
+    pub const LINUX_SLL: Self = Self(113);
+    /// Raw IPv4, no link header.
+    pub const IPV4: Self = Self(228);
+    /// Raw IPv6, no link header.
+    pub const IPV6: Self = Self(229);
+    /// Linux "cooked" capture, version 2 (20-byte header).
+    pub const LINUX_SLL2: Self = Self(276);
+
+    /// Returns the registry name of the link type (`EN10MB`, `LINUX_SLL`...), as tcpdump prints it.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            0 => "NULL",
+            1 => "EN10MB",
+            12 | 14 | 101 => "RAW",
+            108 => "LOOP",
+            113 => "LINUX_SLL",
+            228 => "IPV4",
+            229 => "IPV6",
+            276 => "LINUX_SLL2",
+            _ => "UNKNOWN",
+        }
+    }
+}
+
+impl fmt::Display for LinkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// One captured frame as a capture source hands it over, before decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    /// Capture timestamp in nanoseconds since the Unix epoch (UTC).
+    pub ts_nanos: i64,
+    /// Length of the frame on the wire, in bytes (pcap `orig_len`).
+    pub wire_len: u32,
+    /// The captured bytes (pcap `incl_len` of them), starting at the link-layer header.
+    pub data: &'a [u8],
+    /// Link type of the interface the frame was captured on.
+    pub link_type: LinkType,
+    /// Interface index within the capture source (pcapng IDB number; 0 for pcap).
+    pub iface: u32,
+}
+
+/// An IPv4 or IPv6 address in one 16-byte shape: IPv4 addresses are stored
+/// IPv4-mapped (`::ffff:a.b.c.d`, RFC 4291 §2.5.5.2), so both families sort,
+/// compare and range-match as plain big-endian byte strings.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Addr16(pub [u8; 16]);
+
+impl Addr16 {
+    /// Returns the IPv4-mapped form of an IPv4 address given as 4 network-order bytes.
+    pub fn from_v4_bytes(octets: [u8; 4]) -> Self {
+        let mut bytes = [0u8; 16];
+        bytes[10] = 0xff;
+        bytes[11] = 0xff;
+        bytes[12..].copy_from_slice(&octets);
+        Self(bytes)
+    }
+
+    /// Returns the address of an IPv6 address given as 16 network-order bytes.
+    pub fn from_v6_bytes(octets: [u8; 16]) -> Self {
+        Self(octets)
+    }
+
+    /// Returns true if the address is IPv4-mapped, i.e. holds an IPv4 address.
+    pub fn is_v4(&self) -> bool {
+        self.0[..10].iter().all(|&b| b == 0) && self.0[10] == 0xff && self.0[11] == 0xff
+    }
+
+    /// Returns the standard library form: `IpAddr::V4` for mapped addresses.
+    pub fn to_ip(self) -> IpAddr {
+        let v6 = Ipv6Addr::from(self.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+}
+
+impl From<IpAddr> for Addr16 {
+    fn from(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(v4) => Self::from_v4_bytes(v4.octets()),
+            IpAddr::V6(v6) => Self(v6.octets()),
+        }
+    }
+}
+
+impl From<Ipv4Addr> for Addr16 {
+    fn from(ip: Ipv4Addr) -> Self {
+        Self::from_v4_bytes(ip.octets())
+    }
+}
+
+impl fmt::Display for Addr16 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.to_ip().fmt(f)
+    }
+}
+
+impl fmt::Debug for Addr16 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Addr16({})", self.to_ip())
+    }
+}
+
+/// How far the decoder got through a frame, stored with every packet record so
+/// that nothing is dropped silently and `ingest` can report counts by reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(u8)]
+pub enum DecodeStatus {
+    /// Every header up to and including the transport header was decoded.
+    #[default]
+    Complete = 0,
+    /// The frame is not IP (ARP, LLDP, STP...): kept as a raw record with its ethertype.
+    NonIp = 1,
+    /// The captured bytes end (snap length) before a header does: decoded as far as they go.
+    Truncated = 2,
+    /// A header is invalid (bad version, header length below minimum...): decoded up to it.
+    Malformed = 3,
+    /// The link type is not one the decoder knows: kept as a raw record.
+    UnsupportedLinkType = 4,
+    /// An IP fragment other than the first: addresses and protocol decoded, no ports.
+    Fragment = 5,
+}
+
+impl DecodeStatus {
+    /// Every status, in code order.
+    pub const ALL: [Self; 6] = [
+        Self::Complete,
+        Self::NonIp,
+        Self::Truncated,
+        Self::Malformed,
+        Self::UnsupportedLinkType,
+        Self::Fragment,
+    ];
+
+    /// Returns the status stored under `code`, if any.
+    pub fn from_code(code: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(code)).copied()
+    }
+
+    /// Returns the lowercase name used in summaries and documentation.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::NonIp => "non-ip",
+            Self::Truncated => "truncated",
+            Self::Malformed => "malformed",
+            Self::UnsupportedLinkType => "unsupported-link-type",
+            Self::Fragment => "fragment",
+        }
+    }
+}
+
+/// IP protocol numbers the decoder understands (IANA "Assigned Internet Protocol Numbers").
+pub mod ip_proto {
+    /// Internet Control Message Protocol.
+    pub const ICMP: u8 = 1;
+    /// Transmission Control Protocol.
+    pub const TCP: u8 = 6;
+    /// User Datagram Protocol.
+    pub const UDP: u8 = 17;
+    /// ICMP for IPv6.
+    pub const ICMPV6: u8 = 58;
+    /// Stream Control Transmission Protocol (ports decoded like TCP/UDP).
+    pub const SCTP: u8 = 132;
+}
+
+/// Ethertypes the decoder understands (IEEE 802 numbers).
+pub mod ethertype {
+    /// Internet Protocol version 4.
+    pub const IPV4: u16 = 0x0800;
+    /// Address Resolution Protocol.
+    pub const ARP: u16 = 0x0806;
+    /// IEEE 802.1Q VLAN tag.
+    pub const VLAN: u16 = 0x8100;
+    /// IEEE 802.1ad service VLAN tag (QinQ outer tag).
+    pub const QINQ: u16 = 0x88a8;
+    /// Pre-standard QinQ outer tag used by some vendors.
+    pub const QINQ_OLD: u16 = 0x9100;
+    /// Internet Protocol version 6.
+    pub const IPV6: u16 = 0x86dd;
+}
+
+/// TCP flag bits as they sit in the low 12 bits of the TCP data-offset/flags word
+/// (RFC 9293 §3.1; AE, formerly NS, is bit 8), matching Wireshark's `tcp.flags`.
+pub mod tcp_flags {
+    /// No more data from sender.
+    pub const FIN: u16 = 0x001;
+    /// Synchronize sequence numbers.
+    pub const SYN: u16 = 0x002;
+    /// Reset the connection.
+    pub const RST: u16 = 0x004;
+    /// Push function.
+    pub const PSH: u16 = 0x008;
+    /// Acknowledgment field significant.
+    pub const ACK: u16 = 0x010;
+    /// Urgent pointer field significant.
+    pub const URG: u16 = 0x020;
+    /// ECN-Echo.
+    pub const ECE: u16 = 0x040;
+    /// Congestion Window Reduced.
+    pub const CWR: u16 = 0x080;
+    /// Accurate ECN (formerly NS, nonce sum).
+    pub const AE: u16 = 0x100;
+}
+
+/// The header fields hindsight keeps for every packet: one row of the `packets`
+/// table, less the timestamp, lengths and captured bytes that come from the [`Frame`].
+///
+/// Fields a frame does not have are `None`: a UDP packet has no `tcp_flags`, an ARP
+/// frame no addresses. For IPv4 and IPv6 alike the addresses are [`Addr16`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PacketHeaders {
+    /// How far decoding got.
+    pub status: DecodeStatus,
+    /// The ethertype after any VLAN tags (for SLL/SLL2 the protocol field; for raw
+    /// IP and loopback link types the ethertype of the IP version found).
+    pub eth_type: Option<u16>,
+    /// The outer 802.1Q/802.1ad VLAN ID.
+    pub vlan_outer: Option<u16>,
+    /// The inner VLAN ID of a QinQ frame.
+    pub vlan_inner: Option<u16>,
+    /// 4 or 6 for IP packets.
+    pub ip_version: Option<u8>,
+    /// Source address of the (outermost) IP header.
+    pub src_addr: Option<Addr16>,
+    /// Destination address of the (outermost) IP header.
+    pub dst_addr: Option<Addr16>,
+    /// The transport protocol: IPv4 protocol, or the IPv6 next header after the
+    /// extension headers (hop-by-hop, routing, fragment, destination options, AH).
+    pub ip_proto: Option<u8>,
+    /// IPv4 TTL or IPv6 hop limit.
+    pub ip_ttl: Option<u8>,
+    /// IPv4 identification, or the IPv6 fragment header identification (low 16 bits).
+    pub ip_id: Option<u16>,
+    /// Fragment offset in 8-byte units (13 bits), for IPv4 and the IPv6 fragment header.
+    pub frag_offset: Option<u16>,
+    /// The more-fragments flag, for IPv4 and the IPv6 fragment header.
+    pub more_fragments: Option<bool>,
+    /// The IPv4 don't-fragment flag.
+    pub dont_fragment: Option<bool>,
+    /// TCP, UDP or SCTP source port.
+    pub src_port: Option<u16>,
+    /// TCP, UDP or SCTP destination port.
+    pub dst_port: Option<u16>,
+    /// TCP flags, the low 12 bits of the data-offset/flags word (see [`tcp_flags`]).
+    pub tcp_flags: Option<u16>,
+    /// ICMP or ICMPv6 type.
+    pub icmp_type: Option<u8>,
+    /// ICMP or ICMPv6 code.
+    pub icmp_code: Option<u8>,
+}
+
+/// Everything hindsight knows about one packet except its captured bytes: what a
+/// filter is evaluated against, whether the packet comes from the live ring or
+/// from an archived segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PacketRecord {
+    /// Capture timestamp in nanoseconds since the Unix epoch (UTC).
+    pub ts_nanos: i64,
+    /// Length on the wire in bytes (Wireshark `frame.len`).
+    pub wire_len: u32,
+    /// Captured length in bytes as read from the source (Wireshark `frame.cap_len`).
+    pub cap_len: u32,
+    /// Link type of the capturing interface.
+    pub link_type: LinkType,
+    /// Interface index within the capture source.
+    pub iface: u32,
+    /// The decoded header fields.
+    pub headers: PacketHeaders,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addr16_maps_ipv4_and_round_trips() {
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        let addr = Addr16::from(v4);
+        assert!(addr.is_v4());
+        assert_eq!(addr.to_ip(), v4);
+        assert_eq!(addr.to_string(), "10.1.2.3");
+
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let addr = Addr16::from(v6);
+        assert!(!addr.is_v4());
+        assert_eq!(addr.to_ip(), v6);
+    }
+
+    #[test]
+    fn addr16_orders_ipv4_numerically() {
+        let low = Addr16::from("9.255.255.255".parse::<IpAddr>().unwrap());
+        let high = Addr16::from("10.0.0.0".parse::<IpAddr>().unwrap());
+        assert!(low < high);
+    }
+
+    #[test]
+    fn decode_status_codes_round_trip() {
+        for status in DecodeStatus::ALL {
+            assert_eq!(DecodeStatus::from_code(status as u8), Some(status));
+        }
+        assert_eq!(DecodeStatus::from_code(200), None);
+    }
+}
