@@ -241,6 +241,10 @@ pub mod tcp_flags {
 pub struct PacketHeaders {
     /// How far decoding got.
     pub status: DecodeStatus,
+    /// Ethernet source MAC address (also the SLL/SLL2 link-layer address when it is 6 bytes).
+    pub src_mac: Option<[u8; 6]>,
+    /// Ethernet destination MAC address.
+    pub dst_mac: Option<[u8; 6]>,
     /// The ethertype after any VLAN tags (for SLL/SLL2 the protocol field; for raw
     /// IP and loopback link types the ethertype of the IP version found).
     pub eth_type: Option<u16>,
@@ -250,9 +254,10 @@ pub struct PacketHeaders {
     pub vlan_inner: Option<u16>,
     /// 4 or 6 for IP packets.
     pub ip_version: Option<u8>,
-    /// Source address of the (outermost) IP header.
+    /// Source address of the (outermost) IP header; for ARP over IPv4 the sender
+    /// protocol address (with `ip_version` `None`), so `host X` finds ARP as tcpdump does.
     pub src_addr: Option<Addr16>,
-    /// Destination address of the (outermost) IP header.
+    /// Destination address of the (outermost) IP header; for ARP the target protocol address.
     pub dst_addr: Option<Addr16>,
     /// The transport protocol: IPv4 protocol, or the IPv6 next header after the
     /// extension headers (hop-by-hop, routing, fragment, destination options, AH).
