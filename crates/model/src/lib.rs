@@ -284,6 +284,17 @@ pub struct PacketHeaders {
     pub icmp_code: Option<u8>,
 }
 
+/// Identifies one sealed segment of the archive; ids increase with sealing order
+/// and are never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentId(pub u64);
+
+impl fmt::Display for SegmentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:012}", self.0)
+    }
+}
+
 /// Everything hindsight knows about one packet except its captured bytes: what a
 /// filter is evaluated against, whether the packet comes from the live ring or
 /// from an archived segment.

@@ -1,1 +1,23 @@
-//! placeholder
+//! The role of the store crate is to keep packet records durably and compactly:
+//! it writes them into immutable, time-partitioned Parquet segments, seals each
+//! segment atomically, lists it in the catalog with its summary, and recovers the
+//! archive to a consistent state after a crash.
+//!
+//! The design follows the lightweight-persistence thesis (columnar compression of
+//! packet headers) and Hyperion (immutable per-interval segments with summaries
+//! that let queries skip what cannot match): see `docs/ARCHITECTURE.md`.
+
+pub use arrow;
+pub use parquet;
+
+pub mod archive;
+pub mod catalog;
+pub mod error;
+pub mod schema;
+pub mod segment;
+
+pub use archive::{Archive, RecoveryReport};
+pub use catalog::{Catalog, CatalogEntry};
+pub use error::{Result, StoreError};
+pub use segment::reader::{SegmentReader, TimeRange};
+pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};

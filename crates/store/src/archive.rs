@@ -1,0 +1,282 @@
+//! The archive directory: its layout, the single-writer lock, and recovery after a crash.
+//!
+//! ```text
+//! ARCHIVE/
+//!   HINDSIGHT            marker: says this directory is a hindsight archive (format version)
+//!   LOCK                 flock(2)ed by the one writer (ingest, serve)
+//!   catalog.jsonl        the catalog (see catalog.rs)
+//!   packets/             sealed segments seg-<id>.parquet, and .seg-<id>.parquet.tmp while writing
+//!   quarantine/          segment files recovery could not read, moved aside, never deleted
+//!   index/               the RocksDB address index (hindsight-index crate)
+//! ```
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hindsight_model::SegmentId;
+
+use crate::catalog::{Catalog, CatalogEntry};
+use crate::error::{Result, StoreError};
+use crate::segment::reader::SegmentReader;
+use crate::segment::writer::{SealedSegment, sync_dir};
+use crate::segment::{TEMP_SUFFIX, parse_segment_file_name};
+
+/// Name of the marker file at the archive root.
+const MARKER_FILE: &str = "HINDSIGHT";
+/// Contents of the marker file: product and archive layout version.
+const MARKER_CONTENTS: &str = "hindsight archive v1\n";
+/// Name of the writer lock file.
+const LOCK_FILE: &str = "LOCK";
+/// Name of the catalog file.
+const CATALOG_FILE: &str = "catalog.jsonl";
+/// Directory of packet segments.
+pub const PACKETS_DIR: &str = "packets";
+/// Directory where unreadable segment files are moved by recovery.
+const QUARANTINE_DIR: &str = "quarantine";
+/// Directory of the RocksDB index.
+pub const INDEX_DIR: &str = "index";
+
+/// What opening an archive for writing found and repaired.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Temporary files of segments that were never sealed, now deleted.
+    pub temp_files_removed: Vec<PathBuf>,
+    /// Sealed segment files the catalog did not list yet (crash between rename and
+    /// catalog append), now entered in the catalog.
+    pub segments_recovered: Vec<SegmentId>,
+    /// Segment files that could not be read, moved to `quarantine/`.
+    pub segments_quarantined: Vec<PathBuf>,
+}
+
+impl RecoveryReport {
+    /// Returns true if nothing needed repair.
+    pub fn is_clean(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// An open archive directory, for reading or (holding the lock) for writing.
+#[derive(Debug)]
+pub struct Archive {
+    root: PathBuf,
+    catalog: Catalog,
+    /// Held for the life of a writer; the OS releases the lock if the process dies.
+    _lock: Option<File>,
+}
+
+impl Archive {
+    /// Opens the archive at `root` for writing, creating it if needed, taking the
+    /// writer lock, and repairing what a crash may have left (see [`RecoveryReport`]).
+    pub fn open_writer(root: &Path) -> Result<(Self, RecoveryReport)> {
+        fs::create_dir_all(root).map_err(StoreError::io("create archive directory", root))?;
+        let marker = root.join(MARKER_FILE);
+        if !marker.exists() {
+            let non_empty = fs::read_dir(root)
+                .map_err(StoreError::io("list archive directory", root))?
+                .next()
+                .is_some();
+            if non_empty {
+                return Err(StoreError::NotAnArchive {
+                    path: root.to_owned(),
+                    reason: "the directory is not empty and has no HINDSIGHT marker file; \
+                             refusing to write into it"
+                        .to_owned(),
+                });
+            }
+            fs::write(&marker, MARKER_CONTENTS).map_err(StoreError::io("write marker", &marker))?;
+        }
+        check_marker(root)?;
+        let lock_path = root.join(LOCK_FILE);
+        let lock = File::create(&lock_path).map_err(StoreError::io("create lock", &lock_path))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked {
+                    path: root.to_owned(),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(StoreError::io("lock archive", &lock_path)(e));
+            }
+        }
+        for dir in [PACKETS_DIR, QUARANTINE_DIR] {
+            let path = root.join(dir);
+            fs::create_dir_all(&path).map_err(StoreError::io("create directory", &path))?;
+        }
+        sync_dir(root)?;
+        let catalog = Catalog::open_for_append(&root.join(CATALOG_FILE))?;
+        let mut archive = Self {
+            root: root.to_owned(),
+            catalog,
+            _lock: Some(lock),
+        };
+        let report = archive.recover()?;
+        Ok((archive, report))
+    }
+
+    /// Opens the archive at `root` for reading: no lock, no repair. Segments sealed by a
+    /// running writer after this call are not seen.
+    pub fn open_reader(root: &Path) -> Result<Self> {
+        check_marker(root)?;
+        let catalog = Catalog::load(&root.join(CATALOG_FILE))?;
+        Ok(Self {
+            root: root.to_owned(),
+            catalog,
+            _lock: None,
+        })
+    }
+
+    /// Returns the archive root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Returns the directory of packet segments.
+    pub fn packets_dir(&self) -> PathBuf {
+        self.root.join(PACKETS_DIR)
+    }
+
+    /// Returns the directory of the RocksDB index.
+    pub fn index_dir(&self) -> PathBuf {
+        self.root.join(INDEX_DIR)
+    }
+
+    /// Returns the catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Returns the absolute path of a catalogued segment's file.
+    pub fn segment_path(&self, entry: &CatalogEntry) -> PathBuf {
+        self.root.join(&entry.file)
+    }
+
+    /// Returns the id the next segment must take.
+    pub fn next_segment_id(&self) -> SegmentId {
+        SegmentId(self.catalog.max_id().map_or(1, |id| id.0 + 1))
+    }
+
+    /// Enters a sealed segment in the catalog, durably.
+    pub fn register(&mut self, sealed: &SealedSegment) -> Result<CatalogEntry> {
+        let file_name = sealed
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let entry = CatalogEntry {
+            id: sealed.id.0,
+            table: "packets".to_owned(),
+            file: format!("{PACKETS_DIR}/{file_name}"),
+            rows: sealed.rows,
+            min_ts_nanos: sealed.min_ts_nanos,
+            max_ts_nanos: sealed.max_ts_nanos,
+            size_bytes: sealed.size_bytes,
+            crc32: sealed.crc32,
+            sealed_at_nanos: now_nanos(),
+        };
+        self.catalog.add(entry.clone())?;
+        Ok(entry)
+    }
+
+    fn recover(&mut self) -> Result<RecoveryReport> {
+        let mut report = RecoveryReport::default();
+        let packets = self.packets_dir();
+        let mut names: Vec<(String, PathBuf)> = Vec::new();
+        for dirent in fs::read_dir(&packets).map_err(StoreError::io("list segments", &packets))? {
+            let dirent = dirent.map_err(StoreError::io("list segments", &packets))?;
+            let name = dirent.file_name().to_string_lossy().into_owned();
+            names.push((name, dirent.path()));
+        }
+        names.sort();
+        for (name, path) in names {
+            if name.ends_with(TEMP_SUFFIX) {
+                fs::remove_file(&path).map_err(StoreError::io("remove unsealed segment", &path))?;
+                report.temp_files_removed.push(path);
+                continue;
+            }
+            let Some(id) = parse_segment_file_name(&name) else {
+                continue;
+            };
+            if self.catalog.get(id).is_some() {
+                continue;
+            }
+            match summarize_orphan(id, &path) {
+                Ok(sealed) => {
+                    self.register(&sealed)?;
+                    report.segments_recovered.push(id);
+                }
+                Err(_) => {
+                    let target = self.root.join(QUARANTINE_DIR).join(&name);
+                    fs::rename(&path, &target)
+                        .map_err(StoreError::io("quarantine segment", &path))?;
+                    report.segments_quarantined.push(target);
+                }
+            }
+        }
+        if !report.is_clean() {
+            sync_dir(&packets)?;
+        }
+        Ok(report)
+    }
+}
+
+/// Rebuilds the catalog summary of a sealed segment file the catalog does not list.
+fn summarize_orphan(id: SegmentId, path: &Path) -> Result<SealedSegment> {
+    let reader = SegmentReader::open(path)?;
+    let (min_ts_nanos, max_ts_nanos) = reader.time_bounds().unwrap_or((0, 0));
+    let addresses = reader.distinct_addresses()?;
+    let (size_bytes, crc32) = checksum_file(path)?;
+    Ok(SealedSegment {
+        id,
+        path: path.to_owned(),
+        rows: reader.rows(),
+        min_ts_nanos,
+        max_ts_nanos,
+        size_bytes,
+        crc32,
+        addresses,
+    })
+}
+
+/// Returns the size and CRC-32 of a file.
+pub fn checksum_file(path: &Path) -> Result<(u64, u32)> {
+    let mut file = File::open(path).map_err(StoreError::io("open for checksum", path))?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .map_err(StoreError::io("read for checksum", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(buffer.get(..n).unwrap_or_default());
+        size += n as u64;
+    }
+    Ok((size, hasher.finalize()))
+}
+
+fn check_marker(root: &Path) -> Result<()> {
+    let marker = root.join(MARKER_FILE);
+    match fs::read_to_string(&marker) {
+        Ok(text) if text == MARKER_CONTENTS => Ok(()),
+        Ok(text) => Err(StoreError::NotAnArchive {
+            path: root.to_owned(),
+            reason: format!("unsupported archive version {:?}", text.trim()),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::NotAnArchive {
+            path: root.to_owned(),
+            reason: "no HINDSIGHT marker file (create one with `hindsight ingest`)".to_owned(),
+        }),
+        Err(e) => Err(StoreError::io("read marker", &marker)(e)),
+    }
+}
+
+fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}

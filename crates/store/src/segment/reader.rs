@@ -1,0 +1,254 @@
+//! Reads one segment: opens the Parquet footer, prunes row groups by timestamp
+//! statistics, address min/max statistics and address Bloom filters, then decodes
+//! only the surviving row groups and the projected columns.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use hindsight_model::Addr16;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
+use parquet::file::metadata::RowGroupMetaData;
+use parquet::file::statistics::Statistics;
+
+use crate::error::{Result, StoreError};
+use crate::schema::col;
+
+/// An inclusive time range in ns since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeRange {
+    /// First instant included.
+    pub start_nanos: i64,
+    /// Last instant included.
+    pub end_nanos: i64,
+}
+
+impl TimeRange {
+    /// The range that includes every instant.
+    pub const ALL: Self = Self {
+        start_nanos: i64::MIN,
+        end_nanos: i64::MAX,
+    };
+
+    /// Returns true if `[min, max]` and this range share an instant.
+    pub fn overlaps(&self, min_nanos: i64, max_nanos: i64) -> bool {
+        min_nanos <= self.end_nanos && max_nanos >= self.start_nanos
+    }
+
+    /// Returns true if the instant lies in the range.
+    pub fn contains(&self, ts_nanos: i64) -> bool {
+        self.start_nanos <= ts_nanos && ts_nanos <= self.end_nanos
+    }
+}
+
+/// Rows per decoded record batch.
+const READ_BATCH_ROWS: usize = 8192;
+
+/// An open segment file and its footer.
+#[derive(Debug)]
+pub struct SegmentReader {
+    path: PathBuf,
+    file: File,
+    metadata: ArrowReaderMetadata,
+}
+
+impl SegmentReader {
+    /// Opens a segment file and reads its footer.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(StoreError::io("open segment", path))?;
+        let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+            .map_err(StoreError::parquet(path))?;
+        Ok(Self {
+            path: path.to_owned(),
+            file,
+            metadata,
+        })
+    }
+
+    /// Returns the path of the segment file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Returns the number of rows in the segment.
+    pub fn rows(&self) -> u64 {
+        u64::try_from(self.metadata.metadata().file_metadata().num_rows()).unwrap_or(0)
+    }
+
+    /// Returns the number of row groups.
+    pub fn row_groups(&self) -> usize {
+        self.metadata.metadata().num_row_groups()
+    }
+
+    /// Returns the smallest and largest timestamp, from the row-group statistics.
+    pub fn time_bounds(&self) -> Option<(i64, i64)> {
+        let ts = self.column_index(col::TS)?;
+        let mut bounds: Option<(i64, i64)> = None;
+        for group in self.metadata.metadata().row_groups() {
+            let (min, max) = int64_bounds(group, ts)?;
+            bounds = Some(match bounds {
+                None => (min, max),
+                Some((lo, hi)) => (lo.min(min), hi.max(max)),
+            });
+        }
+        bounds
+    }
+
+    fn column_index(&self, name: &str) -> Option<usize> {
+        self.metadata
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.name() == name)
+    }
+
+    fn builder(&self) -> Result<ParquetRecordBatchReaderBuilder<File>> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(StoreError::io("reopen segment", &self.path))?;
+        Ok(ParquetRecordBatchReaderBuilder::new_with_metadata(
+            file,
+            self.metadata.clone(),
+        ))
+    }
+
+    /// Returns the row groups that may hold rows in `time` whose source or destination
+    /// address lies in one of `addresses` (inclusive ranges; `None`: any address).
+    pub fn matching_row_groups(
+        &self,
+        time: TimeRange,
+        addresses: Option<&[(Addr16, Addr16)]>,
+    ) -> Result<Vec<usize>> {
+        let ts = self.column_index(col::TS);
+        let src = self.column_index(col::SRC_ADDR);
+        let dst = self.column_index(col::DST_ADDR);
+        let builder = self.builder()?;
+        let mut groups = Vec::new();
+        for (index, group) in self.metadata.metadata().row_groups().iter().enumerate() {
+            if let Some((min, max)) = ts.and_then(|ts| int64_bounds(group, ts))
+                && !time.overlaps(min, max)
+            {
+                continue;
+            }
+            if let Some(ranges) = addresses {
+                let mut may_match = false;
+                for column in [src, dst].into_iter().flatten() {
+                    if self.column_may_hold(&builder, index, group, column, ranges)? {
+                        may_match = true;
+                        break;
+                    }
+                }
+                if !may_match {
+                    continue;
+                }
+            }
+            groups.push(index);
+        }
+        Ok(groups)
+    }
+
+    fn column_may_hold(
+        &self,
+        builder: &ParquetRecordBatchReaderBuilder<File>,
+        group_index: usize,
+        group: &RowGroupMetaData,
+        column: usize,
+        ranges: &[(Addr16, Addr16)],
+    ) -> Result<bool> {
+        let chunk = group.column(column);
+        let (min, max) = match chunk.statistics() {
+            Some(stats) if stats.null_count_opt() == Some(group.num_rows() as u64) => {
+                return Ok(false);
+            }
+            Some(Statistics::FixedLenByteArray(stats)) => (
+                stats.min_opt().map(|v| v.data().to_vec()),
+                stats.max_opt().map(|v| v.data().to_vec()),
+            ),
+            _ => (None, None),
+        };
+        let overlapping: Vec<&(Addr16, Addr16)> = ranges
+            .iter()
+            .filter(|(lo, hi)| {
+                let below_max = max.as_deref().is_none_or(|max| &lo.0[..] <= max);
+                let above_min = min.as_deref().is_none_or(|min| &hi.0[..] >= min);
+                below_max && above_min
+            })
+            .collect();
+        if overlapping.is_empty() {
+            return Ok(false);
+        }
+        // A Bloom filter answers only exact values; any true range keeps the group.
+        if overlapping.iter().any(|(lo, hi)| lo != hi) {
+            return Ok(true);
+        }
+        let Some(bloom) = builder
+            .get_row_group_column_bloom_filter(group_index, column)
+            .map_err(StoreError::parquet(&self.path))?
+        else {
+            return Ok(true);
+        };
+        Ok(overlapping.iter().any(|(lo, _)| bloom.check(&lo.0[..])))
+    }
+
+    /// Returns a reader of `row_groups`, decoding only the named columns (`None`: all).
+    pub fn read(
+        &self,
+        row_groups: Vec<usize>,
+        columns: Option<&[&str]>,
+    ) -> Result<ParquetRecordBatchReader> {
+        let mut builder = self
+            .builder()?
+            .with_row_groups(row_groups)
+            .with_batch_size(READ_BATCH_ROWS);
+        if let Some(columns) = columns {
+            let schema = self.metadata.metadata().file_metadata().schema_descr();
+            let mask = ProjectionMask::columns(schema, columns.iter().copied());
+            builder = builder.with_projection(mask);
+        }
+        builder.build().map_err(StoreError::parquet(&self.path))
+    }
+}
+
+impl SegmentReader {
+    /// Returns every distinct source or destination address in the segment, sorted,
+    /// by scanning the two address columns (used to rebuild postings after a crash).
+    pub fn distinct_addresses(&self) -> Result<Vec<Addr16>> {
+        let mut seen = std::collections::HashSet::new();
+        let groups = (0..self.row_groups()).collect();
+        for batch in self.read(groups, Some(&[col::SRC_ADDR, col::DST_ADDR]))? {
+            let batch = batch.map_err(|e| StoreError::Parquet {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
+            for column in batch.columns() {
+                let Some(values) = column
+                    .as_any()
+                    .downcast_ref::<arrow::array::FixedSizeBinaryArray>()
+                else {
+                    continue;
+                };
+                for value in values.iter().flatten() {
+                    if let Ok(bytes) = <[u8; 16]>::try_from(value) {
+                        seen.insert(Addr16(bytes));
+                    }
+                }
+            }
+        }
+        let mut addresses: Vec<Addr16> = seen.into_iter().collect();
+        addresses.sort_unstable();
+        Ok(addresses)
+    }
+}
+
+fn int64_bounds(group: &RowGroupMetaData, column: usize) -> Option<(i64, i64)> {
+    match group.column(column).statistics()? {
+        Statistics::Int64(stats) => Some((*stats.min_opt()?, *stats.max_opt()?)),
+        _ => None,
+    }
+}

@@ -1,0 +1,312 @@
+//! Writes one segment: Parquet row groups into a hidden temporary file, then seals it
+//! with the write-hidden / fsync / rename / fsync-directory protocol, so a reader or a
+//! recovering writer never sees half a segment.
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use arrow::array::{Array, AsArray, FixedSizeBinaryArray, RecordBatch};
+use arrow::compute::{sort_to_indices, take_record_batch};
+use arrow::datatypes::TimestampNanosecondType;
+use hindsight_model::{Addr16, SegmentId};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
+use crate::error::{Result, StoreError};
+use crate::schema::{col, packets_schema};
+
+/// Tunables of segment files. The defaults are what `hindsight ingest` uses.
+#[derive(Clone, Debug)]
+pub struct SegmentOptions {
+    /// Rows per Parquet row group: the unit of Bloom-filter and min/max pruning.
+    pub row_group_rows: usize,
+    /// Rows per data page: the unit of page-index pruning.
+    pub page_rows: usize,
+    /// zstd level of the header columns.
+    pub zstd_level: i32,
+    /// zstd level of the `data` column (packet bytes), which dominates the cost.
+    pub data_zstd_level: i32,
+    /// False-positive probability of the address Bloom filters.
+    pub bloom_fpp: f64,
+}
+
+impl Default for SegmentOptions {
+    fn default() -> Self {
+        Self {
+            row_group_rows: 64 * 1024,
+            page_rows: 8 * 1024,
+            zstd_level: 3,
+            data_zstd_level: 1,
+            bloom_fpp: 0.01,
+        }
+    }
+}
+
+impl SegmentOptions {
+    fn writer_properties(&self) -> Result<WriterProperties, parquet::errors::ParquetError> {
+        let zstd = Compression::ZSTD(ZstdLevel::try_new(self.zstd_level)?);
+        let data_zstd = Compression::ZSTD(ZstdLevel::try_new(self.data_zstd_level)?);
+        let ts = ColumnPath::from(col::TS);
+        let mut builder = WriterProperties::builder()
+            .set_created_by(format!("hindsight {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata(Some(vec![
+                KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_owned()),
+                KeyValue::new(TABLE_KEY.to_owned(), "packets".to_owned()),
+            ]))
+            .set_compression(zstd)
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .set_data_page_row_count_limit(self.page_rows)
+            .set_statistics_enabled(EnabledStatistics::Page)
+            // Timestamps are nearly sorted: deltas beat a dictionary.
+            .set_column_dictionary_enabled(ts.clone(), false)
+            .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
+            .set_column_compression(ColumnPath::from(col::DATA), data_zstd)
+            .set_column_dictionary_enabled(ColumnPath::from(col::DATA), false)
+            .set_column_statistics_enabled(ColumnPath::from(col::DATA), EnabledStatistics::None);
+        for address in [col::SRC_ADDR, col::DST_ADDR] {
+            let path = ColumnPath::from(address);
+            builder = builder
+                .set_column_bloom_filter_enabled(path.clone(), true)
+                .set_column_bloom_filter_fpp(path.clone(), self.bloom_fpp)
+                .set_column_bloom_filter_max_ndv(path, self.row_group_rows as u64);
+        }
+        Ok(builder.build())
+    }
+}
+
+/// A file writer that checksums (CRC-32) and counts every byte it passes on.
+struct ChecksummingFile {
+    inner: BufWriter<File>,
+    crc: crc32fast::Hasher,
+    len_bytes: u64,
+}
+
+impl Write for ChecksummingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.inner.write(buf)?;
+        let accepted = buf.get(..written).unwrap_or(buf);
+        self.crc.update(accepted);
+        self.len_bytes += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// What sealing a segment produced: enough to enter it in the catalog and the index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SealedSegment {
+    /// The segment's id.
+    pub id: SegmentId,
+    /// Final path of the segment file.
+    pub path: PathBuf,
+    /// Number of packet rows.
+    pub rows: u64,
+    /// Smallest timestamp, ns since the epoch.
+    pub min_ts_nanos: i64,
+    /// Largest timestamp, ns since the epoch.
+    pub max_ts_nanos: i64,
+    /// Size of the file in bytes.
+    pub size_bytes: u64,
+    /// CRC-32 (IEEE) of the whole file.
+    pub crc32: u32,
+    /// Every distinct source or destination address in the segment, sorted.
+    pub addresses: Vec<Addr16>,
+}
+
+/// Writes one packet segment. Batches go in with [`write`](Self::write); nothing is
+/// visible under the final name until [`seal`](Self::seal) returns.
+pub struct SegmentWriter {
+    id: SegmentId,
+    temp_path: PathBuf,
+    final_path: PathBuf,
+    writer: ArrowWriter<ChecksummingFile>,
+    rows: u64,
+    min_ts_nanos: i64,
+    max_ts_nanos: i64,
+    addresses: HashSet<Addr16>,
+}
+
+impl std::fmt::Debug for SegmentWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentWriter")
+            .field("id", &self.id)
+            .field("temp_path", &self.temp_path)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SegmentWriter {
+    /// Creates the hidden temporary file of segment `id` in `dir`.
+    pub fn create(dir: &Path, id: SegmentId, options: &SegmentOptions) -> Result<Self> {
+        let temp_path = dir.join(temp_file_name(id));
+        let final_path = dir.join(segment_file_name(id));
+        let file =
+            File::create(&temp_path).map_err(StoreError::io("create segment", &temp_path))?;
+        let sink = ChecksummingFile {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            crc: crc32fast::Hasher::new(),
+            len_bytes: 0,
+        };
+        let properties = options
+            .writer_properties()
+            .map_err(StoreError::parquet(&temp_path))?;
+        let writer = ArrowWriter::try_new(sink, packets_schema(), Some(properties))
+            .map_err(StoreError::parquet(&temp_path))?;
+        Ok(Self {
+            id,
+            temp_path,
+            final_path,
+            writer,
+            rows: 0,
+            min_ts_nanos: i64::MAX,
+            max_ts_nanos: i64::MIN,
+            addresses: HashSet::new(),
+        })
+    }
+
+    /// Returns the segment's id.
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+
+    /// Returns the number of rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Returns the smallest timestamp written so far (`i64::MAX` if none).
+    pub fn min_ts_nanos(&self) -> i64 {
+        self.min_ts_nanos
+    }
+
+    /// Returns the bytes written to the file so far plus those buffered for the open row group.
+    pub fn approximate_size_bytes(&self) -> u64 {
+        self.writer.bytes_written() as u64 + self.writer.in_progress_size() as u64
+    }
+
+    /// Appends a batch of `packets` rows; rows are sorted by timestamp first if needed.
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let ts_column = batch.column_by_name(col::TS).cloned();
+        let Some(ts) = ts_column
+            .as_ref()
+            .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
+        else {
+            return Err(StoreError::Corrupt {
+                path: self.temp_path.clone(),
+                offset: 0,
+                reason: "batch has no timestamp column".to_owned(),
+            });
+        };
+        let values = ts.values();
+        let batch = if values.windows(2).all(|pair| pair[0] <= pair[1]) {
+            batch.clone()
+        } else {
+            let arrow_error = |e: arrow::error::ArrowError| {
+                parquet::errors::ParquetError::ArrowError(e.to_string())
+            };
+            sort_to_indices(ts, None, None)
+                .and_then(|indices| take_record_batch(batch, &indices))
+                .map_err(arrow_error)
+                .map_err(StoreError::parquet(&self.temp_path))?
+        };
+        if let (Some(&first), Some(&last)) = (values.iter().min(), values.iter().max()) {
+            self.min_ts_nanos = self.min_ts_nanos.min(first);
+            self.max_ts_nanos = self.max_ts_nanos.max(last);
+        }
+        for name in [col::SRC_ADDR, col::DST_ADDR] {
+            if let Some(addresses) = batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+            {
+                collect_addresses(addresses, &mut self.addresses);
+            }
+        }
+        self.writer
+            .write(&batch)
+            .map_err(StoreError::parquet(&self.temp_path))?;
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Finishes the file, makes it durable and gives it its final name. A crash at any
+    /// point leaves either no segment or a whole one under its final name.
+    pub fn seal(self) -> Result<SealedSegment> {
+        let temp_path = self.temp_path;
+        let sink = self
+            .writer
+            .into_inner()
+            .map_err(StoreError::parquet(&temp_path))?;
+        let ChecksummingFile {
+            inner,
+            crc,
+            len_bytes,
+        } = sink;
+        let file = inner
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .map_err(StoreError::io("flush segment", &temp_path))?;
+        file.sync_all()
+            .map_err(StoreError::io("fsync segment", &temp_path))?;
+        drop(file);
+        fs::rename(&temp_path, &self.final_path)
+            .map_err(StoreError::io("rename segment", &temp_path))?;
+        let dir = self.final_path.parent().unwrap_or(Path::new("."));
+        sync_dir(dir)?;
+        let mut addresses: Vec<Addr16> = self.addresses.into_iter().collect();
+        addresses.sort_unstable();
+        Ok(SealedSegment {
+            id: self.id,
+            path: self.final_path,
+            rows: self.rows,
+            min_ts_nanos: self.min_ts_nanos,
+            max_ts_nanos: self.max_ts_nanos,
+            size_bytes: len_bytes,
+            crc32: crc.finalize(),
+            addresses,
+        })
+    }
+
+    /// Abandons the segment and removes its temporary file.
+    pub fn abort(self) {
+        drop(self.writer);
+        let _ignored = fs::remove_file(&self.temp_path);
+    }
+}
+
+fn collect_addresses(addresses: &FixedSizeBinaryArray, into: &mut HashSet<Addr16>) {
+    // Consecutive packets mostly share addresses; skipping repeats saves most hashing.
+    let mut previous: Option<&[u8]> = None;
+    for row in 0..addresses.len() {
+        if addresses.is_null(row) {
+            continue;
+        }
+        let value = addresses.value(row);
+        if previous == Some(value) {
+            continue;
+        }
+        previous = Some(value);
+        if let Ok(bytes) = <[u8; 16]>::try_from(value) {
+            into.insert(Addr16(bytes));
+        }
+    }
+}
+
+/// Makes a directory's entries (a rename, a new file) durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StoreError::io("fsync directory", dir))
+}

@@ -1,0 +1,228 @@
+//! Integration tests of the store: segments written and read back through the public
+//! API, row-group pruning, and the archive's crash recovery.
+
+use std::fs;
+use std::path::Path;
+
+use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecord, SegmentId};
+use hindsight_store::schema::{PacketBatchBuilder, PacketBatchView};
+use hindsight_store::segment::{segment_file_name, temp_file_name};
+use hindsight_store::{
+    Archive, SegmentOptions, SegmentReader, SegmentWriter, StoreError, TimeRange,
+};
+
+const SECOND: i64 = 1_000_000_000;
+
+fn v4(last: u8) -> Addr16 {
+    Addr16::from_v4_bytes([10, 0, 0, last])
+}
+
+/// One TCP packet per second from 10.0.0.<i % 50> to 10.0.0.200, except that the
+/// rare address 10.0.0.77 appears once, at second `rare_at`.
+fn records(count: usize, rare_at: usize) -> Vec<PacketRecord> {
+    (0..count)
+        .map(|i| {
+            let src = if i == rare_at {
+                v4(77)
+            } else {
+                v4((i % 50) as u8)
+            };
+            PacketRecord {
+                ts_nanos: 1_000 * SECOND + i as i64 * SECOND,
+                wire_len: 60 + (i % 1400) as u32,
+                cap_len: 60,
+                link_type: LinkType::ETHERNET,
+                iface: 0,
+                headers: PacketHeaders {
+                    status: DecodeStatus::Complete,
+                    ip_version: Some(4),
+                    src_addr: Some(src),
+                    dst_addr: Some(v4(200)),
+                    ip_proto: Some(6),
+                    src_port: Some(40_000 + (i % 1000) as u16),
+                    dst_port: Some(443),
+                    tcp_flags: Some(0x10),
+                    ..PacketHeaders::default()
+                },
+            }
+        })
+        .collect()
+}
+
+fn small_groups() -> SegmentOptions {
+    SegmentOptions {
+        row_group_rows: 1000,
+        page_rows: 250,
+        ..SegmentOptions::default()
+    }
+}
+
+fn write_segment(dir: &Path, id: u64, rows: &[PacketRecord]) -> hindsight_store::SealedSegment {
+    let mut writer = SegmentWriter::create(dir, SegmentId(id), &small_groups()).unwrap();
+    for chunk in rows.chunks(1000) {
+        let mut builder = PacketBatchBuilder::with_capacity(chunk.len(), chunk.len() * 4);
+        for (i, record) in chunk.iter().enumerate() {
+            builder.append(record, &(i as u32).to_be_bytes());
+        }
+        writer.write(&builder.finish()).unwrap();
+    }
+    writer.seal().unwrap()
+}
+
+fn read_all(reader: &SegmentReader, groups: Vec<usize>) -> Vec<PacketRecord> {
+    let mut out = Vec::new();
+    for batch in reader.read(groups, None).unwrap() {
+        let batch = batch.unwrap();
+        let view = PacketBatchView::new(&batch);
+        out.extend((0..view.len()).map(|row| view.record(row)));
+    }
+    out
+}
+
+#[test]
+fn segment_round_trips_and_summarizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = records(5000, 4321);
+    let sealed = write_segment(dir.path(), 1, &rows);
+    assert_eq!(sealed.rows, 5000);
+    assert_eq!(sealed.min_ts_nanos, rows[0].ts_nanos);
+    assert_eq!(sealed.max_ts_nanos, rows[4999].ts_nanos);
+    assert_eq!(
+        sealed.path,
+        dir.path().join(segment_file_name(SegmentId(1)))
+    );
+    assert_eq!(
+        sealed.addresses.len(),
+        52,
+        "50 sources, the rare one, one destination"
+    );
+    assert!(!dir.path().join(temp_file_name(SegmentId(1))).exists());
+    let (size, crc) = hindsight_store::archive::checksum_file(&sealed.path).unwrap();
+    assert_eq!((size, crc), (sealed.size_bytes, sealed.crc32));
+
+    let reader = SegmentReader::open(&sealed.path).unwrap();
+    assert_eq!(reader.rows(), 5000);
+    assert_eq!(reader.row_groups(), 5);
+    assert_eq!(
+        reader.time_bounds(),
+        Some((sealed.min_ts_nanos, sealed.max_ts_nanos))
+    );
+    assert_eq!(read_all(&reader, (0..5).collect()), rows);
+}
+
+#[test]
+fn unsorted_batches_are_sorted_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = records(1000, 5);
+    rows.reverse();
+    let sealed = write_segment(dir.path(), 1, &rows);
+    let reader = SegmentReader::open(&sealed.path).unwrap();
+    let back = read_all(&reader, vec![0]);
+    rows.reverse();
+    assert_eq!(back, rows);
+}
+
+#[test]
+fn row_groups_are_pruned_by_time_and_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = records(5000, 4321);
+    let sealed = write_segment(dir.path(), 1, &rows);
+    let reader = SegmentReader::open(&sealed.path).unwrap();
+
+    // Seconds 2500..=2600 after the start lie in row group 2 only.
+    let window = TimeRange {
+        start_nanos: rows[2500].ts_nanos,
+        end_nanos: rows[2600].ts_nanos,
+    };
+    assert_eq!(reader.matching_row_groups(window, None).unwrap(), vec![2]);
+
+    // The rare address is only in group 4; Bloom filters must find it and (with
+    // fpp 1%) very likely skip the other four.
+    let rare = [(v4(77), v4(77))];
+    let groups = reader
+        .matching_row_groups(TimeRange::ALL, Some(&rare))
+        .unwrap();
+    assert!(groups.contains(&4), "{groups:?}");
+    assert!(groups.len() <= 2, "{groups:?}");
+
+    // Min/max statistics rule out an absent range everywhere.
+    let absent = [(
+        Addr16::from_v4_bytes([192, 168, 0, 0]),
+        Addr16::from_v4_bytes([192, 168, 255, 255]),
+    )];
+    assert!(
+        reader
+            .matching_row_groups(TimeRange::ALL, Some(&absent))
+            .unwrap()
+            .is_empty()
+    );
+
+    // A common address (the destination) is everywhere.
+    let common = [(v4(200), v4(200))];
+    assert_eq!(
+        reader
+            .matching_row_groups(TimeRange::ALL, Some(&common))
+            .unwrap(),
+        vec![0, 1, 2, 3, 4]
+    );
+}
+
+#[test]
+fn recovery_removes_unsealed_and_recatalogues_orphans() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("archive");
+    let (mut archive, report) = Archive::open_writer(&root).unwrap();
+    assert!(report.is_clean());
+    let first = write_segment(&archive.packets_dir(), 1, &records(1000, 3));
+    archive.register(&first).unwrap();
+    // A crash after rename but before the catalog append leaves an orphan...
+    let orphan = write_segment(&archive.packets_dir(), 2, &records(1500, 9));
+    // ...and a crash mid-write leaves a temporary file.
+    let temp = archive.packets_dir().join(temp_file_name(SegmentId(3)));
+    fs::write(&temp, b"PAR1 half a segment").unwrap();
+    drop(archive);
+
+    let (archive, report) = Archive::open_writer(&root).unwrap();
+    assert_eq!(report.temp_files_removed, vec![temp.clone()]);
+    assert_eq!(report.segments_recovered, vec![SegmentId(2)]);
+    assert!(report.segments_quarantined.is_empty());
+    assert!(!temp.exists());
+    let entry = archive.catalog().get(SegmentId(2)).unwrap();
+    assert_eq!(entry.rows, 1500);
+    assert_eq!(entry.crc32, orphan.crc32);
+    assert_eq!(entry.min_ts_nanos, orphan.min_ts_nanos);
+    assert_eq!(archive.next_segment_id(), SegmentId(3));
+}
+
+#[test]
+fn unreadable_orphan_is_quarantined_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("archive");
+    let (archive, _) = Archive::open_writer(&root).unwrap();
+    let bad = archive.packets_dir().join(segment_file_name(SegmentId(1)));
+    fs::write(&bad, b"not parquet at all").unwrap();
+    drop(archive);
+    let (archive, report) = Archive::open_writer(&root).unwrap();
+    assert_eq!(report.segments_quarantined.len(), 1);
+    assert!(report.segments_quarantined[0].exists());
+    assert!(archive.catalog().is_empty());
+}
+
+#[test]
+fn second_writer_is_refused_while_readers_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_writer, _) = Archive::open_writer(dir.path()).unwrap();
+    let error = Archive::open_writer(dir.path()).unwrap_err();
+    assert!(matches!(error, StoreError::Locked { .. }), "{error}");
+    assert!(Archive::open_reader(dir.path()).is_ok());
+}
+
+#[test]
+fn foreign_directories_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("notes.txt"), b"mine").unwrap();
+    let error = Archive::open_writer(dir.path()).unwrap_err();
+    assert!(matches!(error, StoreError::NotAnArchive { .. }), "{error}");
+    let error = Archive::open_reader(dir.path()).unwrap_err();
+    assert!(matches!(error, StoreError::NotAnArchive { .. }), "{error}");
+}
