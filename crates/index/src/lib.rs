@@ -1,1 +1,275 @@
-//! placeholder
+//! The role of the index crate is to answer "which segments can hold address A
+//! (or any address in a CIDR range)?" without opening a segment, from an embedded
+//! RocksDB database.
+//!
+//! At seal time the set of distinct addresses of a segment is written as postings
+//! `addr | segment` together with a marker saying the segment is indexed, in one
+//! atomic write batch. The index is derived data: a segment the catalog lists
+//! without a marker (crash before the batch reached the WAL) is re-indexed from its
+//! file, and the query planner scans every unmarked segment, so a lost batch can
+//! cost time but never a result. Key layouts are in `docs/formats/index.md`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use hindsight_model::{Addr16, SegmentId};
+use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch};
+
+/// Column family of postings: key `addr (16 bytes) | segment id (8 bytes, big-endian)`,
+/// empty value. Big-endian ids keep one address's segments in id order, and 16-byte
+/// IPv4-mapped addresses make a CIDR range one contiguous key range.
+const CF_POSTINGS: &str = "postings";
+/// Column family of indexed-segment markers: key `segment id (8 bytes, big-endian)`,
+/// value the number of distinct addresses (u64 big-endian).
+const CF_SEGMENTS: &str = "segments";
+
+/// Length of a postings key.
+const POSTING_KEY_LEN: usize = 16 + 8;
+
+/// An error of the address index.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// RocksDB reported an error.
+    #[error("address index {}: {source}", path.display())]
+    Rocks {
+        /// The index directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: rocksdb::Error,
+    },
+    /// A key or value does not have the layout this version writes.
+    #[error("address index {}: corrupt entry in column family {family}: {reason}", path.display())]
+    Corrupt {
+        /// The index directory.
+        path: PathBuf,
+        /// The column family of the entry.
+        family: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Result of the index.
+pub type Result<T, E = IndexError> = std::result::Result<T, E>;
+
+/// The per-segment address postings of an archive.
+#[derive(Debug)]
+pub struct AddressIndex {
+    path: PathBuf,
+    db: DB,
+}
+
+impl AddressIndex {
+    /// Opens (creating if needed) the index in `dir` for reading and writing.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        options.set_keep_log_file_num(4);
+        let families = [CF_POSTINGS, CF_SEGMENTS]
+            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
+        Ok(Self {
+            path: dir.to_owned(),
+            db,
+        })
+    }
+
+    /// Opens the index in `dir` read-only (a running writer may hold it open);
+    /// returns `None` if there is no index there yet.
+    pub fn open_read_only(dir: &Path) -> Result<Option<Self>> {
+        if !dir.join("CURRENT").exists() {
+            return Ok(None);
+        }
+        let options = Options::default();
+        let db = DB::open_cf_for_read_only(&options, dir, [CF_POSTINGS, CF_SEGMENTS], false)
+            .map_err(rocks(dir))?;
+        Ok(Some(Self {
+            path: dir.to_owned(),
+            db,
+        }))
+    }
+
+    fn family(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| IndexError::Corrupt {
+            path: self.path.clone(),
+            family: name,
+            reason: "column family is missing".to_owned(),
+        })
+    }
+
+    /// Writes the postings of segment `id` and its marker in one atomic batch.
+    pub fn add_segment(&self, id: SegmentId, addresses: &[Addr16]) -> Result<()> {
+        let postings = self.family(CF_POSTINGS)?;
+        let segments = self.family(CF_SEGMENTS)?;
+        let mut batch = WriteBatch::default();
+        for address in addresses {
+            batch.put_cf(postings, posting_key(*address, id), []);
+        }
+        batch.put_cf(
+            segments,
+            id.0.to_be_bytes(),
+            (addresses.len() as u64).to_be_bytes(),
+        );
+        self.db.write(batch).map_err(rocks(&self.path))
+    }
+
+    /// Deletes the postings of segment `id` and its marker in one atomic batch.
+    pub fn remove_segment(&self, id: SegmentId, addresses: &[Addr16]) -> Result<()> {
+        let postings = self.family(CF_POSTINGS)?;
+        let segments = self.family(CF_SEGMENTS)?;
+        let mut batch = WriteBatch::default();
+        for address in addresses {
+            batch.delete_cf(postings, posting_key(*address, id));
+        }
+        batch.delete_cf(segments, id.0.to_be_bytes());
+        self.db.write(batch).map_err(rocks(&self.path))
+    }
+
+    /// Returns the segments whose postings are in the index.
+    pub fn indexed_segments(&self) -> Result<BTreeSet<SegmentId>> {
+        let segments = self.family(CF_SEGMENTS)?;
+        let mut ids = BTreeSet::new();
+        for item in self.db.iterator_cf(segments, IteratorMode::Start) {
+            let (key, _) = item.map_err(rocks(&self.path))?;
+            let bytes: [u8; 8] = key.as_ref().try_into().map_err(|_| IndexError::Corrupt {
+                path: self.path.clone(),
+                family: CF_SEGMENTS,
+                reason: format!("key of {} bytes, expected 8", key.len()),
+            })?;
+            ids.insert(SegmentId(u64::from_be_bytes(bytes)));
+        }
+        Ok(ids)
+    }
+
+    /// Returns the indexed segments holding at least one address in one of the
+    /// inclusive `ranges` (as source or destination).
+    pub fn segments_with(&self, ranges: &[(Addr16, Addr16)]) -> Result<BTreeSet<SegmentId>> {
+        let postings = self.family(CF_POSTINGS)?;
+        let mut ids = BTreeSet::new();
+        for &(low, high) in ranges {
+            let start = posting_key(low, SegmentId(0));
+            let end = posting_key(high, SegmentId(u64::MAX));
+            let mode = IteratorMode::From(&start, Direction::Forward);
+            for item in self.db.iterator_cf(postings, mode) {
+                let (key, _) = item.map_err(rocks(&self.path))?;
+                if key.as_ref() > end.as_slice() {
+                    break;
+                }
+                let Some(id) = key
+                    .get(16..POSTING_KEY_LEN)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                else {
+                    return Err(IndexError::Corrupt {
+                        path: self.path.clone(),
+                        family: CF_POSTINGS,
+                        reason: format!("key of {} bytes, expected {POSTING_KEY_LEN}", key.len()),
+                    });
+                };
+                ids.insert(SegmentId(u64::from_be_bytes(id)));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Makes every write so far durable (flushes the WAL to disk).
+    pub fn sync(&self) -> Result<()> {
+        self.db.flush_wal(true).map_err(rocks(&self.path))
+    }
+}
+
+fn posting_key(address: Addr16, id: SegmentId) -> [u8; POSTING_KEY_LEN] {
+    let mut key = [0u8; POSTING_KEY_LEN];
+    let (addr, segment) = key.split_at_mut(16);
+    addr.copy_from_slice(&address.0);
+    segment.copy_from_slice(&id.0.to_be_bytes());
+    key
+}
+
+fn rocks(path: &Path) -> impl FnOnce(rocksdb::Error) -> IndexError {
+    let path = path.to_owned();
+    move |source| IndexError::Rocks { path, source }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> Addr16 {
+        Addr16::from_v4_bytes([a, b, c, d])
+    }
+
+    /// The index must answer exactly as a naive map from segment to address set.
+    #[test]
+    fn range_lookups_agree_with_a_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = AddressIndex::open(dir.path()).unwrap();
+        let mut model: BTreeMap<SegmentId, Vec<Addr16>> = BTreeMap::new();
+        // A deterministic pseudo-random spread of addresses over 40 segments.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for segment in 1..=40u64 {
+            let mut addresses = Vec::new();
+            for _ in 0..25 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let [a, b, c, d, ..] = state.to_le_bytes();
+                addresses.push(v4(10 + a % 3, b % 4, c, d));
+            }
+            addresses.sort();
+            addresses.dedup();
+            index.add_segment(SegmentId(segment), &addresses).unwrap();
+            model.insert(SegmentId(segment), addresses);
+        }
+        index
+            .remove_segment(SegmentId(7), &model.remove(&SegmentId(7)).unwrap())
+            .unwrap();
+
+        let queries = [
+            vec![(v4(10, 1, 2, 3), v4(10, 1, 2, 3))],
+            vec![(v4(10, 0, 0, 0), v4(10, 255, 255, 255))],
+            vec![
+                (v4(11, 2, 0, 0), v4(11, 2, 255, 255)),
+                (v4(12, 0, 7, 0), v4(12, 0, 7, 255)),
+            ],
+            vec![(v4(99, 0, 0, 0), v4(99, 0, 0, 0))],
+        ];
+        for ranges in queries {
+            let expected: BTreeSet<SegmentId> = model
+                .iter()
+                .filter(|(_, addrs)| {
+                    addrs
+                        .iter()
+                        .any(|a| ranges.iter().any(|(lo, hi)| lo <= a && a <= hi))
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            assert_eq!(
+                index.segments_with(&ranges).unwrap(),
+                expected,
+                "{ranges:?}"
+            );
+        }
+        let indexed = index.indexed_segments().unwrap();
+        assert_eq!(indexed.len(), 39);
+        assert!(!indexed.contains(&SegmentId(7)));
+    }
+
+    #[test]
+    fn read_only_open_sees_committed_postings() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(AddressIndex::open_read_only(dir.path()).unwrap().is_none());
+        let writer = AddressIndex::open(dir.path()).unwrap();
+        writer.add_segment(SegmentId(3), &[v4(1, 2, 3, 4)]).unwrap();
+        writer.sync().unwrap();
+        let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();
+        let found = reader
+            .segments_with(&[(v4(1, 2, 3, 4), v4(1, 2, 3, 4))])
+            .unwrap();
+        assert_eq!(found, BTreeSet::from([SegmentId(3)]));
+    }
+}
