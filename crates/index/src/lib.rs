@@ -9,14 +9,14 @@
 //! file, and the query planner scans every unmarked segment, so a lost batch can
 //! cost time but never a result. Key layouts are in `docs/formats/index.md`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use hindsight_model::{Addr16, SegmentId};
+use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch};
 
 /// Column family of postings: key `addr (16 bytes) | segment id (8 bytes, big-endian)`,
-/// empty value. Big-endian ids keep one address's segments in id order, and 16-byte
+/// value the granules of the segment holding the address (`GranuleSet::encode`). Big-endian ids keep one address's segments in id order, and 16-byte
 /// IPv4-mapped addresses make a CIDR range one contiguous key range.
 const CF_POSTINGS: &str = "postings";
 /// Column family of indexed-segment markers: key `segment id (8 bytes, big-endian)`,
@@ -101,13 +101,18 @@ impl AddressIndex {
     }
 
     /// Writes the postings of segment `id` and its marker in one atomic batch.
-    pub fn add_segment(&self, id: SegmentId, addresses: &[Addr16]) -> Result<()> {
+    pub fn add_segment(
+        &self,
+        id: SegmentId,
+        postings_of_segment: &[(Addr16, GranuleSet)],
+    ) -> Result<()> {
         let postings = self.family(CF_POSTINGS)?;
         let segments = self.family(CF_SEGMENTS)?;
         let mut batch = WriteBatch::default();
-        for address in addresses {
-            batch.put_cf(postings, posting_key(*address, id), []);
+        for (address, granules) in postings_of_segment {
+            batch.put_cf(postings, posting_key(*address, id), granules.encode());
         }
+        let addresses = postings_of_segment;
         batch.put_cf(
             segments,
             id.0.to_be_bytes(),
@@ -145,16 +150,20 @@ impl AddressIndex {
     }
 
     /// Returns the indexed segments holding at least one address in one of the
-    /// inclusive `ranges` (as source or destination).
-    pub fn segments_with(&self, ranges: &[(Addr16, Addr16)]) -> Result<BTreeSet<SegmentId>> {
+    /// inclusive `ranges` (as source or destination), each with the granules where
+    /// such addresses occur.
+    pub fn segments_with(
+        &self,
+        ranges: &[(Addr16, Addr16)],
+    ) -> Result<BTreeMap<SegmentId, GranuleSet>> {
         let postings = self.family(CF_POSTINGS)?;
-        let mut ids = BTreeSet::new();
+        let mut ids: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
         for &(low, high) in ranges {
             let start = posting_key(low, SegmentId(0));
             let end = posting_key(high, SegmentId(u64::MAX));
             let mode = IteratorMode::From(&start, Direction::Forward);
             for item in self.db.iterator_cf(postings, mode) {
-                let (key, _) = item.map_err(rocks(&self.path))?;
+                let (key, value) = item.map_err(rocks(&self.path))?;
                 if key.as_ref() > end.as_slice() {
                     break;
                 }
@@ -168,7 +177,14 @@ impl AddressIndex {
                         reason: format!("key of {} bytes, expected {POSTING_KEY_LEN}", key.len()),
                     });
                 };
-                ids.insert(SegmentId(u64::from_be_bytes(id)));
+                let granules = GranuleSet::decode(&value).ok_or_else(|| IndexError::Corrupt {
+                    path: self.path.clone(),
+                    family: CF_POSTINGS,
+                    reason: "undecodable granule list".to_owned(),
+                })?;
+                ids.entry(SegmentId(u64::from_be_bytes(id)))
+                    .or_default()
+                    .union_with(&granules);
             }
         }
         Ok(ids)
@@ -208,26 +224,32 @@ mod tests {
     fn range_lookups_agree_with_a_model() {
         let dir = tempfile::tempdir().unwrap();
         let index = AddressIndex::open(dir.path()).unwrap();
-        let mut model: BTreeMap<SegmentId, Vec<Addr16>> = BTreeMap::new();
+        let mut model: BTreeMap<SegmentId, Vec<(Addr16, GranuleSet)>> = BTreeMap::new();
         // A deterministic pseudo-random spread of addresses over 40 segments.
         let mut state = 0x2545_f491_4f6c_dd1d_u64;
         for segment in 1..=40u64 {
-            let mut addresses = Vec::new();
+            let mut addresses: BTreeMap<Addr16, GranuleSet> = BTreeMap::new();
             for _ in 0..25 {
                 state ^= state << 13;
                 state ^= state >> 7;
                 state ^= state << 17;
-                let [a, b, c, d, ..] = state.to_le_bytes();
-                addresses.push(v4(10 + a % 3, b % 4, c, d));
+                let [a, b, c, d, e, ..] = state.to_le_bytes();
+                addresses
+                    .entry(v4(10 + a % 3, b % 4, c, d))
+                    .or_default()
+                    .push_row(u64::from(e) * 1000);
             }
-            addresses.sort();
-            addresses.dedup();
+            let addresses: Vec<(Addr16, GranuleSet)> = addresses.into_iter().collect();
             index.add_segment(SegmentId(segment), &addresses).unwrap();
             model.insert(SegmentId(segment), addresses);
         }
-        index
-            .remove_segment(SegmentId(7), &model.remove(&SegmentId(7)).unwrap())
-            .unwrap();
+        let removed: Vec<Addr16> = model
+            .remove(&SegmentId(7))
+            .unwrap()
+            .into_iter()
+            .map(|(address, _)| address)
+            .collect();
+        index.remove_segment(SegmentId(7), &removed).unwrap();
 
         let queries = [
             vec![(v4(10, 1, 2, 3), v4(10, 1, 2, 3))],
@@ -239,15 +261,14 @@ mod tests {
             vec![(v4(99, 0, 0, 0), v4(99, 0, 0, 0))],
         ];
         for ranges in queries {
-            let expected: BTreeSet<SegmentId> = model
-                .iter()
-                .filter(|(_, addrs)| {
-                    addrs
-                        .iter()
-                        .any(|a| ranges.iter().any(|(lo, hi)| lo <= a && a <= hi))
-                })
-                .map(|(id, _)| *id)
-                .collect();
+            let mut expected: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
+            for (id, postings) in &model {
+                for (address, granules) in postings {
+                    if ranges.iter().any(|(lo, hi)| lo <= address && address <= hi) {
+                        expected.entry(*id).or_default().union_with(granules);
+                    }
+                }
+            }
             assert_eq!(
                 index.segments_with(&ranges).unwrap(),
                 expected,
@@ -264,12 +285,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(AddressIndex::open_read_only(dir.path()).unwrap().is_none());
         let writer = AddressIndex::open(dir.path()).unwrap();
-        writer.add_segment(SegmentId(3), &[v4(1, 2, 3, 4)]).unwrap();
+        let granules: GranuleSet = [0, 2].into_iter().collect();
+        writer
+            .add_segment(SegmentId(3), &[(v4(1, 2, 3, 4), granules.clone())])
+            .unwrap();
         writer.sync().unwrap();
         let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();
         let found = reader
             .segments_with(&[(v4(1, 2, 3, 4), v4(1, 2, 3, 4))])
             .unwrap();
-        assert_eq!(found, BTreeSet::from([SegmentId(3)]));
+        assert_eq!(found, BTreeMap::from([(SegmentId(3), granules)]));
     }
 }

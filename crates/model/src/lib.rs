@@ -295,6 +295,126 @@ impl fmt::Display for SegmentId {
     }
 }
 
+/// Rows per granule: the unit in which address postings say where in a segment an
+/// address occurs. A query for a rare address decodes only the granules listed.
+pub const GRANULE_ROWS: u32 = 8192;
+
+/// A sorted set of granule numbers (row `r` of a segment lies in granule
+/// `r / GRANULE_ROWS`), with a compact byte encoding for the address index.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GranuleSet(Vec<u32>);
+
+impl GranuleSet {
+    /// Returns an empty set.
+    pub fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    /// Adds the granule of `row`. Rows may come in any order; ascending is the fast path.
+    #[inline]
+    pub fn push_row(&mut self, row: u64) {
+        let granule = u32::try_from(row / u64::from(GRANULE_ROWS)).unwrap_or(u32::MAX);
+        match self.0.last() {
+            Some(&last) if last == granule => {}
+            Some(&last) if last > granule => {
+                if let Err(position) = self.0.binary_search(&granule) {
+                    self.0.insert(position, granule);
+                }
+            }
+            _ => self.0.push(granule),
+        }
+    }
+
+    /// Returns the granule numbers, ascending.
+    pub fn granules(&self) -> &[u32] {
+        &self.0
+    }
+
+    /// Returns true if the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds every granule of `other`.
+    pub fn union_with(&mut self, other: &Self) {
+        let mut merged = Vec::with_capacity(self.0.len() + other.0.len());
+        let (mut a, mut b) = (self.0.iter().peekable(), other.0.iter().peekable());
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(&&x), Some(&&y)) if x < y => a.next(),
+                (Some(&&x), Some(&&y)) if y < x => b.next(),
+                (Some(_), Some(_)) => {
+                    b.next();
+                    a.next()
+                }
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => break,
+            };
+            if let Some(&granule) = next {
+                merged.push(granule);
+            }
+        }
+        self.0 = merged;
+    }
+
+    /// Encodes the set as LEB128 varints of the gaps between granules.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.0.len() + 2);
+        let mut previous = 0u32;
+        for (i, &granule) in self.0.iter().enumerate() {
+            let mut gap = if i == 0 { granule } else { granule - previous };
+            previous = granule;
+            loop {
+                let byte = (gap & 0x7f) as u8;
+                gap >>= 7;
+                if gap == 0 {
+                    out.push(byte);
+                    break;
+                }
+                out.push(byte | 0x80);
+            }
+        }
+        out
+    }
+
+    /// Decodes [`encode`](Self::encode)'s output; `None` if the bytes are not such a set.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut granules = Vec::new();
+        let mut value = 0u32;
+        let mut shift = 0u32;
+        for &byte in bytes {
+            let part = u32::from(byte & 0x7f).checked_shl(shift)?;
+            if shift > 28 || (shift == 28 && byte & 0x70 != 0) {
+                return None;
+            }
+            value |= part;
+            if byte & 0x80 == 0 {
+                let granule = match granules.last() {
+                    None => value,
+                    Some(&last) if value > 0 => u32::checked_add(last, value)?,
+                    Some(_) => return None,
+                };
+                granules.push(granule);
+                value = 0;
+                shift = 0;
+            } else {
+                shift += 7;
+            }
+        }
+        (shift == 0).then_some(Self(granules))
+    }
+}
+
+impl FromIterator<u32> for GranuleSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(iter: I) -> Self {
+        let mut granules: Vec<u32> = iter.into_iter().collect();
+        granules.sort_unstable();
+        granules.dedup();
+        Self(granules)
+    }
+}
+
 /// Everything hindsight knows about one packet except its captured bytes: what a
 /// filter is evaluated against, whether the packet comes from the live ring or
 /// from an archived segment.
@@ -337,6 +457,27 @@ mod tests {
         let low = Addr16::from("9.255.255.255".parse::<IpAddr>().unwrap());
         let high = Addr16::from("10.0.0.0".parse::<IpAddr>().unwrap());
         assert!(low < high);
+    }
+
+    #[test]
+    fn granule_sets_encode_union_and_reject_garbage() {
+        let mut set = GranuleSet::new();
+        for row in [0, 5, 8191, 8192, 40_000, 10_000_000, 9000, 3] {
+            set.push_row(row);
+        }
+        assert_eq!(set.granules(), &[0, 1, 4, 1220]);
+        assert_eq!(GranuleSet::decode(&set.encode()), Some(set.clone()));
+        assert_eq!(GranuleSet::decode(&[]), Some(GranuleSet::new()));
+        let other: GranuleSet = [3, 4, 9000].into_iter().collect();
+        set.union_with(&other);
+        assert_eq!(set.granules(), &[0, 1, 3, 4, 1220, 9000]);
+        assert_eq!(GranuleSet::decode(&[0x80]), None, "unterminated varint");
+        assert_eq!(GranuleSet::decode(&[1, 0]), None, "zero gap");
+        assert_eq!(
+            GranuleSet::decode(&[0xff, 0xff, 0xff, 0xff, 0x7f]),
+            None,
+            "overflow"
+        );
     }
 
     #[test]

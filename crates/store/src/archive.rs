@@ -226,7 +226,7 @@ impl Archive {
 fn summarize_orphan(id: SegmentId, path: &Path) -> Result<SealedSegment> {
     let reader = SegmentReader::open(path)?;
     let (min_ts_nanos, max_ts_nanos) = reader.time_bounds().unwrap_or((0, 0));
-    let addresses = reader.distinct_addresses()?;
+    let addresses = reader.address_postings()?;
     let (size_bytes, crc32) = checksum_file(path)?;
     Ok(SealedSegment {
         id,

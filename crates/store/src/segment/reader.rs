@@ -5,17 +5,20 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use hindsight_model::Addr16;
+use std::collections::HashMap;
+
+use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder,
+    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
-use parquet::file::metadata::RowGroupMetaData;
+use parquet::file::metadata::{PageIndexPolicy, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
 
 use crate::error::{Result, StoreError};
 use crate::schema::col;
+use crate::segment::writer::collect_postings;
 
 /// An inclusive time range in ns since the epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +62,11 @@ impl SegmentReader {
     /// Opens a segment file and reads its footer.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(StoreError::io("open segment", path))?;
-        let metadata = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-            .map_err(StoreError::parquet(path))?;
+        let metadata = ArrowReaderMetadata::load(
+            &file,
+            ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+        )
+        .map_err(StoreError::parquet(path))?;
         Ok(Self {
             path: path.to_owned(),
             file,
@@ -196,6 +202,71 @@ impl SegmentReader {
         Ok(overlapping.iter().any(|(lo, _)| bloom.check(&lo.0[..])))
     }
 
+    /// Returns a reader of the rows of `row_groups` that lie in `granules` (`None`: all
+    /// rows), decoding only the named columns (`None`: all), and the number of rows
+    /// selected. Pages holding no selected row are skipped through the page index.
+    pub fn read_granules(
+        &self,
+        row_groups: Vec<usize>,
+        granules: Option<&GranuleSet>,
+        columns: Option<&[&str]>,
+    ) -> Result<(ParquetRecordBatchReader, u64)> {
+        let metadata = self.metadata.metadata();
+        let granule_rows = u64::from(GRANULE_ROWS);
+        let mut selectors: Vec<RowSelector> = Vec::new();
+        let mut selected = 0u64;
+        let mut group_start = 0u64;
+        let mut group_starts = Vec::with_capacity(metadata.num_row_groups());
+        for group in metadata.row_groups() {
+            group_starts.push(group_start);
+            group_start += u64::try_from(group.num_rows()).unwrap_or(0);
+        }
+        for &index in &row_groups {
+            let start = group_starts.get(index).copied().unwrap_or(0);
+            let rows = metadata
+                .row_groups()
+                .get(index)
+                .map_or(0, |g| u64::try_from(g.num_rows()).unwrap_or(0));
+            let end = start + rows;
+            let Some(granules) = granules else {
+                selectors.push(RowSelector::select(rows as usize));
+                selected += rows;
+                continue;
+            };
+            let mut cursor = start;
+            for &granule in granules.granules() {
+                let from = (u64::from(granule) * granule_rows).max(start);
+                let to = ((u64::from(granule) + 1) * granule_rows).min(end);
+                if from >= to || from < cursor {
+                    continue;
+                }
+                if from > cursor {
+                    selectors.push(RowSelector::skip((from - cursor) as usize));
+                }
+                selectors.push(RowSelector::select((to - from) as usize));
+                selected += to - from;
+                cursor = to;
+            }
+            if end > cursor {
+                selectors.push(RowSelector::skip((end - cursor) as usize));
+            }
+        }
+        let mut builder = self
+            .builder()?
+            .with_row_groups(row_groups)
+            .with_batch_size(READ_BATCH_ROWS);
+        if granules.is_some() {
+            builder = builder.with_row_selection(RowSelection::from(selectors));
+        }
+        if let Some(columns) = columns {
+            let schema = metadata.file_metadata().schema_descr();
+            builder =
+                builder.with_projection(ProjectionMask::columns(schema, columns.iter().copied()));
+        }
+        let reader = builder.build().map_err(StoreError::parquet(&self.path))?;
+        Ok((reader, selected))
+    }
+
     /// Returns a reader of `row_groups`, decoding only the named columns (`None`: all).
     pub fn read(
         &self,
@@ -216,33 +287,32 @@ impl SegmentReader {
 }
 
 impl SegmentReader {
-    /// Returns every distinct source or destination address in the segment, sorted,
-    /// by scanning the two address columns (used to rebuild postings after a crash).
-    pub fn distinct_addresses(&self) -> Result<Vec<Addr16>> {
-        let mut seen = std::collections::HashSet::new();
-        let groups = (0..self.row_groups()).collect();
-        for batch in self.read(groups, Some(&[col::SRC_ADDR, col::DST_ADDR]))? {
-            let batch = batch.map_err(|e| StoreError::Parquet {
-                path: self.path.clone(),
-                source: e.into(),
-            })?;
-            for column in batch.columns() {
-                let Some(values) = column
+    /// Returns the address postings of the segment (every distinct source or
+    /// destination address with the granules where it occurs), sorted, by scanning
+    /// the two address columns; used to rebuild the index after a crash.
+    pub fn address_postings(&self) -> Result<Vec<(Addr16, GranuleSet)>> {
+        let mut postings: HashMap<Addr16, GranuleSet> = HashMap::new();
+        for name in [col::SRC_ADDR, col::DST_ADDR] {
+            let groups = (0..self.row_groups()).collect();
+            let mut first_row = 0u64;
+            for batch in self.read(groups, Some(&[name]))? {
+                let batch = batch.map_err(|e| StoreError::Parquet {
+                    path: self.path.clone(),
+                    source: e.into(),
+                })?;
+                if let Some(values) = batch
+                    .column(0)
                     .as_any()
                     .downcast_ref::<arrow::array::FixedSizeBinaryArray>()
-                else {
-                    continue;
-                };
-                for value in values.iter().flatten() {
-                    if let Ok(bytes) = <[u8; 16]>::try_from(value) {
-                        seen.insert(Addr16(bytes));
-                    }
+                {
+                    collect_postings(values, first_row, &mut postings);
                 }
+                first_row += batch.num_rows() as u64;
             }
         }
-        let mut addresses: Vec<Addr16> = seen.into_iter().collect();
-        addresses.sort_unstable();
-        Ok(addresses)
+        let mut sorted: Vec<(Addr16, GranuleSet)> = postings.into_iter().collect();
+        sorted.sort_unstable_by_key(|(address, _)| *address);
+        Ok(sorted)
     }
 }
 

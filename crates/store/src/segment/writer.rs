@@ -2,7 +2,7 @@
 //! with the write-hidden / fsync / rename / fsync-directory protocol, so a reader or a
 //! recovering writer never sees half a segment.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use arrow::array::{Array, AsArray, FixedSizeBinaryArray, RecordBatch};
 use arrow::compute::{sort_to_indices, take_record_batch};
 use arrow::datatypes::TimestampNanosecondType;
-use hindsight_model::{Addr16, SegmentId};
+use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
@@ -118,8 +118,9 @@ pub struct SealedSegment {
     pub size_bytes: u64,
     /// CRC-32 (IEEE) of the whole file.
     pub crc32: u32,
-    /// Every distinct source or destination address in the segment, sorted.
-    pub addresses: Vec<Addr16>,
+    /// Every distinct source or destination address in the segment, sorted, with
+    /// the granules (row ranges) where it occurs: the segment's address postings.
+    pub addresses: Vec<(Addr16, GranuleSet)>,
 }
 
 /// Writes one packet segment. Batches go in with [`write`](Self::write); nothing is
@@ -132,7 +133,7 @@ pub struct SegmentWriter {
     rows: u64,
     min_ts_nanos: i64,
     max_ts_nanos: i64,
-    addresses: HashSet<Addr16>,
+    addresses: HashMap<Addr16, GranuleSet>,
 }
 
 impl std::fmt::Debug for SegmentWriter {
@@ -170,7 +171,7 @@ impl SegmentWriter {
             rows: 0,
             min_ts_nanos: i64::MAX,
             max_ts_nanos: i64::MIN,
-            addresses: HashSet::new(),
+            addresses: HashMap::new(),
         })
     }
 
@@ -231,7 +232,7 @@ impl SegmentWriter {
                 .column_by_name(name)
                 .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
             {
-                collect_addresses(addresses, &mut self.addresses);
+                collect_postings(addresses, self.rows, &mut self.addresses);
             }
         }
         self.writer
@@ -265,8 +266,8 @@ impl SegmentWriter {
             .map_err(StoreError::io("rename segment", &temp_path))?;
         let dir = self.final_path.parent().unwrap_or(Path::new("."));
         sync_dir(dir)?;
-        let mut addresses: Vec<Addr16> = self.addresses.into_iter().collect();
-        addresses.sort_unstable();
+        let mut addresses: Vec<(Addr16, GranuleSet)> = self.addresses.into_iter().collect();
+        addresses.sort_unstable_by_key(|(address, _)| *address);
         Ok(SealedSegment {
             id: self.id,
             path: self.final_path,
@@ -286,20 +287,30 @@ impl SegmentWriter {
     }
 }
 
-fn collect_addresses(addresses: &FixedSizeBinaryArray, into: &mut HashSet<Addr16>) {
-    // Consecutive packets mostly share addresses; skipping repeats saves most hashing.
-    let mut previous: Option<&[u8]> = None;
+/// Adds the granules of every non-null address of `addresses`, whose first row is
+/// row `first_row` of the segment, to `into`.
+pub(crate) fn collect_postings(
+    addresses: &FixedSizeBinaryArray,
+    first_row: u64,
+    into: &mut HashMap<Addr16, GranuleSet>,
+) {
+    // Consecutive packets mostly share addresses; skipping repeats within a granule
+    // saves most hashing.
+    let mut previous: Option<(&[u8], u64)> = None;
+    let granule_rows = u64::from(hindsight_model::GRANULE_ROWS);
     for row in 0..addresses.len() {
         if addresses.is_null(row) {
             continue;
         }
         let value = addresses.value(row);
-        if previous == Some(value) {
+        let segment_row = first_row + row as u64;
+        let granule = segment_row / granule_rows;
+        if previous == Some((value, granule)) {
             continue;
         }
-        previous = Some(value);
+        previous = Some((value, granule));
         if let Ok(bytes) = <[u8; 16]>::try_from(value) {
-            into.insert(Addr16(bytes));
+            into.entry(Addr16(bytes)).or_default().push_row(segment_row);
         }
     }
 }
