@@ -24,4 +24,4 @@ mod writer;
 
 pub use error::CaptureError;
 pub use reader::{CaptureFormat, CaptureReader};
-pub use writer::{PcapWriter, TimestampPrecision};
+pub use writer::{PcapWriter, PcapngWriter, TimestampPrecision};

@@ -1,5 +1,6 @@
-//! The pcap writer: classic pcap with microsecond or nanosecond timestamps, as
-//! Wireshark, tcpdump and every pcap tool read it.
+//! The capture writers: classic pcap with microsecond or nanosecond timestamps, as
+//! Wireshark, tcpdump and every pcap tool read it, and pcapng for packets of several
+//! link types in one file.
 
 use std::io::{self, Write};
 
@@ -80,5 +81,102 @@ impl<W: Write> PcapWriter<W> {
     pub fn into_inner(mut self) -> io::Result<W> {
         self.out.flush()?;
         Ok(self.out)
+    }
+}
+
+/// pcapng block types and constants (draft-ietf-opsawg-pcapng).
+const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
+const PCAPNG_IDB: u32 = 0x0000_0001;
+const PCAPNG_EPB: u32 = 0x0000_0006;
+const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
+/// Interface option `if_tsresol`.
+const OPT_IF_TSRESOL: u16 = 9;
+/// `if_tsresol` value 9: timestamps count nanoseconds.
+const TSRESOL_NANOS: u8 = 9;
+
+/// Writes frames to a pcapng stream, one interface per link type, with nanosecond
+/// timestamps: what to export when results mix link types, which classic pcap cannot.
+#[derive(Debug)]
+pub struct PcapngWriter<W: Write> {
+    out: W,
+    snaplen: u32,
+    /// Link types of the interfaces described so far; the index is the interface id.
+    interfaces: Vec<LinkType>,
+}
+
+impl<W: Write> PcapngWriter<W> {
+    /// Writes the section header block and returns the writer.
+    pub fn new(mut out: W, snaplen: u32) -> io::Result<Self> {
+        let mut block = Vec::with_capacity(28);
+        block.extend_from_slice(&PCAPNG_SHB.to_le_bytes());
+        block.extend_from_slice(&28u32.to_le_bytes());
+        block.extend_from_slice(&PCAPNG_BYTE_ORDER_MAGIC.to_le_bytes());
+        block.extend_from_slice(&1u16.to_le_bytes());
+        block.extend_from_slice(&0u16.to_le_bytes());
+        // Section length unknown (-1): the file is written as a stream.
+        block.extend_from_slice(&(-1i64).to_le_bytes());
+        block.extend_from_slice(&28u32.to_le_bytes());
+        out.write_all(&block)?;
+        Ok(Self {
+            out,
+            snaplen,
+            interfaces: Vec::new(),
+        })
+    }
+
+    /// Returns the interface id of `link_type`, describing a new interface if needed.
+    fn interface(&mut self, link_type: LinkType) -> io::Result<u32> {
+        if let Some(id) = self.interfaces.iter().position(|&l| l == link_type) {
+            return Ok(id as u32);
+        }
+        let mut block = Vec::with_capacity(32);
+        block.extend_from_slice(&PCAPNG_IDB.to_le_bytes());
+        block.extend_from_slice(&32u32.to_le_bytes());
+        block.extend_from_slice(&link_type.0.to_le_bytes());
+        block.extend_from_slice(&0u16.to_le_bytes());
+        block.extend_from_slice(&self.snaplen.to_le_bytes());
+        block.extend_from_slice(&OPT_IF_TSRESOL.to_le_bytes());
+        block.extend_from_slice(&1u16.to_le_bytes());
+        block.extend_from_slice(&[TSRESOL_NANOS, 0, 0, 0]);
+        block.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
+        block.extend_from_slice(&32u32.to_le_bytes());
+        self.out.write_all(&block)?;
+        self.interfaces.push(link_type);
+        Ok((self.interfaces.len() - 1) as u32)
+    }
+
+    /// Writes one frame of `link_type`. Timestamps before 1970 are clamped to 1970.
+    pub fn write_frame(
+        &mut self,
+        link_type: LinkType,
+        ts_nanos: i64,
+        wire_len: u32,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let interface = self.interface(link_type)?;
+        let captured = u32::try_from(data.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame larger than 4 GiB"))?;
+        let padding = (4 - data.len() % 4) % 4;
+        let total = u32::try_from(32 + data.len() + padding)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame larger than 4 GiB"))?;
+        let ts = ts_nanos.max(0) as u64;
+        let mut header = [0u8; 28];
+        header[0..4].copy_from_slice(&PCAPNG_EPB.to_le_bytes());
+        header[4..8].copy_from_slice(&total.to_le_bytes());
+        header[8..12].copy_from_slice(&interface.to_le_bytes());
+        header[12..16].copy_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        header[16..20].copy_from_slice(&(ts as u32).to_le_bytes());
+        header[20..24].copy_from_slice(&captured.to_le_bytes());
+        header[24..28].copy_from_slice(&wire_len.max(captured).to_le_bytes());
+        self.out.write_all(&header)?;
+        self.out.write_all(data)?;
+        self.out
+            .write_all([0u8; 3].get(..padding).unwrap_or_default())?;
+        self.out.write_all(&total.to_le_bytes())
+    }
+
+    /// Flushes buffered output.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 }

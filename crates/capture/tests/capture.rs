@@ -98,7 +98,7 @@ impl NgBuilder {
     }
     fn block(&mut self, kind: u32, body: &[u8]) {
         let mut padded = body.to_vec();
-        while padded.len() % 4 != 0 {
+        while !padded.len().is_multiple_of(4) {
             padded.push(0);
         }
         let total = 12 + padded.len() as u32;

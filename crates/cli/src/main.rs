@@ -1,1 +1,74 @@
-fn main() {}
+//! The `hindsight` command: a thin shell over the library crates, one module per
+//! subcommand under `cmd/`.
+
+mod cmd;
+mod output;
+mod timearg;
+
+use std::io::{self, IsTerminal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// hindsight: a network flight recorder. Records traffic into a compressed, indexed
+/// archive and answers questions about it.
+#[derive(Debug, Parser)]
+#[command(name = "hindsight", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the archive lives, shared by every subcommand.
+#[derive(Debug, clap::Args)]
+struct ArchiveArg {
+    /// Archive directory (created by `ingest` if missing).
+    #[arg(long, short = 'a', env = "HINDSIGHT_ARCHIVE", value_name = "DIR")]
+    archive: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read pcap/pcapng captures (plain or gzip) into the archive.
+    Ingest(cmd::ingest::Args),
+    /// Find packets matching a filter (Wireshark display-filter or tcpdump syntax).
+    Query(cmd::query::Args),
+    /// Run SQL over the `packets` table (Apache DataFusion).
+    Sql(cmd::sql::Args),
+    /// Show what the archive holds: segments, time span, packets, bytes.
+    Stats(cmd::stats::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Ingest(args) => cmd::ingest::run(args),
+        Command::Query(args) => cmd::query::run(args),
+        Command::Sql(args) => cmd::sql::run(args),
+        Command::Stats(args) => cmd::stats::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            let color = io::stderr().is_terminal();
+            let prefix = if color {
+                "\x1b[1;31merror\x1b[0m"
+            } else {
+                "error"
+            };
+            eprintln!("{prefix}: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Returns true if the error is a closed pipe (`hindsight query ... | head`): not a failure.
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

@@ -83,6 +83,7 @@ pub fn decode(link_type: LinkType, data: &[u8]) -> PacketHeaders {
         0 => loopback(data, false, &mut headers),
         108 => loopback(data, true, &mut headers),
         113 => sll(data, &mut headers),
+        226 => ipnet(data, &mut headers),
         276 => sll2(data, &mut headers),
         _ => headers.status = DecodeStatus::UnsupportedLinkType,
     }
@@ -160,6 +161,21 @@ fn raw_ip(data: &[u8], h: &mut PacketHeaders) {
         Some(6) => network(ethertype::IPV6, data, h),
         Some(_) => h.status = DecodeStatus::Malformed,
         None => h.status = DecodeStatus::Truncated,
+    }
+}
+
+fn ipnet(data: &[u8], h: &mut PacketHeaders) {
+    // version 1, family 1 (IPH_AF_INET 2, IPH_AF_INET6 26), htype 2, pktlen 4,
+    // ifindex 4, grifindex 4, zsrc 4, zdst 4.
+    const IPNET_HEADER: usize = 24;
+    let (Some(&family), Some(payload)) = (data.get(1), data.get(IPNET_HEADER..)) else {
+        h.status = DecodeStatus::Truncated;
+        return;
+    };
+    match family {
+        2 => network(ethertype::IPV4, payload, h),
+        26 => network(ethertype::IPV6, payload, h),
+        _ => h.status = DecodeStatus::NonIp,
     }
 }
 

@@ -107,10 +107,34 @@ fn ethernet_ipv4_tcp() {
     );
 }
 
+/// A named frame of a link type and what its decoded headers must satisfy.
+type Case = (&'static str, LinkType, Vec<u8>, fn(&PacketHeaders) -> bool);
+
 #[test]
 fn table_of_frames() {
     let ip_udp = ipv4(17, 0, &[], &udp(53, 5353));
-    let cases: Vec<(&str, LinkType, Vec<u8>, fn(&PacketHeaders) -> bool)> = vec![
+    let ipnet = |family: u8, payload: &[u8]| {
+        let mut frame = vec![1, family];
+        frame.extend_from_slice(&[0; 22]);
+        frame.extend_from_slice(payload);
+        frame
+    };
+    let cases: Vec<Case> = vec![
+        ("ipnet ipv4", LinkType::IPNET, ipnet(2, &ip_udp), |h| {
+            h.ip_version == Some(4) && h.dst_port == Some(5353)
+        }),
+        (
+            "ipnet ipv6",
+            LinkType::IPNET,
+            ipnet(26, &ipv6(17, &[], &udp(547, 546))),
+            |h| h.ip_version == Some(6) && h.src_port == Some(547),
+        ),
+        (
+            "ipnet other family",
+            LinkType::IPNET,
+            ipnet(7, &ip_udp),
+            |h| h.status == DecodeStatus::NonIp,
+        ),
         (
             "vlan",
             LinkType::ETHERNET,

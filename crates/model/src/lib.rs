@@ -23,6 +23,8 @@ impl LinkType {
     pub const LOOP: Self = Self(108);
     /// Linux "cooked" capture, version 1 (16-byte header).
     pub const LINUX_SLL: Self = Self(113);
+    /// Solaris ipnet: a 24-byte header whose second byte is the address family.
+    pub const IPNET: Self = Self(226);
     /// Raw IPv4, no link header.
     pub const IPV4: Self = Self(228);
     /// Raw IPv6, no link header.
@@ -38,6 +40,7 @@ impl LinkType {
             12 | 14 | 101 => "RAW",
             108 => "LOOP",
             113 => "LINUX_SLL",
+            226 => "IPNET",
             228 => "IPV4",
             229 => "IPV6",
             276 => "LINUX_SLL2",
@@ -183,6 +186,8 @@ impl DecodeStatus {
 pub mod ip_proto {
     /// Internet Control Message Protocol.
     pub const ICMP: u8 = 1;
+    /// Internet Group Management Protocol.
+    pub const IGMP: u8 = 2;
     /// Transmission Control Protocol.
     pub const TCP: u8 = 6;
     /// User Datagram Protocol.

@@ -1,1 +1,156 @@
-//! placeholder
+//! The role of the sql crate is to answer SQL over the archive: it exposes the sealed
+//! packet segments as one DataFusion table, `packets`, and prunes what a statement
+//! cannot match before DataFusion reads a byte:
+//!
+//! 1. catalog time ranges against the statement's conditions on `ts`;
+//! 2. the RocksDB address postings against its conditions on `src_addr`/`dst_addr`;
+//! 3. Parquet row-group statistics, page indexes and Bloom filters (DataFusion's own
+//!    Parquet pruning, fed the same conditions).
+//!
+//! Functions added to DataFusion's own: `ip('10.1.2.3')` turns an IPv4/IPv6 literal into
+//! the 16-byte address form of the address columns, `ip_str(src_addr)` prints one, and
+//! `time_bucket(INTERVAL '1 minute', ts)` is DataFusion's `date_bin` under the name
+//! TimescaleDB users know. `docs/sql.md` is the user's reference.
+
+mod functions;
+mod output;
+mod prune;
+mod table;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::error::DataFusionError;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use hindsight_index::AddressIndex;
+use hindsight_store::{Archive, StoreError};
+
+pub use crate::output::OutputFormat;
+use crate::table::PacketsTable;
+
+/// Errors of a SQL session.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The archive could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The address index could not be opened.
+    #[error(transparent)]
+    Index(#[from] hindsight_index::IndexError),
+    /// The statement is invalid or failed while running.
+    #[error("{0}")]
+    DataFusion(#[from] DataFusionError),
+    /// The result is longer than the configured limit.
+    #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
+    TooManyRows {
+        /// The configured limit.
+        max_rows: u64,
+    },
+    /// Writing the result failed.
+    #[error("cannot write the result: {0}")]
+    Output(#[from] std::io::Error),
+    /// Formatting the result failed.
+    #[error("cannot format the result: {0}")]
+    Format(#[from] datafusion::arrow::error::ArrowError),
+    /// The async runtime could not start.
+    #[error("cannot start the query runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// Bounds of one statement.
+#[derive(Clone, Debug, Default)]
+pub struct Limits {
+    /// Fail once the result has more rows than this.
+    pub max_rows: Option<u64>,
+}
+
+/// An archive opened for SQL.
+pub struct SqlSession {
+    context: SessionContext,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for SqlSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlSession").finish_non_exhaustive()
+    }
+}
+
+impl SqlSession {
+    /// Opens the archive at `root` read-only and registers the `packets` table.
+    pub fn open(root: &Path) -> Result<Self, SqlError> {
+        let archive = Archive::open_reader(root)?;
+        let index = AddressIndex::open_read_only(&archive.index_dir())?;
+        let mut config = SessionConfig::new()
+            .with_target_partitions(2)
+            .with_information_schema(true);
+        let parquet = &mut config.options_mut().execution.parquet;
+        parquet.pushdown_filters = true;
+        parquet.reorder_filters = true;
+        parquet.bloom_filter_on_read = true;
+        parquet.enable_page_index = true;
+        let context = SessionContext::new_with_config(config);
+        functions::register(&context);
+        context.register_table("packets", Arc::new(PacketsTable::new(archive, index)))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sql")
+            .build()
+            .map_err(SqlError::Runtime)?;
+        Ok(Self { context, runtime })
+    }
+
+    /// Returns the plan of `sql`, with the pruning the `packets` scans will do.
+    pub fn explain(&self, sql: &str) -> Result<String, SqlError> {
+        let statement = format!("EXPLAIN {sql}");
+        let batches = self.collect(&statement, None)?;
+        let mut text = String::new();
+        for batch in &batches {
+            let plan_column = batch.column(1);
+            let plans = datafusion::arrow::array::as_string_array(plan_column);
+            let types = datafusion::arrow::array::as_string_array(batch.column(0));
+            for row in 0..batch.num_rows() {
+                text.push_str(types.value(row));
+                text.push_str(":\n");
+                text.push_str(plans.value(row));
+                text.push('\n');
+            }
+        }
+        Ok(text)
+    }
+
+    /// Runs `sql` and writes the result to `out` in `format`.
+    pub fn run(
+        &self,
+        sql: &str,
+        format: OutputFormat,
+        out: &mut dyn Write,
+        limits: &Limits,
+    ) -> Result<u64, SqlError> {
+        let batches = self.collect(sql, limits.max_rows)?;
+        output::write(&batches, format, out)?;
+        Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
+    }
+
+    /// Runs `sql` and returns its result, failing once it exceeds `max_rows`.
+    pub fn collect(&self, sql: &str, max_rows: Option<u64>) -> Result<Vec<RecordBatch>, SqlError> {
+        self.runtime.block_on(async {
+            let frame = self.context.sql(sql).await?;
+            let mut stream = frame.execute_stream().await?;
+            let mut batches = Vec::new();
+            let mut rows = 0u64;
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                rows += batch.num_rows() as u64;
+                if let Some(max_rows) = max_rows.filter(|&max| rows > max) {
+                    return Err(SqlError::TooManyRows { max_rows });
+                }
+                batches.push(batch);
+            }
+            Ok(batches)
+        })
+    }
+}

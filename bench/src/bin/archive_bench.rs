@@ -1,0 +1,305 @@
+//! Archive benchmark (issue 2): ingest rate, bytes per packet and query latency of
+//! hindsight, side by side with the peer tools in the same run:
+//! - ingest vs `tcpdump -r X -w /dev/null` (the raw read floor);
+//! - bytes per packet vs the raw pcap and vs `zstd -3` of it;
+//! - rare-address query vs `tcpdump -r X 'host A'`; 1-minute window vs `editcap -A -B`.
+//!
+//! The input is lan-hour-2012.pcap replicated (timestamps shifted by one hour per
+//! copy) to at least `--packets` packets. Run with
+//! `cargo run --release -p hindsight-bench --bin archive_bench -- [--packets N] [--work DIR]`.
+//! Figures are medians of several runs; ratios are computed from the medians.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hindsight_bench::{cpu_seconds, median, run_quiet};
+use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
+use hindsight_ingest::{IngestOptions, Ingestor};
+use hindsight_model::Addr16;
+use hindsight_query::filter::Filter;
+use hindsight_query::search::{PacketSearch, SearchRequest};
+use hindsight_store::TimeRange;
+use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
+
+const NANOS: i64 = 1_000_000_000;
+
+struct Args {
+    packets: u64,
+    work: PathBuf,
+    source: PathBuf,
+    runs: usize,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        packets: 5_000_000,
+        work: std::env::temp_dir().join("hindsight-bench"),
+        source: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap"),
+        runs: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_default();
+        match flag.as_str() {
+            "--packets" => args.packets = value.parse().expect("--packets N"),
+            "--work" => args.work = PathBuf::from(value),
+            "--source" => args.source = PathBuf::from(value),
+            "--runs" => args.runs = value.parse().expect("--runs N"),
+            other => {
+                panic!("unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N")
+            }
+        }
+    }
+    args
+}
+
+/// Writes `source` repeated with timestamps shifted by one hour per copy until at
+/// least `packets` packets; returns (path, packets, first ts).
+fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64) {
+    let path = work.join(format!("replicated-{packets}.pcap"));
+    let mut frames: Vec<(i64, u32, Vec<u8>)> = Vec::new();
+    let mut reader = CaptureReader::open(source).expect("open source capture");
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.expect("read source capture");
+        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
+    }
+    let first_ts = frames.first().map_or(0, |f| f.0);
+    let copies = packets.div_ceil(frames.len() as u64);
+    let total = copies * frames.len() as u64;
+    if !path.exists() {
+        let file = std::fs::File::create(&path).expect("create replicated capture");
+        let out = std::io::BufWriter::with_capacity(1 << 22, file);
+        let mut writer = PcapWriter::new(
+            out,
+            hindsight_model::LinkType::ETHERNET,
+            65_535,
+            TimestampPrecision::Micros,
+        )
+        .expect("pcap header");
+        for copy in 0..copies as i64 {
+            for (ts, wire_len, data) in &frames {
+                writer
+                    .write_frame(ts + copy * 3600 * NANOS, *wire_len, data)
+                    .expect("write frame");
+            }
+        }
+        writer.flush().expect("flush replicated capture");
+    }
+    (path, total, first_ts)
+}
+
+fn time_command(runs: usize, mut command: impl FnMut() -> Command) -> Duration {
+    let samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            run_quiet(&mut command());
+            started.elapsed()
+        })
+        .collect();
+    median(samples)
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.work).expect("create work dir");
+    println!("# hindsight archive benchmark");
+    println!(
+        "machine: {} cores; runs per figure: {} (medians)",
+        num_cores(),
+        args.runs
+    );
+    let (capture, packets, first_ts) = replicate(&args.source, args.packets, &args.work);
+    let pcap_bytes = std::fs::metadata(&capture).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "input: {} ({packets} packets, {:.1} MB)\n",
+        capture.display(),
+        pcap_bytes as f64 / 1e6
+    );
+
+    // --- ingest ---
+    let tcpdump_read = time_command(args.runs, || {
+        let mut c = Command::new("tcpdump");
+        c.args(["-r"]).arg(&capture).args(["-w", "/dev/null"]);
+        c
+    });
+    let archive = args.work.join("archive");
+    let mut ingest_samples = Vec::new();
+    let mut cpu_samples = Vec::new();
+    for _ in 0..args.runs {
+        let _ = std::fs::remove_dir_all(&archive);
+        let cpu_before = cpu_seconds();
+        let started = Instant::now();
+        let (mut ingestor, _) =
+            Ingestor::open(&archive, IngestOptions::default()).expect("open archive");
+        let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
+        assert!(outcome.error.is_none(), "{:?}", outcome.error);
+        ingestor.finish().expect("finish");
+        ingest_samples.push(started.elapsed());
+        cpu_samples.push(Duration::from_secs_f64(cpu_seconds() - cpu_before));
+    }
+    let ingest = median(ingest_samples);
+    let ingest_cpu = median(cpu_samples);
+    let rate = |d: Duration| packets as f64 / d.as_secs_f64();
+    println!("## ingest ({packets} packets)");
+    println!("| tool | wall s | packets/s | note |");
+    println!("|---|---:|---:|---|");
+    println!(
+        "| tcpdump -r X -w /dev/null | {:.3} | {:.0} | raw read floor |",
+        tcpdump_read.as_secs_f64(),
+        rate(tcpdump_read)
+    );
+    println!(
+        "| hindsight ingest | {:.3} | {:.0} | {:.2} CPU s → {:.0} packets per CPU-second (per core) |",
+        ingest.as_secs_f64(),
+        rate(ingest),
+        ingest_cpu.as_secs_f64(),
+        rate(ingest_cpu)
+    );
+    println!(
+        "ratio hindsight/tcpdump wall time: {:.2}\n",
+        ingest.as_secs_f64() / tcpdump_read.as_secs_f64()
+    );
+
+    // --- bytes per packet ---
+    let (data_bytes, header_bytes, segment_bytes) = segment_column_bytes(&archive);
+    let zstd_path = args.work.join("replicated.pcap.zst");
+    run_quiet(
+        Command::new("zstd")
+            .args(["-3", "-q", "-f", "-T1", "-o"])
+            .arg(&zstd_path)
+            .arg(&capture),
+    );
+    let zstd_bytes = std::fs::metadata(&zstd_path).map(|m| m.len()).unwrap_or(0);
+    let per = |b: u64| b as f64 / packets as f64;
+    println!("## bytes per packet");
+    println!("| what | bytes | bytes/packet |");
+    println!("|---|---:|---:|");
+    println!("| raw pcap | {pcap_bytes} | {:.2} |", per(pcap_bytes));
+    println!(
+        "| zstd -3 of the pcap | {zstd_bytes} | {:.2} |",
+        per(zstd_bytes)
+    );
+    println!(
+        "| hindsight segments, all | {segment_bytes} | {:.2} |",
+        per(segment_bytes)
+    );
+    println!(
+        "| hindsight header fields (all columns but data) | {header_bytes} | {:.2} |",
+        per(header_bytes)
+    );
+    println!(
+        "| hindsight snap bytes (data column, 128 B snap) | {data_bytes} | {:.2} |\n",
+        per(data_bytes)
+    );
+
+    // --- queries ---
+    let rare = "10.64.93.1";
+    let rare_addr = Addr16::from(rare.parse::<std::net::IpAddr>().expect("address"));
+    let search = PacketSearch::open(&archive).expect("open archive for search");
+    let run_search = |filter: &str, time: TimeRange| -> (Duration, u64) {
+        let mut matched = 0;
+        let samples: Vec<Duration> = (0..args.runs.max(5))
+            .map(|_| {
+                let started = Instant::now();
+                let request = SearchRequest {
+                    filter: Filter::parse(filter).expect("filter"),
+                    time,
+                    limit: None,
+                    with_data: false,
+                };
+                let plan = search.plan(&request).expect("plan");
+                let stats = search
+                    .execute(&request, &plan, &mut |_, _| Ok(true))
+                    .expect("execute");
+                matched = stats.rows_matched;
+                started.elapsed()
+            })
+            .collect();
+        (median(samples), matched)
+    };
+    let _ = rare_addr;
+    let (ours_rare, rare_matches) = run_search(&format!("host {rare}"), TimeRange::ALL);
+    let tcpdump_rare = time_command(args.runs, || {
+        let mut c = Command::new("tcpdump");
+        c.args(["-nn", "-r"])
+            .arg(&capture)
+            .args(["-w", "/dev/null", "host", rare]);
+        c
+    });
+    let window_start = first_ts + 30 * 60 * NANOS;
+    let window = TimeRange {
+        start_nanos: window_start,
+        end_nanos: window_start + 60 * NANOS - 1,
+    };
+    let (ours_window, window_matches) = run_search("", window);
+    let editcap_window = time_command(args.runs, || {
+        let mut c = Command::new("editcap");
+        let fmt = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
+        c.args([
+            "-A",
+            &fmt(window.start_nanos),
+            "-B",
+            &fmt(window.end_nanos + 1),
+        ])
+        .arg(&capture)
+        .arg("/dev/null");
+        c
+    });
+    println!("## query latency");
+    println!("| query | hindsight ms | peer | peer ms | speed-up |");
+    println!("|---|---:|---|---:|---:|");
+    println!(
+        "| rare address host {rare} ({rare_matches} packets) | {:.2} | tcpdump -r X 'host {rare}' | {:.1} | {:.0}x |",
+        ours_rare.as_secs_f64() * 1e3,
+        tcpdump_rare.as_secs_f64() * 1e3,
+        tcpdump_rare.as_secs_f64() / ours_rare.as_secs_f64()
+    );
+    println!(
+        "| 1-minute window ({window_matches} packets) | {:.2} | editcap -A -B X | {:.1} | {:.0}x |",
+        ours_window.as_secs_f64() * 1e3,
+        editcap_window.as_secs_f64() * 1e3,
+        editcap_window.as_secs_f64() / ours_window.as_secs_f64()
+    );
+    let steno = Command::new("sh")
+        .args(["-c", "command -v stenoread"])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !steno {
+        println!(
+            "\nstenoread: not installed on this machine (Debian package stenographer); not compared"
+        );
+    }
+}
+
+/// Returns (data column bytes, other columns bytes, total file bytes) over all segments.
+fn segment_column_bytes(archive: &Path) -> (u64, u64, u64) {
+    let mut data = 0u64;
+    let mut headers = 0u64;
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(archive.join("packets")).expect("segments") {
+        let path = entry.expect("dirent").path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let reader = SerializedFileReader::new(std::fs::File::open(&path).expect("open"))
+            .expect("parquet footer");
+        for group in reader.metadata().row_groups() {
+            for column in group.columns() {
+                let size = u64::try_from(column.compressed_size()).unwrap_or(0);
+                if column.column_path().string() == "data" {
+                    data += size;
+                } else {
+                    headers += size;
+                }
+            }
+        }
+    }
+    (data, headers, total)
+}
+
+fn num_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,145 @@
+//! `hindsight ingest CAPTURE... --archive DIR`
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
+use hindsight_model::DecodeStatus;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{human_bytes, human_rate};
+use crate::ArchiveArg;
+
+/// Arguments of `hindsight ingest`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Capture files: pcap or pcapng, optionally gzip-compressed.
+    #[arg(required = true, value_name = "CAPTURE")]
+    captures: Vec<PathBuf>,
+    #[command(flatten)]
+    archive: ArchiveArg,
+    /// Bytes of each packet kept for pcap export; 0 keeps whole packets (as tcpdump -s 0).
+    #[arg(long, short = 's', default_value_t = 128, value_name = "BYTES")]
+    snaplen: u32,
+    /// Seal a segment after this many packets.
+    #[arg(long, default_value_t = 4 * 1024 * 1024, value_name = "PACKETS")]
+    segment_packets: u64,
+    /// Length of a time partition, in seconds: no segment spans two partitions.
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    partition_secs: i64,
+    /// No progress bar.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+/// Runs `hindsight ingest`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    anyhow::ensure!(args.partition_secs > 0, "--partition-secs must be positive");
+    anyhow::ensure!(
+        args.segment_packets > 0,
+        "--segment-packets must be positive"
+    );
+    let options = IngestOptions {
+        snaplen: args.snaplen,
+        partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
+        segment_max_rows: args.segment_packets,
+        ..IngestOptions::default()
+    };
+    let root = &args.archive.archive;
+    let (mut ingestor, opened) = Ingestor::open(root, options)
+        .with_context(|| format!("cannot open archive {}", root.display()))?;
+    let recovery = &opened.recovery;
+    if !recovery.is_clean() || !opened.reindexed.is_empty() {
+        eprintln!(
+            "recovered archive after an interrupted run: {} unsealed temporary file(s) removed, \
+             {} segment(s) re-catalogued, {} re-indexed, {} quarantined",
+            recovery.temp_files_removed.len(),
+            recovery.segments_recovered.len(),
+            opened.reindexed.len(),
+            recovery.segments_quarantined.len()
+        );
+    }
+    let show_progress = !args.quiet && std::io::stderr().is_terminal();
+    let mut damaged = 0usize;
+    for path in &args.captures {
+        let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let bar = if show_progress {
+            let bar = ProgressBar::new(total);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{msg:30!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            bar.set_message(path.display().to_string());
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
+        let outcome = ingestor
+            .ingest_file(path, &mut |progress| {
+                bar.set_position(progress.source_bytes)
+            })
+            .with_context(|| format!("archive failed while ingesting {}", path.display()))?;
+        bar.finish_and_clear();
+        if let Some(error) = outcome.error {
+            damaged += 1;
+            eprintln!(
+                "error: {error}\n  {} packet(s) read from {} before the damage are archived",
+                outcome.counts.packets,
+                path.display()
+            );
+        }
+    }
+    let summary = ingestor.finish().context("cannot seal the last segment")?;
+    print_summary(
+        &summary.counts,
+        summary.elapsed.as_secs_f64(),
+        args.captures.len(),
+    );
+    let segment_bytes: u64 = summary.sealed.iter().map(|s| s.size_bytes).sum();
+    let per_packet = if summary.counts.packets == 0 {
+        0.0
+    } else {
+        segment_bytes as f64 / summary.counts.packets as f64
+    };
+    println!(
+        "  sealed {} segment(s), {} on disk, {per_packet:.1} bytes/packet",
+        summary.sealed.len(),
+        human_bytes(segment_bytes),
+    );
+    if damaged > 0 {
+        eprintln!(
+            "{damaged} of {} capture file(s) were damaged",
+            args.captures.len()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(counts: &IngestCounts, seconds: f64, files: usize) {
+    let rate = if seconds > 0.0 {
+        counts.packets as f64 / seconds
+    } else {
+        0.0
+    };
+    println!(
+        "ingested {} packets ({} on the wire, {} captured) from {files} file(s) in {seconds:.2} s: {}packets/s",
+        counts.packets,
+        human_bytes(counts.wire_bytes),
+        human_bytes(counts.captured_bytes),
+        human_rate(rate),
+    );
+    let by_reason: Vec<String> = DecodeStatus::ALL
+        .iter()
+        .filter(|&&status| counts.with_status(status) > 0)
+        .map(|&status| format!("{} {}", counts.with_status(status), status.name()))
+        .collect();
+    if !by_reason.is_empty() {
+        println!("  decoded: {}", by_reason.join(", "));
+    }
+}

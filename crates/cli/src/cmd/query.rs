@@ -1,0 +1,145 @@
+//! `hindsight query FILTER --archive DIR`
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hindsight_query::filter::Filter;
+use hindsight_query::search::{PacketSearch, SearchRequest, SearchStats};
+
+use crate::ArchiveArg;
+
+/// Snap length written in exported pcap headers: the largest tcpdump uses.
+const PCAP_SNAPLEN: u32 = 262_144;
+use crate::output::{PacketFormat, packet_sink};
+use crate::timearg::time_range;
+
+/// Arguments of `hindsight query`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The filter, in Wireshark display-filter syntax (`ip.addr == 10.0.0.0/8 && tcp.port == 443`)
+    /// or tcpdump syntax (`host 10.1.2.3 and port 53`); empty matches every packet.
+    #[arg(default_value = "", value_name = "FILTER")]
+    filter: String,
+    #[command(flatten)]
+    archive: ArchiveArg,
+    #[command(flatten)]
+    window: WindowArgs,
+    /// Output format; default: pcap or pcapng when -o names a .pcap or .pcapng file, else table.
+    #[arg(long, short = 'F', value_enum)]
+    format: Option<PacketFormat>,
+    /// Write to FILE instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Stop after N matching packets.
+    #[arg(long, short = 'n', value_name = "N")]
+    limit: Option<u64>,
+    /// Print only the number of matching packets.
+    #[arg(long, short = 'c')]
+    count: bool,
+    /// Print how many segments, row groups and rows each pruning level kept (to stderr).
+    #[arg(long)]
+    explain: bool,
+}
+
+/// The time window of a query.
+#[derive(Debug, clap::Args)]
+pub struct WindowArgs {
+    /// Start of the window (inclusive): RFC 3339, a date, epoch seconds, or an age like 2h or 7d.
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// End of the window (exclusive), same forms as --since.
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+    /// Both ends of the window at once.
+    #[arg(long, num_args = 2, value_names = ["START", "END"], conflicts_with_all = ["since", "until"])]
+    between: Option<Vec<String>>,
+}
+
+impl WindowArgs {
+    /// Returns the window as a time range.
+    pub fn range(&self) -> Result<hindsight_store::TimeRange> {
+        time_range(
+            self.since.as_deref(),
+            self.until.as_deref(),
+            self.between.as_deref(),
+        )
+    }
+}
+
+/// Runs `hindsight query`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let filter =
+        Filter::parse(&args.filter).map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
+    let time = args.window.range()?;
+    let format = args.format.unwrap_or_else(|| {
+        let extension = args.output.as_ref().and_then(|p| p.extension());
+        match extension
+            .and_then(|ext| ext.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("pcap" | "cap") => PacketFormat::Pcap,
+            Some("pcapng" | "ntar") => PacketFormat::Pcapng,
+            _ => PacketFormat::Table,
+        }
+    });
+    if format.is_capture() && args.output.is_none() && io::stdout().is_terminal() {
+        anyhow::bail!("refusing to write a capture file to a terminal: use -o FILE or a pipe");
+    }
+    let root = &args.archive.archive;
+    let search = PacketSearch::open(root)
+        .with_context(|| format!("cannot open archive {}", root.display()))?;
+    let request = SearchRequest {
+        filter,
+        time,
+        limit: args.limit,
+        with_data: format.is_capture() && !args.count,
+    };
+    let started = Instant::now();
+    let plan = search.plan(&request)?;
+    let out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock())),
+    };
+    let stats = if args.count {
+        let stats = search.execute(&request, &plan, &mut |_, _| Ok(true))?;
+        let mut out = out;
+        writeln!(out, "{}", stats.rows_matched)?;
+        out.flush()?;
+        stats
+    } else {
+        let mut sink = packet_sink(format, out, PCAP_SNAPLEN);
+        let stats = search.execute(&request, &plan, &mut |record, data| {
+            sink.write(record, data).map(|()| true)
+        })?;
+        sink.finish()?;
+        stats
+    };
+    if args.explain {
+        explain(&stats, started.elapsed().as_secs_f64());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn explain(stats: &SearchStats, seconds: f64) {
+    eprintln!(
+        "segments: {} in catalog, {} in time window, {} after address index\n\
+         row groups: {} in planned segments, {} after statistics and Bloom filters\n\
+         rows: {} decoded, {} matched, in {:.3} ms",
+        stats.segments_total,
+        stats.segments_in_time,
+        stats.segments_planned,
+        stats.row_groups_total,
+        stats.row_groups_read,
+        stats.rows_read,
+        stats.rows_matched,
+        seconds * 1e3
+    );
+}

@@ -1,0 +1,307 @@
+//! The role of the ingest crate is to move packets from a capture source into the
+//! archive: read frames, decode their headers, keep the first `snaplen` bytes,
+//! batch them by column, and hand batches to the segment sink, which seals
+//! time-partitioned segments, catalogues them and indexes their addresses.
+//!
+//! ```text
+//! capture file ─► CaptureReader ─► decode ─► PacketBatchBuilder ─► SegmentSink (thread)
+//!                  (hindsight-capture)  (hindsight-decode)  (store schema)   Parquet ─► catalog ─► index
+//! ```
+//!
+//! Nothing read before an error is lost: when a capture turns out damaged, the
+//! packets read up to the damage are sealed into the archive before the error is
+//! returned.
+
+pub mod error;
+mod sink;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hindsight_capture::CaptureReader;
+use hindsight_index::AddressIndex;
+use hindsight_model::{DecodeStatus, Frame, PacketRecord};
+use hindsight_store::schema::PacketBatchBuilder;
+use hindsight_store::{Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader};
+
+pub use crate::error::IngestError;
+use crate::sink::SegmentSink;
+
+/// Tunables of ingest. The defaults are what `hindsight ingest` uses.
+#[derive(Clone, Debug)]
+pub struct IngestOptions {
+    /// Bytes of each frame kept for pcap export (0 keeps whole frames, as tcpdump `-s 0`).
+    pub snaplen: u32,
+    /// Length of a time partition: a segment never holds packets of two partitions
+    /// (late packets excepted, see `docs/ARCHITECTURE.md`).
+    pub partition_nanos: i64,
+    /// A segment is sealed once it holds this many packets.
+    pub segment_max_rows: u64,
+    /// Parquet tunables of segments.
+    pub segment: SegmentOptions,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self {
+            snaplen: 128,
+            partition_nanos: 3600 * 1_000_000_000,
+            segment_max_rows: 4 * 1024 * 1024,
+            segment: SegmentOptions::default(),
+        }
+    }
+}
+
+/// Counts of one ingest run (or of one file).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngestCounts {
+    /// Frames read.
+    pub packets: u64,
+    /// Sum of wire lengths.
+    pub wire_bytes: u64,
+    /// Sum of captured lengths as read from the source.
+    pub captured_bytes: u64,
+    /// Frames by decode status, indexed by `DecodeStatus as usize`.
+    pub by_status: [u64; DecodeStatus::ALL.len()],
+}
+
+impl IngestCounts {
+    fn add_frame(&mut self, frame: &Frame<'_>, status: DecodeStatus) {
+        self.packets += 1;
+        self.wire_bytes += u64::from(frame.wire_len);
+        self.captured_bytes += frame.data.len() as u64;
+        if let Some(count) = self.by_status.get_mut(status as usize) {
+            *count += 1;
+        }
+    }
+
+    /// Adds another run's counts to these.
+    pub fn merge(&mut self, other: &Self) {
+        self.packets += other.packets;
+        self.wire_bytes += other.wire_bytes;
+        self.captured_bytes += other.captured_bytes;
+        for (mine, theirs) in self.by_status.iter_mut().zip(other.by_status) {
+            *mine += theirs;
+        }
+    }
+
+    /// Returns the count of frames with `status`.
+    pub fn with_status(&self, status: DecodeStatus) -> u64 {
+        self.by_status.get(status as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Progress of the file being read, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Bytes of the source file consumed so far (compressed bytes for gzip).
+    pub source_bytes: u64,
+    /// Frames read from this file so far.
+    pub packets: u64,
+}
+
+/// What ingesting one capture file did.
+#[derive(Debug)]
+pub struct FileOutcome {
+    /// Counts of the frames read from the file (all of them archived).
+    pub counts: IngestCounts,
+    /// The error that stopped reading early, if the file is damaged.
+    pub error: Option<IngestError>,
+}
+
+/// What a whole ingest run did.
+#[derive(Debug)]
+pub struct IngestSummary {
+    /// Counts over all files.
+    pub counts: IngestCounts,
+    /// Segments sealed by this run.
+    pub sealed: Vec<CatalogEntry>,
+    /// Wall-clock time from open to finish.
+    pub elapsed: Duration,
+}
+
+/// Ingests frames into an archive; see the crate documentation.
+#[derive(Debug)]
+pub struct Ingestor {
+    options: IngestOptions,
+    sink: SegmentSink,
+    builder: PacketBatchBuilder,
+    /// Partition of the open segment (`ts / partition_nanos`), if a segment is open.
+    partition: Option<i64>,
+    /// Rows handed to the open segment, including the unflushed batch.
+    segment_rows: u64,
+    counts: IngestCounts,
+    started: Instant,
+}
+
+/// What opening the archive for ingest repaired.
+#[derive(Debug, Default)]
+pub struct OpenReport {
+    /// Catalog-level repairs (see [`RecoveryReport`]).
+    pub recovery: RecoveryReport,
+    /// Catalogued segments whose postings were missing and have been rebuilt.
+    pub reindexed: Vec<CatalogEntry>,
+}
+
+impl Ingestor {
+    /// Opens (creating if needed) the archive at `root` for ingest, repairing what a
+    /// crash left behind and re-indexing segments whose postings are missing.
+    pub fn open(root: &Path, options: IngestOptions) -> Result<(Self, OpenReport), IngestError> {
+        let (archive, recovery) = Archive::open_writer(root)?;
+        let index = AddressIndex::open(&archive.index_dir())?;
+        let indexed = index.indexed_segments()?;
+        let mut reindexed = Vec::new();
+        for entry in archive.catalog().entries() {
+            if indexed.contains(&entry.segment_id()) {
+                continue;
+            }
+            let reader = SegmentReader::open(&archive.segment_path(entry))?;
+            index.add_segment(entry.segment_id(), &reader.address_postings()?)?;
+            reindexed.push(entry.clone());
+        }
+        let batch_rows = options.segment.row_group_rows;
+        let data_capacity = batch_rows * options.snaplen.clamp(64, 2048) as usize;
+        let sink = SegmentSink::start(archive, index, options.segment.clone());
+        let ingestor = Self {
+            builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
+            options,
+            sink,
+            partition: None,
+            segment_rows: 0,
+            counts: IngestCounts::default(),
+            started: Instant::now(),
+        };
+        Ok((
+            ingestor,
+            OpenReport {
+                recovery,
+                reindexed,
+            },
+        ))
+    }
+
+    /// Decodes one frame and adds it to the open segment.
+    pub fn push(&mut self, frame: &Frame<'_>) -> Result<DecodeStatus, IngestError> {
+        let partition = frame.ts_nanos.div_euclid(self.options.partition_nanos);
+        match self.partition {
+            // Late packets stay in the open segment; only time moving forward rolls it.
+            Some(open) if partition > open => {
+                self.seal()?;
+                self.partition = Some(partition);
+            }
+            None => self.partition = Some(partition),
+            Some(_) => {}
+        }
+        let headers = hindsight_decode::decode(frame.link_type, frame.data);
+        let record = PacketRecord {
+            ts_nanos: frame.ts_nanos,
+            wire_len: frame.wire_len,
+            cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
+            link_type: frame.link_type,
+            iface: frame.iface,
+            headers,
+        };
+        let keep = match self.options.snaplen {
+            0 => frame.data.len(),
+            snaplen => frame.data.len().min(snaplen as usize),
+        };
+        self.builder
+            .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
+        self.counts.add_frame(frame, headers.status);
+        self.segment_rows += 1;
+        if self.builder.len() >= self.options.segment.row_group_rows {
+            self.flush_batch()?;
+        }
+        if self.segment_rows >= self.options.segment_max_rows {
+            self.seal()?;
+        }
+        Ok(headers.status)
+    }
+
+    fn flush_batch(&mut self) -> Result<(), IngestError> {
+        if !self.builder.is_empty() {
+            self.sink.write(self.builder.finish())?;
+        }
+        Ok(())
+    }
+
+    /// Seals the open segment: everything pushed so far becomes durable and queryable.
+    pub fn seal(&mut self) -> Result<(), IngestError> {
+        self.flush_batch()?;
+        self.sink.seal()?;
+        self.partition = None;
+        self.segment_rows = 0;
+        Ok(())
+    }
+
+    /// Reads a whole capture file into the archive. A damaged file is read up to the
+    /// damage; what was read is sealed and the damage is returned in the outcome.
+    /// Errors of the archive itself (disk full...) are returned as `Err`.
+    pub fn ingest_file(
+        &mut self,
+        path: &Path,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<FileOutcome, IngestError> {
+        let before = self.counts.clone();
+        let mut reader = match CaptureReader::open(path) {
+            Ok(reader) => reader,
+            Err(error) => {
+                return Ok(FileOutcome {
+                    counts: IngestCounts::default(),
+                    error: Some(error.into()),
+                });
+            }
+        };
+        let mut read_error = None;
+        let mut since_progress = 0u32;
+        loop {
+            let frame = match reader.next_frame() {
+                None => break,
+                Some(Ok(frame)) => frame,
+                Some(Err(error)) => {
+                    read_error = Some(error.into());
+                    break;
+                }
+            };
+            self.push(&frame)?;
+            since_progress += 1;
+            if since_progress == 65_536 {
+                since_progress = 0;
+                progress(Progress {
+                    source_bytes: reader.source_bytes_read(),
+                    packets: reader.frames_read(),
+                });
+            }
+        }
+        progress(Progress {
+            source_bytes: reader.source_bytes_read(),
+            packets: reader.frames_read(),
+        });
+        if read_error.is_some() {
+            // Make what was read before the damage durable before reporting it.
+            self.seal()?;
+        }
+        let mut counts = self.counts.clone();
+        counts.packets -= before.packets;
+        counts.wire_bytes -= before.wire_bytes;
+        counts.captured_bytes -= before.captured_bytes;
+        for (now, then) in counts.by_status.iter_mut().zip(before.by_status) {
+            *now -= then;
+        }
+        Ok(FileOutcome {
+            counts,
+            error: read_error,
+        })
+    }
+
+    /// Seals the open segment and closes the archive.
+    pub fn finish(mut self) -> Result<IngestSummary, IngestError> {
+        self.flush_batch()?;
+        let (report, _archive) = self.sink.finish()?;
+        Ok(IngestSummary {
+            counts: self.counts,
+            sealed: report.sealed,
+            elapsed: self.started.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,344 @@
+//! Evaluates a typed filter against a [`PacketRecord`], without allocating.
+//!
+//! Every field value is read into the one `u128` value space the literals were
+//! converted to ([`Literal::value_range`](super::ast::Literal::value_range)), so a
+//! comparison is an integer comparison whatever the field's type.
+
+use hindsight_model::{Addr16, DecodeStatus, PacketRecord, ethertype, ip_proto, tcp_flags};
+
+use super::Filter;
+use super::ast::{CmpOp, Expr, Field, FieldRef, Quantifier};
+
+impl Filter {
+    /// Returns true if `record` passes the filter.
+    pub fn matches(&self, record: &PacketRecord) -> bool {
+        self.root().is_none_or(|root| root.matches(record))
+    }
+}
+
+impl Expr {
+    /// Returns true if `record` passes this (sub)filter.
+    pub fn matches(&self, record: &PacketRecord) -> bool {
+        match self {
+            Expr::Exists(field) => is_present(*field, record),
+            Expr::BitTest(left) => {
+                let values = field_values(left, record);
+                values.as_slice().iter().any(|&value| value != 0)
+            }
+            Expr::Compare(comparison) => {
+                let values = field_values(&comparison.left, record);
+                let (low, high) = comparison.range;
+                quantify(
+                    comparison.quantifier,
+                    values.as_slice(),
+                    |value| match comparison.op {
+                        CmpOp::Eq => low <= value && value <= high,
+                        CmpOp::Ne => value < low || high < value,
+                        CmpOp::Lt => value < low,
+                        CmpOp::Le => value <= low,
+                        CmpOp::Gt => value > low,
+                        CmpOp::Ge => value >= low,
+                    },
+                )
+            }
+            Expr::In(membership) => {
+                let values = field_values(&membership.left, record);
+                quantify(membership.quantifier, values.as_slice(), |value| {
+                    in_ranges(&membership.ranges, value)
+                })
+            }
+            Expr::Not(inner) => !inner.matches(record),
+            Expr::And(operands) => operands.iter().all(|operand| operand.matches(record)),
+            Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record)),
+            Expr::Xor(operands) => operands
+                .iter()
+                .fold(false, |odd, operand| odd ^ operand.matches(record)),
+        }
+    }
+}
+
+/// Applies a test to the occurrences of a field: an absent field fails either way.
+fn quantify(quantifier: Quantifier, values: &[u128], test: impl Fn(u128) -> bool) -> bool {
+    match quantifier {
+        Quantifier::Any => values.iter().any(|&value| test(value)),
+        Quantifier::All => !values.is_empty() && values.iter().all(|&value| test(value)),
+    }
+}
+
+/// Returns true if `value` lies in one of the sorted, disjoint `ranges`.
+fn in_ranges(ranges: &[(u128, u128)], value: u128) -> bool {
+    let after = ranges.partition_point(|&(low, _)| low <= value);
+    after > 0
+        && ranges
+            .get(after - 1)
+            .is_some_and(|&(_, high)| value <= high)
+}
+
+/// Up to two occurrences of a field in one packet (`ip.addr` is source and
+/// destination; `vlan.id` the outer and inner tag), held without allocating.
+#[derive(Clone, Copy)]
+struct Values {
+    items: [u128; 2],
+    len: usize,
+}
+
+impl Values {
+    const NONE: Self = Self {
+        items: [0; 2],
+        len: 0,
+    };
+
+    fn one(value: Option<u128>) -> Self {
+        match value {
+            Some(value) => Self {
+                items: [value, 0],
+                len: 1,
+            },
+            None => Self::NONE,
+        }
+    }
+
+    fn two(first: Option<u128>, second: Option<u128>) -> Self {
+        match (first, second) {
+            (Some(first), Some(second)) => Self {
+                items: [first, second],
+                len: 2,
+            },
+            (Some(only), None) | (None, Some(only)) => Self::one(Some(only)),
+            (None, None) => Self::NONE,
+        }
+    }
+
+    fn as_slice(&self) -> &[u128] {
+        self.items.get(..self.len).unwrap_or_default()
+    }
+
+    fn mask(mut self, mask: Option<u64>) -> Self {
+        if let Some(mask) = mask {
+            for item in &mut self.items {
+                *item &= u128::from(mask);
+            }
+        }
+        self
+    }
+}
+
+/// The protocol layers a record has, as Wireshark would show them with IP
+/// reassembly off: a non-first fragment has no transport layer.
+struct Layers {
+    ipv4: bool,
+    ipv6: bool,
+    transport: Option<u8>,
+}
+
+impl Layers {
+    fn of(record: &PacketRecord) -> Self {
+        let headers = &record.headers;
+        let ipv4 = headers.ip_version == Some(4);
+        let ipv6 = headers.ip_version == Some(6);
+        let transport = headers
+            .ip_proto
+            .filter(|_| (ipv4 || ipv6) && headers.status != DecodeStatus::Fragment);
+        Self {
+            ipv4,
+            ipv6,
+            transport,
+        }
+    }
+
+    fn has_transport(&self, proto: u8) -> bool {
+        self.transport == Some(proto)
+    }
+
+    fn has_icmp(&self) -> bool {
+        self.ipv4 && self.has_transport(ip_proto::ICMP)
+    }
+
+    fn has_icmpv6(&self) -> bool {
+        self.ipv6 && self.has_transport(ip_proto::ICMPV6)
+    }
+}
+
+fn has_eth(record: &PacketRecord) -> bool {
+    record.headers.src_mac.is_some() || record.headers.dst_mac.is_some()
+}
+
+fn is_arp(record: &PacketRecord) -> bool {
+    record.headers.eth_type == Some(ethertype::ARP)
+}
+
+/// Returns true if the packet has the field or protocol.
+fn is_present(field: Field, record: &PacketRecord) -> bool {
+    let layers = Layers::of(record);
+    match field {
+        Field::Frame => true,
+        Field::Eth => has_eth(record),
+        Field::Vlan => record.headers.vlan_outer.is_some(),
+        Field::Ip => layers.ipv4,
+        Field::Ipv6 => layers.ipv6,
+        Field::Arp => is_arp(record),
+        Field::Tcp => layers.has_transport(ip_proto::TCP),
+        Field::Udp => layers.has_transport(ip_proto::UDP),
+        Field::Sctp => layers.has_transport(ip_proto::SCTP),
+        Field::Icmp => layers.has_icmp(),
+        Field::Igmp => layers.ipv4 && layers.has_transport(ip_proto::IGMP),
+        Field::Icmpv6 => layers.has_icmpv6(),
+        _ => field_values(&FieldRef { field, mask: None }, record).len > 0,
+    }
+}
+
+fn mac_value(mac: Option<[u8; 6]>) -> Option<u128> {
+    mac.map(|bytes| {
+        bytes
+            .iter()
+            .fold(0u128, |acc, &byte| (acc << 8) | u128::from(byte))
+    })
+}
+
+/// The value of an IPv4 address in the IPv4 value space (its low 32 bits).
+fn ipv4_value(addr: Option<Addr16>) -> Option<u128> {
+    addr.filter(Addr16::is_v4)
+        .map(|addr| u128::from_be_bytes(addr.0) & u128::from(u32::MAX))
+}
+
+fn ipv6_value(addr: Option<Addr16>) -> Option<u128> {
+    addr.map(|addr| u128::from_be_bytes(addr.0))
+}
+
+fn flag(flags: Option<u16>, bit: u16) -> Option<u128> {
+    flags.map(|flags| u128::from(flags & bit != 0))
+}
+
+/// Returns the occurrences of a field in the packet, masked if the test masks them.
+fn field_values(left: &FieldRef, record: &PacketRecord) -> Values {
+    let headers = &record.headers;
+    let layers = Layers::of(record);
+    let v4 = |value: Option<u128>| if layers.ipv4 { value } else { None };
+    let v6 = |value: Option<u128>| if layers.ipv6 { value } else { None };
+    let on = |present: bool, value: Option<u128>| if present { value } else { None };
+    let port = |proto: u8, port: Option<u16>| on(layers.has_transport(proto), port.map(u128::from));
+    let ports =
+        |proto: u8| Values::two(port(proto, headers.src_port), port(proto, headers.dst_port));
+    let tcp_flag = |bit: u16| {
+        Values::one(on(
+            layers.has_transport(ip_proto::TCP),
+            flag(headers.tcp_flags, bit),
+        ))
+    };
+    let values = match left.field {
+        Field::Frame
+        | Field::Eth
+        | Field::Vlan
+        | Field::Ip
+        | Field::Ipv6
+        | Field::Arp
+        | Field::Tcp
+        | Field::Udp
+        | Field::Sctp
+        | Field::Icmp
+        | Field::Igmp
+        | Field::Icmpv6 => Values::NONE,
+        Field::FrameLen => Values::one(Some(u128::from(record.wire_len))),
+        Field::FrameCapLen => Values::one(Some(u128::from(record.cap_len))),
+        Field::FrameInterfaceId => Values::one(Some(u128::from(record.iface))),
+        Field::EthSrc => Values::one(mac_value(headers.src_mac)),
+        Field::EthDst => Values::one(mac_value(headers.dst_mac)),
+        Field::EthAddr => Values::two(mac_value(headers.dst_mac), mac_value(headers.src_mac)),
+        Field::EthType => Values::one(on(has_eth(record), headers.eth_type.map(u128::from))),
+        Field::VlanId => Values::two(
+            headers.vlan_outer.map(u128::from),
+            headers.vlan_inner.map(u128::from),
+        ),
+        Field::IpSrc => Values::one(v4(ipv4_value(headers.src_addr))),
+        Field::IpDst => Values::one(v4(ipv4_value(headers.dst_addr))),
+        Field::IpAddr => Values::two(
+            v4(ipv4_value(headers.src_addr)),
+            v4(ipv4_value(headers.dst_addr)),
+        ),
+        Field::IpProto => Values::one(v4(headers.ip_proto.map(u128::from))),
+        Field::IpTtl => Values::one(v4(headers.ip_ttl.map(u128::from))),
+        Field::IpId => Values::one(v4(headers.ip_id.map(u128::from))),
+        Field::IpFlagsMf => Values::one(v4(headers.more_fragments.map(u128::from))),
+        Field::IpFlagsDf => Values::one(v4(headers.dont_fragment.map(u128::from))),
+        Field::IpFragOffset => Values::one(v4(headers.frag_offset.map(u128::from))),
+        Field::IpVersion => Values::one(
+            headers
+                .ip_version
+                .filter(|_| layers.ipv4 || layers.ipv6)
+                .map(u128::from),
+        ),
+        Field::Ipv6Src => Values::one(v6(ipv6_value(headers.src_addr))),
+        Field::Ipv6Dst => Values::one(v6(ipv6_value(headers.dst_addr))),
+        Field::Ipv6Addr => Values::two(
+            v6(ipv6_value(headers.src_addr)),
+            v6(ipv6_value(headers.dst_addr)),
+        ),
+        Field::Ipv6Hlim => Values::one(v6(headers.ip_ttl.map(u128::from))),
+        Field::Ipv6Nxt => Values::one(v6(headers.ip_proto.map(u128::from))),
+        Field::ArpSrcProtoIpv4 => Values::one(on(is_arp(record), ipv4_value(headers.src_addr))),
+        Field::ArpDstProtoIpv4 => Values::one(on(is_arp(record), ipv4_value(headers.dst_addr))),
+        Field::TcpPort => ports(ip_proto::TCP),
+        Field::TcpSrcPort => Values::one(port(ip_proto::TCP, headers.src_port)),
+        Field::TcpDstPort => Values::one(port(ip_proto::TCP, headers.dst_port)),
+        Field::UdpPort => ports(ip_proto::UDP),
+        Field::UdpSrcPort => Values::one(port(ip_proto::UDP, headers.src_port)),
+        Field::UdpDstPort => Values::one(port(ip_proto::UDP, headers.dst_port)),
+        Field::SctpPort => ports(ip_proto::SCTP),
+        Field::SctpSrcPort => Values::one(port(ip_proto::SCTP, headers.src_port)),
+        Field::SctpDstPort => Values::one(port(ip_proto::SCTP, headers.dst_port)),
+        Field::TcpFlags => Values::one(on(
+            layers.has_transport(ip_proto::TCP),
+            headers.tcp_flags.map(u128::from),
+        )),
+        Field::TcpFlagsFin => tcp_flag(tcp_flags::FIN),
+        Field::TcpFlagsSyn => tcp_flag(tcp_flags::SYN),
+        Field::TcpFlagsReset => tcp_flag(tcp_flags::RST),
+        Field::TcpFlagsPush => tcp_flag(tcp_flags::PSH),
+        Field::TcpFlagsAck => tcp_flag(tcp_flags::ACK),
+        Field::TcpFlagsUrg => tcp_flag(tcp_flags::URG),
+        Field::TcpFlagsEce => tcp_flag(tcp_flags::ECE),
+        Field::TcpFlagsCwr => tcp_flag(tcp_flags::CWR),
+        Field::TcpFlagsAe => tcp_flag(tcp_flags::AE),
+        Field::IcmpType => Values::one(on(layers.has_icmp(), headers.icmp_type.map(u128::from))),
+        Field::IcmpCode => Values::one(on(layers.has_icmp(), headers.icmp_code.map(u128::from))),
+        Field::Icmpv6Type => {
+            Values::one(on(layers.has_icmpv6(), headers.icmp_type.map(u128::from)))
+        }
+        Field::Icmpv6Code => {
+            Values::one(on(layers.has_icmpv6(), headers.icmp_code.map(u128::from)))
+        }
+    };
+    values.mask(left.mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_ranges_finds_values_in_sorted_disjoint_ranges() {
+        let ranges = [(10, 20), (30, 30), (40, 50)];
+        for (value, expected) in [
+            (9, false),
+            (10, true),
+            (20, true),
+            (21, false),
+            (30, true),
+            (31, false),
+            (45, true),
+            (51, false),
+        ] {
+            assert_eq!(in_ranges(&ranges, value), expected, "value {value}");
+        }
+        assert!(!in_ranges(&[], 1));
+    }
+
+    #[test]
+    fn quantifiers_are_false_on_absent_fields() {
+        assert!(!quantify(Quantifier::Any, &[], |_| true));
+        assert!(!quantify(Quantifier::All, &[], |_| true));
+        assert!(quantify(Quantifier::All, &[1, 2], |value| value > 0));
+        assert!(!quantify(Quantifier::All, &[1, 0], |value| value > 0));
+        assert!(quantify(Quantifier::Any, &[1, 0], |value| value > 0));
+    }
+}

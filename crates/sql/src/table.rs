@@ -1,0 +1,121 @@
+//! The `packets` table: the catalogued segments as a DataFusion table provider. Each
+//! scan first keeps only the segments the statement can match (catalog time ranges,
+//! address postings), then hands them to DataFusion's Parquet scan, which prunes row
+//! groups and pages by statistics and Bloom filters.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use hindsight_index::AddressIndex;
+use hindsight_store::schema::packets_schema;
+use hindsight_store::{Archive, CatalogEntry};
+
+use crate::prune;
+
+/// The `packets` table over one archive.
+#[derive(Debug)]
+pub struct PacketsTable {
+    archive: Archive,
+    index: Option<AddressIndex>,
+    schema: SchemaRef,
+}
+
+impl PacketsTable {
+    /// Creates the table over the archive's catalogued segments.
+    pub fn new(archive: Archive, index: Option<AddressIndex>) -> Self {
+        Self {
+            archive,
+            index,
+            schema: packets_schema(),
+        }
+    }
+
+    /// The segments a scan with `filters` must read.
+    fn segments(&self, filters: &[Expr]) -> Result<Vec<CatalogEntry>> {
+        let time = prune::time_range(filters);
+        let mut segments: Vec<CatalogEntry> = self
+            .archive
+            .catalog()
+            .entries()
+            .filter(|entry| entry.overlaps(time))
+            .cloned()
+            .collect();
+        if let Some(index) = &self.index {
+            let sets = prune::address_sets(filters);
+            if !sets.is_empty() {
+                let external = |e: hindsight_index::IndexError| DataFusionError::External(e.into());
+                let indexed = index.indexed_segments().map_err(external)?;
+                for set in sets {
+                    let holding = index.segments_with(&set).map_err(external)?;
+                    segments.retain(|entry| {
+                        let id = entry.segment_id();
+                        !indexed.contains(&id) || holding.contains_key(&id)
+                    });
+                }
+            }
+        }
+        segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
+        Ok(segments)
+    }
+}
+
+#[async_trait]
+impl TableProvider for PacketsTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // Filters prune segments, row groups and pages; DataFusion still applies them.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let segments = self.segments(filters)?;
+        if segments.is_empty() {
+            let schema = match projection {
+                Some(columns) => Arc::new(self.schema.project(columns)?),
+                None => Arc::clone(&self.schema),
+            };
+            return Ok(Arc::new(EmptyExec::new(schema)));
+        }
+        let urls = segments
+            .iter()
+            .map(|entry| {
+                let path = self.archive.segment_path(entry);
+                ListingTableUrl::parse(path.to_string_lossy())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let config = ListingTableConfig::new_with_multi_paths(urls)
+            .with_listing_options(options)
+            .with_schema(Arc::clone(&self.schema));
+        let table = ListingTable::try_new(config)?;
+        table.scan(state, projection, filters, limit).await
+    }
+}

@@ -1,0 +1,230 @@
+//! SQL over a real archive: lan-hour-2012.pcap ingested through the library, queried
+//! through `SqlSession`, with answers checked against tcpdump and a direct read of the
+//! capture.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use hindsight_capture::CaptureReader;
+use hindsight_ingest::{IngestOptions, Ingestor};
+use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
+
+fn lan_hour() -> PathBuf {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap");
+    assert!(path.exists(), "missing capture {}", path.display());
+    path
+}
+
+/// The archive, ingested once for every test: 10-minute partitions, so that time
+/// conditions have segments to skip.
+fn archive() -> &'static Path {
+    static ARCHIVE: OnceLock<tempfile::TempDir> = OnceLock::new();
+    ARCHIVE
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let options = IngestOptions {
+                partition_nanos: 600 * 1_000_000_000,
+                ..IngestOptions::default()
+            };
+            let (mut ingestor, _) = Ingestor::open(dir.path(), options).unwrap();
+            let outcome = ingestor.ingest_file(&lan_hour(), &mut |_| {}).unwrap();
+            assert!(outcome.error.is_none());
+            ingestor.finish().unwrap();
+            dir
+        })
+        .path()
+}
+
+fn query(sql: &str) -> String {
+    let session = SqlSession::open(archive()).unwrap();
+    let mut out = Vec::new();
+    session
+        .run(sql, OutputFormat::Csv, &mut out, &Limits::default())
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    String::from_utf8(out).unwrap()
+}
+
+/// The single value of a one-row, one-column result.
+fn scalar(sql: &str) -> String {
+    let csv = query(sql);
+    let mut lines = csv.lines().skip(1);
+    let value = lines.next().unwrap_or_default().to_owned();
+    assert!(
+        lines.next().is_none(),
+        "{sql} returned more than one row:\n{csv}"
+    );
+    value
+}
+
+fn tcpdump_count(filter: &str) -> u64 {
+    let output = Command::new("tcpdump")
+        .args(["-nn", "-q", "-r"])
+        .arg(lan_hour())
+        .arg(filter)
+        .output()
+        .expect("tcpdump is not installed: run scripts/setup");
+    assert!(output.status.success());
+    output
+        .stdout
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count() as u64
+}
+
+#[test]
+fn counts_agree_with_tcpdump() {
+    assert_eq!(scalar("SELECT count(*) FROM packets"), "62781");
+    let host = "10.64.88.105";
+    let sql = format!(
+        "SELECT count(*) FROM packets WHERE src_addr = ip('{host}') OR dst_addr = ip('{host}')"
+    );
+    // ARP rows carry the sender and target protocol addresses, as tcpdump's `host` matches.
+    assert_eq!(
+        scalar(&sql),
+        tcpdump_count(&format!("host {host}")).to_string()
+    );
+    let sql =
+        "SELECT count(*) FROM packets WHERE ip_proto = 17 AND (src_port = 53 OR dst_port = 53)";
+    assert_eq!(scalar(sql), tcpdump_count("udp port 53").to_string());
+}
+
+#[test]
+fn top_talkers_match_a_direct_count() {
+    let mut bytes: HashMap<String, u64> = HashMap::new();
+    let mut reader = CaptureReader::open(&lan_hour()).unwrap();
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.unwrap();
+        let headers = hindsight_decode::decode(frame.link_type, frame.data);
+        if let Some(src) = headers.src_addr {
+            *bytes.entry(src.to_string()).or_default() += u64::from(frame.wire_len);
+        }
+    }
+    let mut expected: Vec<(String, u64)> = bytes.into_iter().collect();
+    expected.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    expected.truncate(5);
+    let csv = query(
+        "SELECT ip_str(src_addr) AS talker, sum(wire_len) AS bytes FROM packets \
+         WHERE src_addr IS NOT NULL GROUP BY 1 ORDER BY bytes DESC, talker LIMIT 5",
+    );
+    let got: Vec<(String, u64)> = csv
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let (talker, bytes) = line.split_once(',').unwrap();
+            (talker.to_owned(), bytes.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn time_buckets_cover_every_packet() {
+    let csv = query(
+        "SELECT time_bucket(INTERVAL '10 minutes', ts) AS bucket, count(*) AS packets \
+         FROM packets GROUP BY 1 ORDER BY 1",
+    );
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    // 17:00:39 to 18:00:38 touches the buckets 17:00 ... 18:00.
+    assert_eq!(rows.len(), 7, "{csv}");
+    assert!(rows[0].starts_with("2012-11-23T17:00:00"), "{csv}");
+    let total: u64 = rows
+        .iter()
+        .map(|row| row.rsplit(',').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 62_781);
+}
+
+#[test]
+fn time_conditions_skip_segments() {
+    let session = SqlSession::open(archive()).unwrap();
+    let all = session
+        .explain("SELECT sum(wire_len) FROM packets")
+        .unwrap();
+    let window = session
+        .explain(
+            "SELECT sum(wire_len) FROM packets \
+             WHERE ts >= '2012-11-23T17:20:00Z' AND ts < '2012-11-23T17:25:00Z'",
+        )
+        .unwrap();
+    let files = |plan: &str| plan.matches(".parquet").count();
+    assert!(files(&all) >= 7, "{all}");
+    assert!(files(&window) <= 2, "{window}");
+    let count = scalar(
+        "SELECT count(*) FROM packets \
+         WHERE ts >= '2012-11-23T17:20:00Z' AND ts < '2012-11-23T17:25:00Z'",
+    );
+    let start = 1_353_691_200_i64 * 1_000_000_000; // 2012-11-23T17:20:00Z
+    let end = start + 300 * 1_000_000_000;
+    let mut reader = CaptureReader::open(&lan_hour()).unwrap();
+    let mut in_window = 0u64;
+    while let Some(frame) = reader.next_frame() {
+        let ts = frame.unwrap().ts_nanos;
+        in_window += u64::from(ts >= start && ts < end);
+    }
+    assert_eq!(count, in_window.to_string());
+}
+
+#[test]
+fn output_formats_print_addresses_as_text() {
+    let session = SqlSession::open(archive()).unwrap();
+    let sql = "SELECT src_addr, eth_src FROM packets WHERE src_addr = ip('10.64.88.105') LIMIT 1";
+    for (format, expected) in [
+        (OutputFormat::Csv, "src_addr,eth_src\n10.64.88.105,"),
+        (
+            OutputFormat::Jsonl,
+            "{\"src_addr\":\"10.64.88.105\",\"eth_src\":\"",
+        ),
+        (OutputFormat::Table, "| 10.64.88.105 |"),
+    ] {
+        let mut out = Vec::new();
+        session
+            .run(sql, format, &mut out, &Limits::default())
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let found = match format {
+            OutputFormat::Table => text.contains(expected),
+            _ => text.starts_with(expected),
+        };
+        assert!(found, "{format:?}: {text}");
+    }
+}
+
+#[test]
+fn errors_are_clear() {
+    let session = SqlSession::open(archive()).unwrap();
+    let mut out = Vec::new();
+    let error = session
+        .run(
+            "SELECT nope FROM packets",
+            OutputFormat::Csv,
+            &mut out,
+            &Limits::default(),
+        )
+        .unwrap_err();
+    assert!(error.to_string().contains("nope"), "{error}");
+    let error = session
+        .run(
+            "SELECT ip('not-an-address')",
+            OutputFormat::Csv,
+            &mut out,
+            &Limits::default(),
+        )
+        .unwrap_err();
+    assert!(error.to_string().contains("not-an-address"), "{error}");
+    let limits = Limits { max_rows: Some(10) };
+    let error = session
+        .run(
+            "SELECT ts FROM packets",
+            OutputFormat::Csv,
+            &mut out,
+            &limits,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(error, SqlError::TooManyRows { max_rows: 10 }),
+        "{error}"
+    );
+}
