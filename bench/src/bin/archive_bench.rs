@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use hindsight_bench::{cpu_seconds, median, run_quiet};
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_ingest::{IngestOptions, Ingestor};
-use hindsight_model::Addr16;
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest};
 use hindsight_store::TimeRange;
@@ -195,7 +194,6 @@ fn main() {
 
     // --- queries ---
     let rare = "10.64.93.1";
-    let rare_addr = Addr16::from(rare.parse::<std::net::IpAddr>().expect("address"));
     let search = PacketSearch::open(&archive).expect("open archive for search");
     let run_search = |filter: &str, time: TimeRange| -> (Duration, u64) {
         let mut matched = 0;
@@ -218,7 +216,6 @@ fn main() {
             .collect();
         (median(samples), matched)
     };
-    let _ = rare_addr;
     let (ours_rare, rare_matches) = run_search(&format!("host {rare}"), TimeRange::ALL);
     let tcpdump_rare = time_command(args.runs, || {
         let mut c = Command::new("tcpdump");
