@@ -263,11 +263,13 @@ fn main() {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !steno {
-        println!(
-            "\nstenoread: not installed on this machine (Debian package stenographer); not compared"
-        );
-    }
+    let why = if steno {
+        "installed, but it answers only for packets a running stenographer captured \
+         live; no live comparison is automated yet (docs/PERFORMANCE.md)"
+    } else {
+        "not installed (Debian package stenographer-client)"
+    };
+    println!("\nstenoread: {why}; not compared");
 }
 
 /// Returns (data column bytes, other columns bytes, total file bytes) over all segments.
