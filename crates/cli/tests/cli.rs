@@ -332,6 +332,21 @@ fn fixture_captures_match_tshark() {
             .into_iter()
             .map(|m| format!("merged.pcapng: {m}")),
     );
+    // Classic pcap cannot hold three link types: a clear error, said once.
+    let mixed = work.path().join("mixed.pcap");
+    let output = hindsight(&[
+        "query",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--format",
+        "pcap",
+        "-o",
+        mixed.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("mix link types").count(), 1, "{stderr}");
+    assert!(stderr.contains("--format pcapng"), "{stderr}");
     // tcpdump's `vlan` matches 802.1Q and 802.1ad tags alike, as hindsight's does.
     require_tool("tcpdump");
     let qinq = dir.join("QinQpacket.pcap");

@@ -36,7 +36,7 @@ pub enum QueryError {
     #[error(transparent)]
     Index(#[from] hindsight_index::IndexError),
     /// Results could not be written (a closed pipe, a full disk).
-    #[error("cannot write results: {0}")]
+    #[error("cannot write results")]
     Output(#[source] std::io::Error),
     /// A bug in hindsight: a state the code should never reach.
     #[error("internal error: {message}")]

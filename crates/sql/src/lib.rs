@@ -41,7 +41,7 @@ pub enum SqlError {
     #[error(transparent)]
     Index(#[from] hindsight_index::IndexError),
     /// The statement is invalid or failed while running.
-    #[error("{0}")]
+    #[error(transparent)]
     DataFusion(#[from] DataFusionError),
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
@@ -50,14 +50,14 @@ pub enum SqlError {
         max_rows: u64,
     },
     /// Writing the result failed.
-    #[error("cannot write the result: {0}")]
+    #[error("cannot write the result")]
     Output(#[from] std::io::Error),
     /// Formatting the result failed.
-    #[error("cannot format the result: {0}")]
+    #[error("cannot format the result")]
     Format(#[from] datafusion::arrow::error::ArrowError),
     /// The async runtime could not start.
-    #[error("cannot start the query runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error("cannot start the query runtime")]
+    Runtime(#[source] std::io::Error),
 }
 
 /// Bounds of one statement.
