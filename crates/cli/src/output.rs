@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use hindsight_capture::{PcapWriter, PcapngWriter, TimestampPrecision};
-use hindsight_model::{Addr16, LinkType, PacketRecord, ip_proto};
+use hindsight_model::{Addr16, LinkType, PacketRecord, ip_proto, mac_text};
 use serde_json::{Map, Value};
 
 use crate::timearg::format_nanos;
@@ -113,11 +113,6 @@ pub fn tcp_flags_text(flags: u16) -> String {
     }
     text.push(']');
     text
-}
-
-fn mac_text(mac: [u8; 6]) -> String {
-    let [a, b, c, d, e, f] = mac;
-    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }
 
 fn endpoint(addr: Option<Addr16>, port: Option<u16>) -> String {

@@ -190,9 +190,39 @@ impl AddressIndex {
         Ok(ids)
     }
 
+    /// Returns what the index knows of where addresses in `ranges` can occur: a
+    /// segment may hold them unless it is indexed and its postings lack them.
+    pub fn lookup(&self, ranges: &[(Addr16, Addr16)]) -> Result<AddressLookup> {
+        Ok(AddressLookup {
+            indexed: self.indexed_segments()?,
+            holding: self.segments_with(ranges)?,
+        })
+    }
+
     /// Makes every write so far durable (flushes the WAL to disk).
     pub fn sync(&self) -> Result<()> {
         self.db.flush_wal(true).map_err(rocks(&self.path))
+    }
+}
+
+/// The answer of [`AddressIndex::lookup`] for one set of address ranges.
+#[derive(Debug)]
+pub struct AddressLookup {
+    indexed: BTreeSet<SegmentId>,
+    holding: BTreeMap<SegmentId, GranuleSet>,
+}
+
+impl AddressLookup {
+    /// Returns false only for a segment the index covers whose postings hold none
+    /// of the addresses; unindexed segments (not yet re-indexed after a crash) may
+    /// hold anything.
+    pub fn may_hold(&self, id: SegmentId) -> bool {
+        !self.indexed.contains(&id) || self.holding.contains_key(&id)
+    }
+
+    /// Returns the granules of each indexed segment where the addresses occur.
+    pub fn into_granules(self) -> BTreeMap<SegmentId, GranuleSet> {
+        self.holding
     }
 }
 

@@ -55,6 +55,12 @@ impl fmt::Display for LinkType {
     }
 }
 
+/// Formats a MAC address as Wireshark and tcpdump print it: `00:1b:21:0a:bc:de`.
+pub fn mac_text(mac: [u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
 /// One captured frame as a capture source hands it over, before decoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Frame<'a> {

@@ -130,12 +130,9 @@ impl PacketSearch {
         let address_ranges = request.filter.address_ranges();
         let mut granules = BTreeMap::new();
         if let (Some(ranges), Some(index)) = (&address_ranges, &self.index) {
-            let indexed = index.indexed_segments()?;
-            granules = index.segments_with(ranges)?;
-            segments.retain(|entry| {
-                let id = entry.segment_id();
-                !indexed.contains(&id) || granules.contains_key(&id)
-            });
+            let lookup = index.lookup(ranges)?;
+            segments.retain(|entry| lookup.may_hold(entry.segment_id()));
+            granules = lookup.into_granules();
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
         stats.segments_planned = segments.len();

@@ -10,7 +10,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::error::ArrowError;
-use hindsight_model::Addr16;
+use hindsight_model::{Addr16, mac_text};
 
 /// Output formats of SQL results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,12 +67,15 @@ fn hex(bytes: &[u8]) -> String {
     text
 }
 
-fn mac(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+/// Prints one value of a fixed-width byte column: an address, a MAC, or hex.
+fn fixed_text(bytes: &[u8]) -> String {
+    if let Ok(octets) = <[u8; 16]>::try_from(bytes) {
+        Addr16(octets).to_string()
+    } else if let Ok(mac) = <[u8; 6]>::try_from(bytes) {
+        mac_text(mac)
+    } else {
+        hex(bytes)
+    }
 }
 
 /// Converts byte columns to text: 16-byte addresses as IP text, 6-byte MACs as
@@ -83,20 +86,9 @@ fn readable(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
         let text: Option<StringArray> = match field.data_type() {
-            DataType::FixedSizeBinary(width) => {
+            DataType::FixedSizeBinary(_) => {
                 let array = column.as_any().downcast_ref::<FixedSizeBinaryArray>();
-                array.map(|array| {
-                    array
-                        .iter()
-                        .map(|value| {
-                            value.map(|bytes| match (width, <[u8; 16]>::try_from(bytes)) {
-                                (16, Ok(octets)) => Addr16(octets).to_string(),
-                                (6, _) => mac(bytes),
-                                _ => hex(bytes),
-                            })
-                        })
-                        .collect()
-                })
+                array.map(|array| array.iter().map(|value| value.map(fixed_text)).collect())
             }
             DataType::Binary => column
                 .as_any()

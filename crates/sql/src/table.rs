@@ -52,17 +52,11 @@ impl PacketsTable {
             .cloned()
             .collect();
         if let Some(index) = &self.index {
-            let sets = prune::address_sets(filters);
-            if !sets.is_empty() {
-                let external = |e: hindsight_index::IndexError| DataFusionError::External(e.into());
-                let indexed = index.indexed_segments().map_err(external)?;
-                for set in sets {
-                    let holding = index.segments_with(&set).map_err(external)?;
-                    segments.retain(|entry| {
-                        let id = entry.segment_id();
-                        !indexed.contains(&id) || holding.contains_key(&id)
-                    });
-                }
+            for set in prune::address_sets(filters) {
+                let lookup = index
+                    .lookup(&set)
+                    .map_err(|e| DataFusionError::External(e.into()))?;
+                segments.retain(|entry| lookup.may_hold(entry.segment_id()));
             }
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
