@@ -27,8 +27,13 @@ pub fn cpu_seconds() -> f64 {
 
 /// Runs a peer tool with its output discarded; panics with its stderr if it fails.
 pub fn run_quiet(command: &mut Command) {
+    run_quiet_keeping_stdout(command.stdout(Stdio::null()));
+}
+
+/// Runs a tool whose stdout the caller has set up (a file, say); panics with its
+/// stderr if it fails.
+pub fn run_quiet_keeping_stdout(command: &mut Command) {
     let output = command
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
         .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{cpu_seconds, median, run_quiet};
+use hindsight_bench::{cpu_seconds, median, run_quiet, run_quiet_keeping_stdout};
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_query::filter::Filter;
@@ -28,6 +28,7 @@ struct Args {
     work: PathBuf,
     source: PathBuf,
     runs: usize,
+    stenographer: bool,
 }
 
 fn parse_args() -> Args {
@@ -36,9 +37,14 @@ fn parse_args() -> Args {
         work: std::env::temp_dir().join("hindsight-bench"),
         source: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap"),
         runs: 3,
+        stenographer: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--stenographer" {
+            args.stenographer = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--packets" => args.packets = value.parse().expect("--packets N"),
@@ -46,7 +52,9 @@ fn parse_args() -> Args {
             "--source" => args.source = PathBuf::from(value),
             "--runs" => args.runs = value.parse().expect("--runs N"),
             other => {
-                panic!("unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N")
+                panic!(
+                    "unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N --stenographer"
+                )
             }
         }
     }
@@ -193,7 +201,9 @@ fn main() {
     );
 
     // --- queries ---
-    let rare = "10.64.93.1";
+    // 390 packets per hour of lan-hour, all of them IP: Stenographer indexes IP
+    // packets only, so it can answer the same query (10.64.93.1, rarer, is mostly ARP).
+    let rare = "10.174.200.10";
     let search = PacketSearch::open(&archive).expect("open archive for search");
     let run_search = |filter: &str, time: TimeRange| -> (Duration, u64) {
         let mut matched = 0;
@@ -258,18 +268,110 @@ fn main() {
         editcap_window.as_secs_f64() * 1e3,
         editcap_window.as_secs_f64() / ours_window.as_secs_f64()
     );
-    let steno = Command::new("sh")
-        .args(["-c", "command -v stenoread"])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let why = if steno {
-        "installed, but it answers only for packets a running stenographer captured \
-         live; no live comparison is automated yet (docs/PERFORMANCE.md)"
+    if let Some(cli) = hindsight_cli() {
+        let (cli_rare, cli_matches) = time_counting(args.runs.max(5), &args.work, || {
+            let mut c = Command::new(&cli);
+            c.args([
+                "query",
+                &format!("host {rare}"),
+                "--format",
+                "pcap",
+                "--archive",
+            ])
+            .arg(&archive);
+            c
+        });
+        println!(
+            "| same, as a process: hindsight query 'host {rare}' --format pcap ({cli_matches} packets) | {:.2} | tcpdump -r X 'host {rare}' | {:.1} | {:.0}x |",
+            cli_rare.as_secs_f64() * 1e3,
+            tcpdump_rare.as_secs_f64() * 1e3,
+            tcpdump_rare.as_secs_f64() / cli_rare.as_secs_f64()
+        );
     } else {
-        "not installed (Debian package stenographer-client)"
-    };
-    println!("\nstenoread: {why}; not compared");
+        println!("(the hindsight CLI is not built next to this binary: no process-level figure)");
+    }
+    if args.stenographer {
+        stenographer(&args, &capture, rare, ours_rare);
+    } else {
+        println!(
+            "\nstenoread: not compared; pass --stenographer (as root) to capture the same \
+             packets with Stenographer on a veth pair in a private network namespace"
+        );
+    }
+}
+
+/// Replays the capture into a Stenographer on a veth pair (bench/stenographer.sh)
+/// and times `stenoread`'s query for the rare address against hindsight's.
+fn stenographer(args: &Args, capture: &Path, rare: &str, ours: Duration) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("stenographer.sh");
+    println!("\n## Stenographer");
+    let started = Instant::now();
+    let output = Command::new(&script)
+        .arg("start")
+        .arg(capture)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run bench/stenographer.sh");
+    assert!(
+        output.status.success(),
+        "bench/stenographer.sh start failed"
+    );
+    println!(
+        "replayed with tcpreplay --topspeed into stenographer on a veth pair; {} ({:.0} s incl. replay and indexing)",
+        String::from_utf8_lossy(&output.stdout).trim(),
+        started.elapsed().as_secs_f64()
+    );
+    let (steno, steno_matches) = time_counting(args.runs.max(5), &args.work, || {
+        let mut c = Command::new(&script);
+        c.args(["query", &format!("host {rare}")]);
+        c
+    });
+    let _ = Command::new(&script).arg("stop").status();
+    println!("| query | hindsight ms | peer | peer ms | speed-up |");
+    println!("|---|---:|---|---:|---:|");
+    println!(
+        "| host {rare} | {:.2} | stenoread 'host {rare}' ({steno_matches} packets) | {:.1} | {:.0}x |",
+        ours.as_secs_f64() * 1e3,
+        steno.as_secs_f64() * 1e3,
+        steno.as_secs_f64() / ours.as_secs_f64()
+    );
+    println!(
+        "No 1-minute window comparison: Stenographer stamps packets with the replay time, \
+         so its time filters cannot select the capture's original minute."
+    );
+}
+
+/// Runs a command writing a pcap to stdout `runs` times; returns the median wall
+/// time and the packet count of the last output.
+fn time_counting(
+    runs: usize,
+    work: &Path,
+    mut command: impl FnMut() -> Command,
+) -> (Duration, u64) {
+    let out = work.join("query-output.pcap");
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        let file = std::fs::File::create(&out).expect("create query output");
+        let mut c = command();
+        c.stdout(file);
+        let started = Instant::now();
+        run_quiet_keeping_stdout(&mut c);
+        samples.push(started.elapsed());
+    }
+    let mut reader = CaptureReader::open(&out).expect("open query output");
+    let mut packets = 0;
+    while let Some(frame) = reader.next_frame() {
+        frame.expect("read query output");
+        packets += 1;
+    }
+    (median(samples), packets)
+}
+
+/// The `hindsight` binary built next to this one (`cargo build --release`), if any.
+fn hindsight_cli() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let cli = exe.parent()?.join("hindsight");
+    cli.is_file().then_some(cli)
 }
 
 /// Returns (data column bytes, other columns bytes, total file bytes) over all segments.

@@ -36,6 +36,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Run SQL over the `packets` table (Apache DataFusion).
     Sql(cmd::sql::Args),
+    /// List the connections of an address or network from the connection index.
+    Flows(cmd::flows::Args),
     /// Show what the archive holds: segments, time span, packets, bytes.
     Stats(cmd::stats::Args),
 }
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
         Command::Ingest(args) => cmd::ingest::run(args),
         Command::Query(args) => cmd::query::run(args),
         Command::Sql(args) => cmd::sql::run(args),
+        Command::Flows(args) => cmd::flows::run(args),
         Command::Stats(args) => cmd::stats::run(args),
     };
     match result {

@@ -654,14 +654,20 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
         );
     }
     // No half segment is visible under a final name: every seg-*.parquet opens.
-    for file in std::fs::read_dir(archive.join("packets")).unwrap() {
-        let path = file.unwrap().path();
-        if path.extension().is_some_and(|e| e == "parquet") {
-            hindsight_store::SegmentReader::open(&path).unwrap();
+    for table in ["packets", "flows"] {
+        for file in std::fs::read_dir(archive.join(table)).unwrap() {
+            let path = file.unwrap().path();
+            if path.extension().is_some_and(|e| e == "parquet") {
+                hindsight_store::SegmentReader::open(&path).unwrap();
+            }
         }
     }
     // Queries work on the killed archive, and the count equals the catalogued rows.
-    let rows: u64 = entries.iter().map(|e| e.rows).sum();
+    let rows: u64 = entries
+        .iter()
+        .filter(|e| e.table == "packets")
+        .map(|e| e.rows)
+        .sum();
     let count = ok(&hindsight(&[
         "query",
         "-c",

@@ -275,6 +275,9 @@ fn ipv4(data: &[u8], h: &mut PacketHeaders) {
         return;
     }
     let total_len = usize::from(total_len);
+    if total_len >= header_len {
+        h.ip_len = u32::try_from(total_len).ok();
+    }
     let end = if total_len >= header_len {
         total_len.min(data.len())
     } else {
@@ -314,6 +317,9 @@ fn ipv6(data: &[u8], h: &mut PacketHeaders) {
     h.src_addr = Some(Addr16::from_v6_bytes(src));
     h.dst_addr = Some(Addr16::from_v6_bytes(dst));
     let payload_len = usize::from(payload_len);
+    if payload_len > 0 {
+        h.ip_len = u32::try_from(payload_len.saturating_add(40)).ok();
+    }
     let end = if payload_len > 0 {
         40usize.saturating_add(payload_len).min(data.len())
     } else {

@@ -95,6 +95,7 @@ fn ethernet_ipv4_tcp() {
             dst_addr: v4(192, 168, 1, 2),
             ip_proto: Some(6),
             ip_ttl: Some(64),
+            ip_len: Some(40),
             ip_id: Some(0x1234),
             frag_offset: Some(0),
             more_fragments: Some(false),

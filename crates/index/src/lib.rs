@@ -1,6 +1,10 @@
-//! The role of the index crate is to answer "which segments can hold address A
-//! (or any address in a CIDR range)?" without opening a segment, from an embedded
-//! RocksDB database.
+//! The role of the index crate is to answer questions by address without opening
+//! a segment, from embedded RocksDB databases:
+//! - [`AddressIndex`]: "which segments (and granules) can hold packets of address A
+//!   (or any address in a CIDR range)?";
+//! - [`ConnectionIndex`] (module [`connections`]): "which connections did A have
+//!   between t1 and t2?", answered from the index alone, Diventi's design with
+//!   count-based expiration.
 //!
 //! At seal time the set of distinct addresses of a segment is written as postings
 //! `addr | segment` together with a marker saying the segment is indexed, in one
@@ -8,6 +12,14 @@
 //! without a marker (crash before the batch reached the WAL) is re-indexed from its
 //! file, and the query planner scans every unmarked segment, so a lost batch can
 //! cost time but never a result. Key layouts are in `docs/formats/index.md`.
+
+pub mod connections;
+mod histogram;
+
+pub use connections::{
+    ConnEntry, ConnPage, ConnScan, ConnSummary, ConnectionIndex, Expiry, ExpiryClock, Maintenance,
+};
+pub use histogram::TimestampHistogram;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

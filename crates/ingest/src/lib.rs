@@ -1,11 +1,15 @@
 //! The role of the ingest crate is to move packets from a capture source into the
 //! archive: read frames, decode their headers, keep the first `snaplen` bytes,
 //! batch them by column, and hand batches to the segment sink, which seals
-//! time-partitioned segments, catalogues them and indexes their addresses.
+//! time-partitioned segments, catalogues them and indexes their addresses. The
+//! same decoded headers feed the flow table, whose connection records go to the
+//! `flows` table and the connection index.
 //!
 //! ```text
-//! capture file ─► CaptureReader ─► decode ─► PacketBatchBuilder ─► SegmentSink (thread)
-//!                  (hindsight-capture)  (hindsight-decode)  (store schema)   Parquet ─► catalog ─► index
+//! capture file ─► CaptureReader ─► decode ─┬► PacketBatchBuilder ─► SegmentSink (thread)
+//!                  (hindsight-capture)     │   (store schema)        packets segments ─► catalog ─► postings
+//!                                          └► FlowTable ───────────► flows segments, connection index
+//!                                             (hindsight-flow)
 //! ```
 //!
 //! Nothing read before an error is lost: when a capture turns out damaged, the
@@ -18,11 +22,16 @@ mod sink;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use hindsight_capture::CaptureReader;
-use hindsight_index::AddressIndex;
-use hindsight_model::{DecodeStatus, Frame, PacketRecord};
+use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
+use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
+use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord};
 use hindsight_store::schema::PacketBatchBuilder;
-use hindsight_store::{Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader};
+use hindsight_store::{
+    Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, Table,
+};
 
 pub use crate::error::IngestError;
 use crate::sink::SegmentSink;
@@ -39,6 +48,10 @@ pub struct IngestOptions {
     pub segment_max_rows: u64,
     /// Parquet tunables of segments.
     pub segment: SegmentOptions,
+    /// Timeouts and size of the flow table that builds connection records.
+    pub flows: FlowTableConfig,
+    /// Count-based expiration of the connection index.
+    pub expiry: Expiry,
 }
 
 impl Default for IngestOptions {
@@ -48,6 +61,8 @@ impl Default for IngestOptions {
             partition_nanos: 3600 * 1_000_000_000,
             segment_max_rows: 4 * 1024 * 1024,
             segment: SegmentOptions::default(),
+            flows: FlowTableConfig::default(),
+            expiry: Expiry::OFF,
         }
     }
 }
@@ -114,8 +129,10 @@ pub struct FileOutcome {
 pub struct IngestSummary {
     /// Counts over all files.
     pub counts: IngestCounts,
-    /// Segments sealed by this run.
+    /// Segments sealed by this run (both tables).
     pub sealed: Vec<CatalogEntry>,
+    /// Counters of the flow table.
+    pub flows: FlowTableStats,
     /// Wall-clock time from open to finish.
     pub elapsed: Duration,
 }
@@ -132,7 +149,15 @@ pub struct Ingestor {
     segment_rows: u64,
     counts: IngestCounts,
     started: Instant,
+    flow_table: FlowTable,
+    /// Ended flows not yet handed to the sink.
+    flow_out: Vec<FlowRecord>,
+    /// Runs expiration of the connection index while ingest runs.
+    _maintenance: Option<Maintenance>,
 }
+
+/// Ended flows handed to the sink at once.
+const FLOW_BATCH: usize = 8192;
 
 /// What opening the archive for ingest repaired.
 #[derive(Debug, Default)]
@@ -151,7 +176,7 @@ impl Ingestor {
         let index = AddressIndex::open(&archive.index_dir())?;
         let indexed = index.indexed_segments()?;
         let mut reindexed = Vec::new();
-        for entry in archive.catalog().entries() {
+        for entry in archive.catalog().entries_of(Table::Packets) {
             if indexed.contains(&entry.segment_id()) {
                 continue;
             }
@@ -161,8 +186,20 @@ impl Ingestor {
         }
         let batch_rows = options.segment.row_group_rows;
         let data_capacity = batch_rows * options.snaplen.clamp(64, 2048) as usize;
-        let sink = SegmentSink::start(archive, index, options.segment.clone());
+        let connections = Arc::new(ConnectionIndex::open(
+            &archive.connections_dir(),
+            options.expiry,
+        )?);
+        let maintenance = (options.expiry.keep_events > 0).then(|| {
+            Maintenance::start(Arc::clone(&connections), |error| {
+                eprintln!("hindsight: connection index expiration: {error}");
+            })
+        });
+        let sink = SegmentSink::start(archive, index, connections, options.segment.clone());
         let ingestor = Self {
+            flow_table: FlowTable::new(options.flows),
+            flow_out: Vec::new(),
+            _maintenance: maintenance,
             builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
             options,
             sink,
@@ -207,6 +244,11 @@ impl Ingestor {
         };
         self.builder
             .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
+        self.flow_table
+            .push(frame.ts_nanos, &headers, frame.wire_len, &mut self.flow_out);
+        if self.flow_out.len() >= FLOW_BATCH {
+            self.flush_flows()?;
+        }
         self.counts.add_frame(frame, headers.status);
         self.segment_rows += 1;
         if self.builder.len() >= self.options.segment.row_group_rows {
@@ -221,6 +263,13 @@ impl Ingestor {
     fn flush_batch(&mut self) -> Result<(), IngestError> {
         if !self.builder.is_empty() {
             self.sink.write(self.builder.finish())?;
+        }
+        self.flush_flows()
+    }
+
+    fn flush_flows(&mut self) -> Result<(), IngestError> {
+        if !self.flow_out.is_empty() {
+            self.sink.write_flows(std::mem::take(&mut self.flow_out))?;
         }
         Ok(())
     }
@@ -294,12 +343,14 @@ impl Ingestor {
         })
     }
 
-    /// Seals the open segment and closes the archive.
+    /// Ends the open flows, seals the open segments and closes the archive.
     pub fn finish(mut self) -> Result<IngestSummary, IngestError> {
+        self.flow_table.flush(&mut self.flow_out);
         self.flush_batch()?;
         let (report, _archive) = self.sink.finish()?;
         Ok(IngestSummary {
             counts: self.counts,
+            flows: self.flow_table.stats(),
             sealed: report.sealed,
             elapsed: self.started.elapsed(),
         })

@@ -1,17 +1,21 @@
-//! The segment sink: a thread that owns the archive, the open segment and the address
-//! index, and turns record batches into sealed, catalogued, indexed segments.
+//! The segment sink: a thread that owns the archive, the open segments and the
+//! indexes, and turns record batches into sealed, catalogued, indexed segments:
+//! packet batches into `packets` segments and their address postings, flow records
+//! into `flows` segments and the connection index.
 //!
 //! Parquet encoding and zstd compression are the most expensive part of ingest, so
 //! they run here, beside the thread that reads and decodes, and the two stages
 //! overlap. The channel between them is bounded, which bounds memory.
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use hindsight_index::AddressIndex;
-use hindsight_model::SegmentId;
+use hindsight_index::{AddressIndex, ConnectionIndex};
+use hindsight_model::{FlowRecord, SegmentId};
 use hindsight_store::arrow::array::RecordBatch;
-use hindsight_store::{Archive, CatalogEntry, SegmentOptions, SegmentWriter};
+use hindsight_store::flows::FlowBatchBuilder;
+use hindsight_store::{Archive, CatalogEntry, SegmentOptions, SegmentWriter, Table};
 
 use crate::error::IngestError;
 
@@ -21,8 +25,10 @@ const CHANNEL_BATCHES: usize = 4;
 /// A command for the sink thread.
 #[derive(Debug)]
 enum Command {
-    /// Append a batch to the open segment, opening one if none is.
+    /// Append a batch to the open packets segment, opening one if none is.
     Write(RecordBatch),
+    /// Index flow records and append them to the open flows segment.
+    Flows(Vec<FlowRecord>),
     /// Seal the open segment, if any, and acknowledge.
     Seal(Sender<Result<(), IngestError>>),
 }
@@ -42,12 +48,23 @@ pub struct SegmentSink {
 }
 
 impl SegmentSink {
-    /// Starts the sink thread, which takes ownership of the archive and the index.
-    pub fn start(archive: Archive, index: AddressIndex, options: SegmentOptions) -> Self {
+    /// Starts the sink thread, which takes ownership of the archive and the indexes.
+    pub fn start(
+        archive: Archive,
+        index: AddressIndex,
+        connections: Arc<ConnectionIndex>,
+        options: SegmentOptions,
+    ) -> Self {
         let (commands, receiver) = bounded(CHANNEL_BATCHES);
         let thread = std::thread::Builder::new()
             .name("segment-sink".to_owned())
-            .spawn(move || run(archive, index, &options, &receiver))
+            .spawn(move || {
+                let indexes = Indexes {
+                    addresses: index,
+                    connections,
+                };
+                run(archive, &indexes, &options, &receiver)
+            })
             .ok();
         Self {
             commands: Some(commands),
@@ -58,6 +75,11 @@ impl SegmentSink {
     /// Hands a batch to the sink. Fails if the sink has stopped on an error.
     pub fn write(&mut self, batch: RecordBatch) -> Result<(), IngestError> {
         self.send(Command::Write(batch))
+    }
+
+    /// Hands flow records to the sink. Fails if the sink has stopped on an error.
+    pub fn write_flows(&mut self, records: Vec<FlowRecord>) -> Result<(), IngestError> {
+        self.send(Command::Flows(records))
     }
 
     /// Seals the open segment and waits until it is catalogued and indexed.
@@ -102,34 +124,75 @@ impl SegmentSink {
     }
 }
 
+/// The indexes the sink writes.
+struct Indexes {
+    addresses: AddressIndex,
+    connections: Arc<ConnectionIndex>,
+}
+
+/// An open segment of one table.
+struct Open {
+    table: Table,
+    writer: Option<SegmentWriter>,
+}
+
+impl Open {
+    fn writer(
+        &mut self,
+        archive: &Archive,
+        next_id: &mut SegmentId,
+        options: &SegmentOptions,
+    ) -> Result<&mut SegmentWriter, IngestError> {
+        if self.writer.is_none() {
+            let dir = archive.table_dir(self.table);
+            self.writer = Some(SegmentWriter::create(&dir, self.table, *next_id, options)?);
+            *next_id = SegmentId(next_id.0 + 1);
+        }
+        self.writer.as_mut().ok_or(IngestError::SinkStopped)
+    }
+}
+
 fn run(
     mut archive: Archive,
-    index: AddressIndex,
+    indexes: &Indexes,
     options: &SegmentOptions,
     commands: &Receiver<Command>,
 ) -> Result<(SinkReport, Archive), IngestError> {
     let mut report = SinkReport::default();
-    let mut open: Option<SegmentWriter> = None;
+    let mut packets = Open {
+        table: Table::Packets,
+        writer: None,
+    };
+    let mut flows = Open {
+        table: Table::Flows,
+        writer: None,
+    };
+    let mut flow_batch = FlowBatchBuilder::new();
     let mut next_id = archive.next_segment_id();
     for command in commands {
         match command {
             Command::Write(batch) => {
-                let writer = match open.as_mut() {
-                    Some(writer) => writer,
-                    None => {
-                        let writer =
-                            SegmentWriter::create(&archive.packets_dir(), next_id, options)?;
-                        next_id = SegmentId(next_id.0 + 1);
-                        open.insert(writer)
-                    }
-                };
-                writer.write(&batch)?;
+                packets
+                    .writer(&archive, &mut next_id, options)?
+                    .write(&batch)?;
+            }
+            Command::Flows(records) => {
+                indexes.connections.insert(&records)?;
+                for record in &records {
+                    flow_batch.append(record);
+                }
+                flows
+                    .writer(&archive, &mut next_id, options)?
+                    .write(&flow_batch.finish())?;
             }
             Command::Seal(ack) => {
-                let result = match open.take() {
-                    Some(writer) => seal(writer, &mut archive, &index, &mut report),
-                    None => Ok(()),
-                };
+                let mut result = Ok(());
+                for open in [&mut packets, &mut flows] {
+                    if let Some(writer) = open.writer.take() {
+                        result =
+                            result.and_then(|()| seal(writer, &mut archive, indexes, &mut report));
+                    }
+                }
                 let failed = result.is_err();
                 let _receiver_gone = ack.send(result);
                 if failed {
@@ -138,17 +201,20 @@ fn run(
             }
         }
     }
-    if let Some(writer) = open {
-        writer.abort();
+    for open in [packets, flows] {
+        if let Some(writer) = open.writer {
+            writer.abort();
+        }
     }
-    index.sync()?;
+    indexes.addresses.sync()?;
+    indexes.connections.flush()?;
     Ok((report, archive))
 }
 
 fn seal(
     writer: SegmentWriter,
     archive: &mut Archive,
-    index: &AddressIndex,
+    indexes: &Indexes,
     report: &mut SinkReport,
 ) -> Result<(), IngestError> {
     if writer.rows() == 0 {
@@ -157,7 +223,11 @@ fn seal(
     }
     let sealed = writer.seal()?;
     let entry = archive.register(&sealed)?;
-    index.add_segment(sealed.id, &sealed.addresses)?;
+    if sealed.table == Table::Packets {
+        indexes
+            .addresses
+            .add_segment(sealed.id, &sealed.addresses)?;
+    }
     report.sealed.push(entry);
     Ok(())
 }

@@ -1,11 +1,16 @@
 //! The role of the model crate is to name the records that flow through hindsight:
 //! a captured [`Frame`] as a capture source hands it over, and the [`PacketHeaders`]
-//! the decoder extracts from it, which become one row of the `packets` table.
+//! the decoder extracts from it, which become one row of the `packets` table, and
+//! the [`FlowRecord`] every flow source produces, one row of the `flows` table.
 //!
 //! It performs no I/O and has no dependencies, so every other crate can share it.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+mod flow;
+
+pub use flow::{FlowRecord, FlowSource, FlowState};
 
 /// Link-layer header type, numbered as in the tcpdump.org `LINKTYPE_` registry
 /// (the values pcap and pcapng files carry).
@@ -275,6 +280,11 @@ pub struct PacketHeaders {
     pub ip_proto: Option<u8>,
     /// IPv4 TTL or IPv6 hop limit.
     pub ip_ttl: Option<u8>,
+    /// Length of the IP packet from its headers: the IPv4 total length, or 40 plus
+    /// the IPv6 payload length (`None` when the field is 0, as with TSO or jumbograms).
+    /// Flow records count these bytes, as NetFlow does; the `packets` table does not
+    /// store it (its `wire_len` gives the frame size).
+    pub ip_len: Option<u32>,
     /// IPv4 identification, or the IPv6 fragment header identification (low 16 bits).
     pub ip_id: Option<u16>,
     /// Fragment offset in 8-byte units (13 bits), for IPv4 and the IPv6 fragment header.

@@ -14,7 +14,7 @@ use std::path::Path;
 use hindsight_index::AddressIndex;
 use hindsight_model::{Addr16, GranuleSet, PacketRecord, SegmentId};
 use hindsight_store::schema::{PacketBatchView, col};
-use hindsight_store::{Archive, CatalogEntry, SegmentReader, TimeRange};
+use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
 use crate::error::QueryError;
 use crate::filter::Filter;
@@ -118,11 +118,11 @@ impl PacketSearch {
     pub fn plan(&self, request: &SearchRequest) -> Result<SearchPlan, QueryError> {
         let catalog = self.archive.catalog();
         let mut stats = SearchStats {
-            segments_total: catalog.len(),
+            segments_total: catalog.entries_of(Table::Packets).count(),
             ..SearchStats::default()
         };
         let mut segments: Vec<CatalogEntry> = catalog
-            .entries()
+            .entries_of(Table::Packets)
             .filter(|entry| entry.overlaps(request.time))
             .cloned()
             .collect();

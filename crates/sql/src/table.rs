@@ -19,7 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use hindsight_index::AddressIndex;
 use hindsight_store::schema::packets_schema;
-use hindsight_store::{Archive, CatalogEntry};
+use hindsight_store::{Archive, CatalogEntry, Table};
 
 use crate::prune;
 
@@ -47,7 +47,7 @@ impl PacketsTable {
         let mut segments: Vec<CatalogEntry> = self
             .archive
             .catalog()
-            .entries()
+            .entries_of(Table::Packets)
             .filter(|entry| entry.overlaps(time))
             .cloned()
             .collect();

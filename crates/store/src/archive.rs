@@ -4,10 +4,12 @@
 //! ARCHIVE/
 //!   HINDSIGHT            marker: says this directory is a hindsight archive (format version)
 //!   LOCK                 flock(2)ed by the one writer (ingest, serve)
-//!   catalog.jsonl        the catalog (see catalog.rs)
+//!   catalog.jsonl        the catalog of both tables (see catalog.rs)
 //!   packets/             sealed segments seg-<id>.parquet, and .seg-<id>.parquet.tmp while writing
+//!   flows/               the same for the flows table
 //!   quarantine/          segment files recovery could not read, moved aside, never deleted
-//!   index/               the RocksDB address index (hindsight-index crate)
+//!   index/               the RocksDB address postings of packet segments (hindsight-index)
+//!   connections/         the RocksDB connection index with expiration (hindsight-index)
 //! ```
 
 use std::fs::{self, File};
@@ -17,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hindsight_model::SegmentId;
 
+use crate::Table;
 use crate::catalog::{Catalog, CatalogEntry};
 use crate::error::{Result, StoreError};
 use crate::segment::reader::SegmentReader;
@@ -31,12 +34,14 @@ const MARKER_CONTENTS: &str = "hindsight archive v1\n";
 const LOCK_FILE: &str = "LOCK";
 /// Name of the catalog file.
 const CATALOG_FILE: &str = "catalog.jsonl";
-/// Directory of packet segments.
+/// Directory of packet segments (`Table::Packets.name()`).
 pub const PACKETS_DIR: &str = "packets";
 /// Directory where unreadable segment files are moved by recovery.
 const QUARANTINE_DIR: &str = "quarantine";
-/// Directory of the RocksDB index.
+/// Directory of the RocksDB address index.
 pub const INDEX_DIR: &str = "index";
+/// Directory of the RocksDB connection index.
+pub const CONNECTIONS_DIR: &str = "connections";
 
 /// What opening an archive for writing found and repaired.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -101,7 +106,7 @@ impl Archive {
                 return Err(StoreError::io("lock archive", &lock_path)(e));
             }
         }
-        for dir in [PACKETS_DIR, QUARANTINE_DIR] {
+        for dir in [Table::Packets.name(), Table::Flows.name(), QUARANTINE_DIR] {
             let path = root.join(dir);
             fs::create_dir_all(&path).map_err(StoreError::io("create directory", &path))?;
         }
@@ -135,7 +140,17 @@ impl Archive {
 
     /// Returns the directory of packet segments.
     pub fn packets_dir(&self) -> PathBuf {
-        self.root.join(PACKETS_DIR)
+        self.table_dir(Table::Packets)
+    }
+
+    /// Returns the directory of the segments of `table`.
+    pub fn table_dir(&self, table: Table) -> PathBuf {
+        self.root.join(table.name())
+    }
+
+    /// Returns the directory of the RocksDB connection index.
+    pub fn connections_dir(&self) -> PathBuf {
+        self.root.join(CONNECTIONS_DIR)
     }
 
     /// Returns the directory of the RocksDB index.
@@ -167,8 +182,8 @@ impl Archive {
             .unwrap_or_default();
         let entry = CatalogEntry {
             id: sealed.id.0,
-            table: "packets".to_owned(),
-            file: format!("{PACKETS_DIR}/{file_name}"),
+            table: sealed.table.name().to_owned(),
+            file: format!("{}/{file_name}", sealed.table.name()),
             rows: sealed.rows,
             min_ts_nanos: sealed.min_ts_nanos,
             max_ts_nanos: sealed.max_ts_nanos,
@@ -182,10 +197,22 @@ impl Archive {
 
     fn recover(&mut self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
-        let packets = self.packets_dir();
+        for table in Table::ALL {
+            self.recover_table(table, &mut report)?;
+        }
+        Ok(report)
+    }
+
+    fn recover_table(&mut self, table: Table, report: &mut RecoveryReport) -> Result<()> {
+        let before = (
+            report.temp_files_removed.len(),
+            report.segments_recovered.len(),
+            report.segments_quarantined.len(),
+        );
+        let dir = self.table_dir(table);
         let mut names: Vec<(String, PathBuf)> = Vec::new();
-        for dirent in fs::read_dir(&packets).map_err(StoreError::io("list segments", &packets))? {
-            let dirent = dirent.map_err(StoreError::io("list segments", &packets))?;
+        for dirent in fs::read_dir(&dir).map_err(StoreError::io("list segments", &dir))? {
+            let dirent = dirent.map_err(StoreError::io("list segments", &dir))?;
             let name = dirent.file_name().to_string_lossy().into_owned();
             names.push((name, dirent.path()));
         }
@@ -202,7 +229,7 @@ impl Archive {
             if self.catalog.get(id).is_some() {
                 continue;
             }
-            match summarize_orphan(id, &path) {
+            match summarize_orphan(table, id, &path) {
                 Ok(sealed) => {
                     self.register(&sealed)?;
                     report.segments_recovered.push(id);
@@ -215,20 +242,26 @@ impl Archive {
                 }
             }
         }
-        if !report.is_clean() {
-            sync_dir(&packets)?;
+        let after = (
+            report.temp_files_removed.len(),
+            report.segments_recovered.len(),
+            report.segments_quarantined.len(),
+        );
+        if after != before {
+            sync_dir(&dir)?;
         }
-        Ok(report)
+        Ok(())
     }
 }
 
 /// Rebuilds the catalog summary of a sealed segment file the catalog does not list.
-fn summarize_orphan(id: SegmentId, path: &Path) -> Result<SealedSegment> {
+fn summarize_orphan(table: Table, id: SegmentId, path: &Path) -> Result<SealedSegment> {
     let reader = SegmentReader::open(path)?;
     let (min_ts_nanos, max_ts_nanos) = reader.time_bounds().unwrap_or((0, 0));
     let addresses = reader.address_postings()?;
     let (size_bytes, crc32) = checksum_file(path)?;
     Ok(SealedSegment {
+        table,
         id,
         path: path.to_owned(),
         rows: reader.rows(),

@@ -22,7 +22,7 @@ use crate::segment::reader::TimeRange;
 pub struct CatalogEntry {
     /// Segment id.
     pub id: u64,
-    /// Table the segment belongs to (`packets`).
+    /// Table the segment belongs to (`packets`, `flows`).
     pub table: String,
     /// Path of the segment file relative to the archive root.
     pub file: String,
@@ -155,6 +155,13 @@ impl Catalog {
     /// Returns every live segment, by id.
     pub fn entries(&self) -> impl Iterator<Item = &CatalogEntry> {
         self.entries.values()
+    }
+
+    /// Returns the entries of the segments of `table`, in id order.
+    pub fn entries_of(&self, table: crate::Table) -> impl Iterator<Item = &CatalogEntry> {
+        self.entries
+            .values()
+            .filter(move |e| e.table == table.name())
     }
 
     /// Returns the entry of segment `id`.

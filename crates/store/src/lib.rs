@@ -1,4 +1,4 @@
-//! The role of the store crate is to keep packet records durably and compactly:
+//! The role of the store crate is to keep packet and flow records durably and compactly:
 //! it writes them into immutable, time-partitioned Parquet segments, seals each
 //! segment atomically, lists it in the catalog with its summary, and recovers the
 //! archive to a consistent state after a crash.
@@ -13,11 +13,14 @@ pub use parquet;
 pub mod archive;
 pub mod catalog;
 pub mod error;
+pub mod flows;
 pub mod schema;
 pub mod segment;
+mod table;
 
 pub use archive::{Archive, RecoveryReport};
 pub use catalog::{Catalog, CatalogEntry};
 pub use error::{Result, StoreError};
 pub use segment::reader::{SegmentReader, TimeRange};
 pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};
+pub use table::Table;

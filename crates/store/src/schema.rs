@@ -405,6 +405,8 @@ impl<'a> PacketBatchView<'a> {
                 dst_addr: fixed(self.dst_addr, row).map(Addr16),
                 ip_proto: opt(self.ip_proto, row),
                 ip_ttl: opt(self.ip_ttl, row),
+                // Not a column: flows are built from it at ingest.
+                ip_len: None,
                 ip_id: opt(self.ip_id, row),
                 frag_offset: opt(self.frag_offset, row),
                 more_fragments: opt(self.more_fragments, row),

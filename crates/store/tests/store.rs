@@ -8,7 +8,7 @@ use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecor
 use hindsight_store::schema::{PacketBatchBuilder, PacketBatchView};
 use hindsight_store::segment::{segment_file_name, temp_file_name};
 use hindsight_store::{
-    Archive, SegmentOptions, SegmentReader, SegmentWriter, StoreError, TimeRange,
+    Archive, SegmentOptions, SegmentReader, SegmentWriter, StoreError, Table, TimeRange,
 };
 
 const SECOND: i64 = 1_000_000_000;
@@ -58,7 +58,8 @@ fn small_groups() -> SegmentOptions {
 }
 
 fn write_segment(dir: &Path, id: u64, rows: &[PacketRecord]) -> hindsight_store::SealedSegment {
-    let mut writer = SegmentWriter::create(dir, SegmentId(id), &small_groups()).unwrap();
+    let mut writer =
+        SegmentWriter::create(dir, Table::Packets, SegmentId(id), &small_groups()).unwrap();
     for chunk in rows.chunks(1000) {
         let mut builder = PacketBatchBuilder::with_capacity(chunk.len(), chunk.len() * 4);
         for (i, record) in chunk.iter().enumerate() {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
 use hindsight_model::DecodeStatus;
+use hindsight_store::Table;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{human_bytes, human_rate};
@@ -100,16 +101,36 @@ pub fn run(args: Args) -> Result<ExitCode> {
         summary.elapsed.as_secs_f64(),
         args.captures.len(),
     );
-    let segment_bytes: u64 = summary.sealed.iter().map(|s| s.size_bytes).sum();
+    let packet_segments: Vec<_> = summary
+        .sealed
+        .iter()
+        .filter(|s| s.table == Table::Packets.name())
+        .collect();
+    let segment_bytes: u64 = packet_segments.iter().map(|s| s.size_bytes).sum();
     let per_packet = if summary.counts.packets == 0 {
         0.0
     } else {
         segment_bytes as f64 / summary.counts.packets as f64
     };
     println!(
-        "  sealed {} segment(s), {} on disk, {per_packet:.1} bytes/packet",
-        summary.sealed.len(),
+        "  sealed {} packet segment(s), {} on disk, {per_packet:.1} bytes/packet",
+        packet_segments.len(),
         human_bytes(segment_bytes),
+    );
+    let flows = summary.flows;
+    println!(
+        "  flows: {} connection records from {} IP packets ({} not IP){}",
+        flows.records,
+        flows.packets,
+        flows.not_flows,
+        if flows.evicted > 0 {
+            format!(
+                ", {} closed early because the flow table was full",
+                flows.evicted
+            )
+        } else {
+            String::new()
+        }
     );
     if damaged > 0 {
         eprintln!(

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod flows;
 pub mod ingest;
 pub mod query;
 pub mod sql;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use hindsight_store::Archive;
+use hindsight_store::{Archive, Table};
 use serde_json::json;
 
 use super::human_bytes;
@@ -28,7 +28,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = &args.archive.archive;
     let archive = Archive::open_reader(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let entries: Vec<_> = archive.catalog().entries().collect();
+    let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
+    let flow_entries: Vec<_> = archive.catalog().entries_of(Table::Flows).collect();
+    let flows: u64 = flow_entries.iter().map(|e| e.rows).sum();
+    let flow_bytes: u64 = flow_entries.iter().map(|e| e.size_bytes).sum();
     let packets: u64 = entries.iter().map(|e| e.rows).sum();
     let bytes: u64 = entries.iter().map(|e| e.size_bytes).sum();
     let first = entries.iter().map(|e| e.min_ts_nanos).min();
@@ -47,7 +50,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "bytes_per_packet": per_packet,
             "first": first.map(format_nanos),
             "last": last.map(format_nanos),
-            "segment_list": if args.segments { json!(entries) } else { json!(null) },
+            "flows": {
+                "segments": flow_entries.len(),
+                "records": flows,
+                "bytes_on_disk": flow_bytes,
+            },
+            "segment_list": if args.segments {
+                json!(archive.catalog().entries().collect::<Vec<_>>())
+            } else {
+                json!(null)
+            },
         });
         println!("{summary:#}");
         return Ok(ExitCode::SUCCESS);
@@ -68,16 +80,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("packets:          {packets}");
     println!("bytes on disk:    {} ({bytes} B)", human_bytes(bytes));
     println!("bytes per packet: {per_packet:.2}");
+    println!(
+        "flows:            {flows} records in {} segment(s), {}",
+        flow_entries.len(),
+        human_bytes(flow_bytes)
+    );
     if args.segments {
         println!();
         println!(
-            "{:>12} {:>10} {:>12}  {:<30}  {:<30}  file",
-            "segment", "packets", "bytes", "first", "last"
+            "{:>12} {:<8} {:>10} {:>12}  {:<30}  {:<30}  file",
+            "segment", "table", "rows", "bytes", "first", "last"
         );
-        for entry in entries {
+        for entry in archive.catalog().entries() {
             println!(
-                "{:>12} {:>10} {:>12}  {:<30}  {:<30}  {}",
+                "{:>12} {:<8} {:>10} {:>12}  {:<30}  {:<30}  {}",
                 entry.id,
+                entry.table,
                 entry.rows,
                 entry.size_bytes,
                 format_nanos(entry.min_ts_nanos),

@@ -1,4 +1,4 @@
-//! Segment files: immutable, time-partitioned Parquet files of the `packets` table.
+//! Segment files: immutable, time-partitioned Parquet files of one table (`packets`, `flows`).
 //!
 //! A segment is born as a hidden temporary file (`.seg-<id>.parquet.tmp`), written
 //! row group by row group, fsynced, renamed to `seg-<id>.parquet` and its directory
@@ -15,7 +15,7 @@ use hindsight_model::SegmentId;
 pub const FORMAT_VERSION_KEY: &str = "hindsight.format_version";
 /// The segment format version this build writes (bumped on any incompatible change).
 pub const FORMAT_VERSION: &str = "1";
-/// Key of the Parquet key-value metadata entry naming the table (`packets`).
+/// Key of the Parquet key-value metadata entry naming the table (`packets`, `flows`).
 pub const TABLE_KEY: &str = "hindsight.table";
 
 /// Prefix of sealed segment file names.

@@ -18,8 +18,9 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
+use crate::Table;
 use crate::error::{Result, StoreError};
-use crate::schema::{col, packets_schema};
+use crate::schema::col;
 
 /// Tunables of segment files. The defaults are what `hindsight ingest` uses.
 #[derive(Clone, Debug)]
@@ -49,7 +50,10 @@ impl Default for SegmentOptions {
 }
 
 impl SegmentOptions {
-    fn writer_properties(&self) -> Result<WriterProperties, parquet::errors::ParquetError> {
+    fn writer_properties(
+        &self,
+        table: Table,
+    ) -> Result<WriterProperties, parquet::errors::ParquetError> {
         let zstd = Compression::ZSTD(ZstdLevel::try_new(self.zstd_level)?);
         let data_zstd = Compression::ZSTD(ZstdLevel::try_new(self.data_zstd_level)?);
         let ts = ColumnPath::from(col::TS);
@@ -57,7 +61,7 @@ impl SegmentOptions {
             .set_created_by(format!("hindsight {}", env!("CARGO_PKG_VERSION")))
             .set_key_value_metadata(Some(vec![
                 KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_owned()),
-                KeyValue::new(TABLE_KEY.to_owned(), "packets".to_owned()),
+                KeyValue::new(TABLE_KEY.to_owned(), table.name().to_owned()),
             ]))
             .set_compression(zstd)
             .set_max_row_group_row_count(Some(self.row_group_rows))
@@ -65,10 +69,16 @@ impl SegmentOptions {
             .set_statistics_enabled(EnabledStatistics::Page)
             // Timestamps are nearly sorted: deltas beat a dictionary.
             .set_column_dictionary_enabled(ts.clone(), false)
-            .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED)
-            .set_column_compression(ColumnPath::from(col::DATA), data_zstd)
-            .set_column_dictionary_enabled(ColumnPath::from(col::DATA), false)
-            .set_column_statistics_enabled(ColumnPath::from(col::DATA), EnabledStatistics::None);
+            .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED);
+        if table == Table::Packets {
+            builder = builder
+                .set_column_compression(ColumnPath::from(col::DATA), data_zstd)
+                .set_column_dictionary_enabled(ColumnPath::from(col::DATA), false)
+                .set_column_statistics_enabled(
+                    ColumnPath::from(col::DATA),
+                    EnabledStatistics::None,
+                );
+        }
         for address in [col::SRC_ADDR, col::DST_ADDR] {
             let path = ColumnPath::from(address);
             builder = builder
@@ -104,6 +114,8 @@ impl Write for ChecksummingFile {
 /// What sealing a segment produced: enough to enter it in the catalog and the index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SealedSegment {
+    /// The table the segment belongs to.
+    pub table: Table,
     /// The segment's id.
     pub id: SegmentId,
     /// Final path of the segment file.
@@ -123,9 +135,10 @@ pub struct SealedSegment {
     pub addresses: Vec<(Addr16, GranuleSet)>,
 }
 
-/// Writes one packet segment. Batches go in with [`write`](Self::write); nothing is
+/// Writes one segment of a table. Batches go in with [`write`](Self::write); nothing is
 /// visible under the final name until [`seal`](Self::seal) returns.
 pub struct SegmentWriter {
+    table: Table,
     id: SegmentId,
     temp_path: PathBuf,
     final_path: PathBuf,
@@ -147,8 +160,13 @@ impl std::fmt::Debug for SegmentWriter {
 }
 
 impl SegmentWriter {
-    /// Creates the hidden temporary file of segment `id` in `dir`.
-    pub fn create(dir: &Path, id: SegmentId, options: &SegmentOptions) -> Result<Self> {
+    /// Creates the hidden temporary file of segment `id` of `table` in `dir`.
+    pub fn create(
+        dir: &Path,
+        table: Table,
+        id: SegmentId,
+        options: &SegmentOptions,
+    ) -> Result<Self> {
         let temp_path = dir.join(temp_file_name(id));
         let final_path = dir.join(segment_file_name(id));
         let file =
@@ -159,11 +177,12 @@ impl SegmentWriter {
             len_bytes: 0,
         };
         let properties = options
-            .writer_properties()
+            .writer_properties(table)
             .map_err(StoreError::parquet(&temp_path))?;
-        let writer = ArrowWriter::try_new(sink, packets_schema(), Some(properties))
+        let writer = ArrowWriter::try_new(sink, table.schema(), Some(properties))
             .map_err(StoreError::parquet(&temp_path))?;
         Ok(Self {
+            table,
             id,
             temp_path,
             final_path,
@@ -195,7 +214,7 @@ impl SegmentWriter {
         self.writer.bytes_written() as u64 + self.writer.in_progress_size() as u64
     }
 
-    /// Appends a batch of `packets` rows; rows are sorted by timestamp first if needed.
+    /// Appends a batch of rows of the segment's table; rows are sorted by timestamp first if needed.
     pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -269,6 +288,7 @@ impl SegmentWriter {
         let mut addresses: Vec<(Addr16, GranuleSet)> = self.addresses.into_iter().collect();
         addresses.sort_unstable_by_key(|(address, _)| *address);
         Ok(SealedSegment {
+            table: self.table,
             id: self.id,
             path: self.final_path,
             rows: self.rows,

@@ -1,0 +1,296 @@
+//! Connection records built by `hindsight ingest` from a real capture, checked
+//! against nfpcapd (nfdump's pcap-to-flow converter) as the oracle, and the
+//! connection index answering `hindsight flows`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use hindsight_model::{Addr16, FlowRecord};
+use hindsight_store::flows::flow_records;
+use hindsight_store::{Archive, SegmentReader, Table};
+
+const LAN_HOUR: &str = "../../../shared/data/lan-hour-2012.pcap";
+
+fn lan_hour() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
+    assert!(path.exists(), "missing shared capture {}", path.display());
+    path
+}
+
+fn hindsight(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hindsight")
+}
+
+fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "command failed: {}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn require_tool(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "{tool} is not installed: run scripts/setup");
+}
+
+fn ingest(capture: &Path, archive: &Path) -> String {
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--archive",
+        archive.to_str().unwrap(),
+        capture.to_str().unwrap(),
+    ]))
+}
+
+fn archived_flows(archive: &Path) -> Vec<FlowRecord> {
+    let archive = Archive::open_reader(archive).expect("open archive");
+    let mut records = Vec::new();
+    for entry in archive.catalog().entries_of(Table::Flows) {
+        let reader = SegmentReader::open(&archive.segment_path(entry)).expect("open segment");
+        let groups = (0..reader.row_groups()).collect();
+        for batch in reader.read(groups, None).expect("read segment") {
+            let batch = batch.expect("decode segment");
+            records.extend(flow_records(&batch).expect("a flows batch"));
+        }
+    }
+    records
+}
+
+/// A unidirectional 5-tuple: proto, source, source port, destination, destination port.
+type Tuple = (u8, Addr16, u16, Addr16, u16);
+
+/// Packets and bytes per unidirectional 5-tuple, summed over all records: the
+/// figures that do not depend on how timeouts cut connections into records.
+fn per_direction(records: &[FlowRecord]) -> BTreeMap<Tuple, (u64, u64)> {
+    let mut sums: BTreeMap<Tuple, (u64, u64)> = BTreeMap::new();
+    for r in records {
+        if r.packets_out > 0 {
+            let sum = sums
+                .entry((r.proto, r.src, r.src_port, r.dst, r.dst_port))
+                .or_default();
+            sum.0 += r.packets_out;
+            sum.1 += r.bytes_out;
+        }
+        if r.packets_in > 0 {
+            let sum = sums
+                .entry((r.proto, r.dst, r.dst_port, r.src, r.src_port))
+                .or_default();
+            sum.0 += r.packets_in;
+            sum.1 += r.bytes_in;
+        }
+    }
+    sums
+}
+
+/// Runs nfpcapd on the capture and returns nfdump's records as per-direction sums
+/// and the number of records.
+fn nfpcapd_flows(capture: &Path, work: &Path) -> (BTreeMap<Tuple, (u64, u64)>, usize) {
+    require_tool("nfpcapd");
+    require_tool("nfdump");
+    let dir = work.join("nfcapd");
+    std::fs::create_dir_all(&dir).unwrap();
+    ok(&Command::new("nfpcapd")
+        .args(["-e", "300,60", "-w"])
+        .arg(&dir)
+        .arg("-r")
+        .arg(capture)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run nfpcapd"));
+    let csv = ok(&Command::new("nfdump")
+        .args(["-q", "-o", "csv", "-R"])
+        .arg(&dir)
+        .output()
+        .expect("run nfdump"));
+    let mut sums: BTreeMap<Tuple, (u64, u64)> = BTreeMap::new();
+    let mut records = 0;
+    for line in csv.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        // ts,te,td,sa,da,sp,dp,pr,flg,fwd,stos,ipkt,ibyt,...
+        let addr = |text: &str| Addr16::from(text.parse::<std::net::IpAddr>().expect(text));
+        let proto = match fields[7] {
+            "TCP" => 6,
+            "UDP" => 17,
+            "ICMP" => 1,
+            "IGMP" => 2,
+            "ICMP6" => 58,
+            other => other.parse().expect(other),
+        };
+        let key = (
+            proto,
+            addr(fields[3]),
+            fields[5].parse().unwrap(),
+            addr(fields[4]),
+            fields[6].parse().unwrap(),
+        );
+        let sum = sums.entry(key).or_default();
+        sum.0 += fields[11].parse::<u64>().unwrap();
+        sum.1 += fields[12].parse::<u64>().unwrap();
+        records += 1;
+    }
+    (sums, records)
+}
+
+#[test]
+fn flows_of_a_real_capture_match_nfpcapd_per_direction() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let summary = ingest(&lan_hour(), &archive);
+    let records = archived_flows(&archive);
+    assert!(
+        summary.contains(&format!("flows: {} connection records", records.len())),
+        "{summary}"
+    );
+    let ours = per_direction(&records);
+    let (theirs, their_records) = nfpcapd_flows(&lan_hour(), work.path());
+
+    // Every IP packet of the capture is in exactly one record, with its IP bytes.
+    let total = |sums: &BTreeMap<Tuple, (u64, u64)>| {
+        sums.values()
+            .fold((0, 0), |(p, b), (sp, sb)| (p + sp, b + sb))
+    };
+    assert_eq!(total(&ours), (62_038, 3_718_480));
+    assert_eq!(total(&ours), total(&theirs));
+    let differing: Vec<_> = ours
+        .iter()
+        .filter(|(key, sum)| theirs.get(key) != Some(sum))
+        .take(5)
+        .collect();
+    assert!(differing.is_empty(), "differ from nfpcapd: {differing:?}");
+    assert_eq!(ours.len(), theirs.len());
+
+    // Records differ in number only by pairing: hindsight joins both directions
+    // of a connection in one record, nfpcapd keeps one record per direction.
+    // Both cut at the same 300 s active and 60 s idle timeouts, and nfpcapd also
+    // cuts records at its 5-minute file rotation, so it has a few more.
+    let one_way: usize = records
+        .iter()
+        .map(|r| usize::from(r.packets_out > 0) + usize::from(r.packets_in > 0))
+        .sum();
+    assert!(
+        one_way <= their_records && their_records - one_way < their_records / 10,
+        "hindsight {one_way} one-way halves of {} records, nfpcapd {their_records} records",
+        records.len()
+    );
+}
+
+#[test]
+fn the_connection_index_answers_by_address_and_network() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    ingest(&lan_hour(), &archive);
+    let records = archived_flows(&archive);
+    let dns = "10.174.200.10".parse::<std::net::IpAddr>().unwrap();
+    let dns_flows = records
+        .iter()
+        .filter(|r| r.src.to_ip() == dns || r.dst.to_ip() == dns)
+        .count();
+    assert!(dns_flows > 50, "{dns_flows}");
+    let archive_arg = archive.to_str().unwrap();
+    let jsonl = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "10.174.200.10",
+        "--format",
+        "jsonl",
+        "--limit",
+        "100000",
+        "--archive",
+        archive_arg,
+    ]));
+    assert_eq!(jsonl.lines().count(), dns_flows);
+    for line in jsonl.lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let orig = value["orig_addr"].as_str().unwrap();
+        let resp = value["resp_addr"].as_str().unwrap();
+        assert!(orig == "10.174.200.10" || resp == "10.174.200.10", "{line}");
+    }
+
+    // Pages of 7 add up to the same lines.
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec![
+            "flows",
+            "--ip",
+            "10.174.200.10",
+            "--format",
+            "jsonl",
+            "--limit",
+            "7",
+            "--archive",
+            archive_arg,
+        ];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let output = hindsight(&args);
+        paged.extend(ok(&output).lines().map(str::to_owned));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        match stderr.split("--after ").nth(1) {
+            Some(rest) => after = Some(rest.split_whitespace().next().unwrap().to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, jsonl.lines().map(str::to_owned).collect::<Vec<_>>());
+
+    // A network: every connection with an address in 10.64.93.0/24, each once per
+    // address of the network it involves.
+    let net = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "10.64.93.0/24",
+        "--format",
+        "csv",
+        "--limit",
+        "100000",
+        "--archive",
+        archive_arg,
+    ]));
+    let in_net = |a: Addr16| a.to_string().starts_with("10.64.93.");
+    let expected: usize = records
+        .iter()
+        .map(|r| usize::from(in_net(r.src)) + usize::from(in_net(r.dst)))
+        .sum();
+    assert_eq!(
+        net.lines().count(),
+        expected + 1,
+        "header + one line per entry"
+    );
+
+    // A time window in the middle of the hour holds fewer.
+    let windowed = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "10.174.200.10",
+        "--format",
+        "jsonl",
+        "--limit",
+        "100000",
+        "--between",
+        "2012-11-23T17:20:00Z",
+        "2012-11-23T17:30:00Z",
+        "--archive",
+        archive_arg,
+    ]));
+    let count = windowed.lines().count();
+    assert!(count > 0 && count < dns_flows, "{count}");
+
+    // Bad input is an error naming it.
+    let bad = hindsight(&["flows", "--ip", "10.0.0.300", "--archive", archive_arg]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("10.0.0.300"));
+}

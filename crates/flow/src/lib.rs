@@ -1,0 +1,422 @@
+//! The role of the flow crate is to assemble connection records ([`FlowRecord`])
+//! from decoded packets, as `hindsight ingest` reads a capture: a bidirectional
+//! flow table with idle and active timeouts and TCP close handling, bounded in
+//! memory by a maximum number of open flows.
+//!
+//! Semantics (the `flows` format documentation has the full list):
+//! - A flow is keyed by protocol and the two (address, port) endpoints, either way
+//!   round, so both directions of a connection are one record. The originator is
+//!   the sender of the first packet, unless that packet is a TCP SYN-ACK (then the
+//!   receiver is). ICMP follows NetFlow: no pairing, the source port is 0 and the
+//!   destination port `type << 8 | code`.
+//! - Bytes are IP bytes (header included), as NetFlow and nfdump count them.
+//! - A flow ends after `idle_timeout` without packets, after `active_timeout` since
+//!   its first packet (long connections give several records, as NetFlow's active
+//!   timeout does), or `close_linger` after a RST or after FINs from both sides (so
+//!   the final ACK still belongs to it, as in Zeek).
+//! - Time is packet time: timeouts are checked as packets arrive, so a capture
+//!   read from a file gives the same records however fast it is read.
+//! - Packets without IP addresses (ARP, non-IP, undecodable) are not flows.
+//!   IP fragments after the first have no ports and count in a flow with ports 0.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use hindsight_model::{
+    Addr16, FlowRecord, FlowSource, FlowState, PacketHeaders, ip_proto, tcp_flags,
+};
+
+/// Tunables of the flow table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowTableConfig {
+    /// A flow without packets for this long is closed. Default 60 s (nfpcapd's).
+    pub idle_timeout: Duration,
+    /// A flow is cut into a new record after this long. Default 300 s (nfpcapd's).
+    pub active_timeout: Duration,
+    /// How long a flow stays open after a RST or FINs from both sides. Default 5 s.
+    pub close_linger: Duration,
+    /// At most this many flows are open; past it the flow idle the longest is
+    /// closed early (and counted in [`FlowTableStats::evicted`]). Default 1,000,000.
+    pub max_flows: usize,
+}
+
+impl Default for FlowTableConfig {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(60),
+            active_timeout: Duration::from_secs(300),
+            close_linger: Duration::from_secs(5),
+            max_flows: 1_000_000,
+        }
+    }
+}
+
+/// Counters of a flow table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowTableStats {
+    /// Packets that went into a flow.
+    pub packets: u64,
+    /// Packets that are not flows (no IP addresses).
+    pub not_flows: u64,
+    /// Records emitted.
+    pub records: u64,
+    /// Flows closed early because the table was full.
+    pub evicted: u64,
+}
+
+/// The flow key: protocol and the two endpoints. For paired protocols the
+/// endpoints are in canonical order (smaller first); for ICMP they are as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct FlowKey {
+    proto: u8,
+    a: Addr16,
+    b: Addr16,
+    port_a: u16,
+    port_b: u16,
+}
+
+/// Per-direction TCP history, for the connection state.
+#[derive(Clone, Copy, Debug, Default)]
+struct TcpHistory {
+    syn: bool,
+    syn_ack: bool,
+    fin: bool,
+    rst: bool,
+}
+
+#[derive(Clone, Debug)]
+struct OpenFlow {
+    record: FlowRecord,
+    orig: TcpHistory,
+    resp: TcpHistory,
+    /// Set once the flow saw a RST or FINs from both sides.
+    closing_at: Option<i64>,
+    /// Unique per flow, so a queue entry of an ended flow with the same key is
+    /// recognised as stale.
+    generation: u64,
+}
+
+/// A bidirectional flow table.
+#[derive(Debug)]
+pub struct FlowTable {
+    config: FlowTableConfig,
+    flows: HashMap<FlowKey, OpenFlow>,
+    /// (deadline, generation, key), earliest deadline first. Entries are re-queued
+    /// lazily: when one comes due, the flow's real deadline is checked.
+    queue: BinaryHeap<Reverse<(i64, u64, FlowKey)>>,
+    now: i64,
+    next_generation: u64,
+    stats: FlowTableStats,
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl FlowTable {
+    /// Returns an empty table.
+    pub fn new(config: FlowTableConfig) -> Self {
+        Self {
+            config,
+            flows: HashMap::new(),
+            queue: BinaryHeap::new(),
+            now: i64::MIN,
+            next_generation: 0,
+            stats: FlowTableStats::default(),
+        }
+    }
+
+    /// Returns the counters.
+    pub fn stats(&self) -> FlowTableStats {
+        self.stats
+    }
+
+    /// Returns the number of open flows.
+    pub fn open_flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// Accounts one packet seen at `ts_ns` with decoded `headers` and `wire_len`
+    /// bytes on the wire; appends the records that end by this time to `out`.
+    pub fn push(
+        &mut self,
+        ts_ns: i64,
+        headers: &PacketHeaders,
+        wire_len: u32,
+        out: &mut Vec<FlowRecord>,
+    ) {
+        let (Some(src), Some(dst), Some(proto), Some(_)) = (
+            headers.src_addr,
+            headers.dst_addr,
+            headers.ip_proto,
+            headers.ip_version,
+        ) else {
+            self.stats.not_flows += 1;
+            return;
+        };
+        if ts_ns > self.now {
+            self.now = ts_ns;
+            self.expire(out);
+        }
+        self.stats.packets += 1;
+        let (src_port, dst_port) = match proto {
+            ip_proto::ICMP | ip_proto::ICMPV6 => (
+                0,
+                u16::from(headers.icmp_type.unwrap_or(0)) << 8
+                    | u16::from(headers.icmp_code.unwrap_or(0)),
+            ),
+            _ => (headers.src_port.unwrap_or(0), headers.dst_port.unwrap_or(0)),
+        };
+        let paired = !matches!(proto, ip_proto::ICMP | ip_proto::ICMPV6);
+        let forward = !paired || (src, src_port) <= (dst, dst_port);
+        let key = if forward {
+            FlowKey {
+                proto,
+                a: src,
+                b: dst,
+                port_a: src_port,
+                port_b: dst_port,
+            }
+        } else {
+            FlowKey {
+                proto,
+                a: dst,
+                b: src,
+                port_a: dst_port,
+                port_b: src_port,
+            }
+        };
+        let flags = headers.tcp_flags.unwrap_or(0);
+        let bytes = u64::from(headers.ip_len.unwrap_or(wire_len));
+
+        if !self.flows.contains_key(&key) {
+            if self.flows.len() >= self.config.max_flows {
+                self.evict_one(out);
+            }
+            // The originator sends the first packet, unless it is a SYN-ACK.
+            let syn_ack =
+                flags & (tcp_flags::SYN | tcp_flags::ACK) == (tcp_flags::SYN | tcp_flags::ACK);
+            let (orig, orig_port, resp, resp_port) = if proto == ip_proto::TCP && syn_ack {
+                (dst, dst_port, src, src_port)
+            } else {
+                (src, src_port, dst, dst_port)
+            };
+            let record = FlowRecord {
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                src: orig,
+                dst: resp,
+                src_port: orig_port,
+                dst_port: resp_port,
+                proto,
+                source: FlowSource::Packets,
+                ..FlowRecord::default()
+            };
+            self.flows.insert(
+                key,
+                OpenFlow {
+                    record,
+                    orig: TcpHistory::default(),
+                    resp: TcpHistory::default(),
+                    closing_at: None,
+                    generation: self.next_generation,
+                },
+            );
+            let deadline = ts_ns.saturating_add(nanos(self.config.idle_timeout));
+            self.queue
+                .push(Reverse((deadline, self.next_generation, key)));
+            self.next_generation += 1;
+        }
+        let Some(flow) = self.flows.get_mut(&key) else {
+            return;
+        };
+        let record = &mut flow.record;
+        record.first_ns = record.first_ns.min(ts_ns);
+        record.last_ns = record.last_ns.max(ts_ns);
+        let outbound = record.src == src && record.src_port == src_port;
+        if outbound {
+            record.packets_out += 1;
+            record.bytes_out += bytes;
+        } else {
+            record.packets_in += 1;
+            record.bytes_in += bytes;
+        }
+        if proto == ip_proto::TCP {
+            record.tcp_flags |= flags;
+            let side = if outbound {
+                &mut flow.orig
+            } else {
+                &mut flow.resp
+            };
+            if flags & tcp_flags::SYN != 0 {
+                if flags & tcp_flags::ACK != 0 {
+                    side.syn_ack = true;
+                } else {
+                    side.syn = true;
+                }
+            }
+            side.fin |= flags & tcp_flags::FIN != 0;
+            side.rst |= flags & tcp_flags::RST != 0;
+            let closed = flow.orig.rst || flow.resp.rst || (flow.orig.fin && flow.resp.fin);
+            if closed && flow.closing_at.is_none() {
+                let at = ts_ns.saturating_add(nanos(self.config.close_linger));
+                flow.closing_at = Some(at);
+                self.queue.push(Reverse((at, flow.generation, key)));
+            }
+        }
+    }
+
+    /// Returns when `flow` is due to end, by its last packet, first packet and close.
+    fn deadline(&self, flow: &OpenFlow) -> i64 {
+        let idle = flow
+            .record
+            .last_ns
+            .saturating_add(nanos(self.config.idle_timeout));
+        let active = flow
+            .record
+            .first_ns
+            .saturating_add(nanos(self.config.active_timeout));
+        let mut deadline = idle.min(active);
+        if let Some(closing) = flow.closing_at {
+            deadline = deadline.min(closing);
+        }
+        deadline
+    }
+
+    /// Ends the flows whose deadline has passed at `self.now`.
+    fn expire(&mut self, out: &mut Vec<FlowRecord>) {
+        while let Some(&Reverse((due, generation, key))) = self.queue.peek() {
+            if due > self.now {
+                break;
+            }
+            self.queue.pop();
+            let Some(flow) = self.flows.get(&key) else {
+                continue;
+            };
+            if flow.generation != generation {
+                continue;
+            }
+            let deadline = self.deadline(flow);
+            if deadline > self.now {
+                // Still active: look again at its real deadline.
+                self.queue.push(Reverse((deadline, generation, key)));
+                continue;
+            }
+            self.end(key, out);
+        }
+    }
+
+    /// Closes the flow whose queued deadline is earliest (an approximation of the
+    /// least recently used).
+    fn evict_one(&mut self, out: &mut Vec<FlowRecord>) {
+        while let Some(Reverse((_, generation, key))) = self.queue.pop() {
+            if self
+                .flows
+                .get(&key)
+                .is_some_and(|flow| flow.generation == generation)
+            {
+                self.stats.evicted += 1;
+                self.end(key, out);
+                return;
+            }
+        }
+    }
+
+    fn end(&mut self, key: FlowKey, out: &mut Vec<FlowRecord>) {
+        if let Some(flow) = self.flows.remove(&key) {
+            out.push(finish(flow));
+            self.stats.records += 1;
+        }
+    }
+
+    /// Ends every open flow (end of input); appends their records to `out` in
+    /// order of first packet.
+    pub fn flush(&mut self, out: &mut Vec<FlowRecord>) {
+        let start = out.len();
+        for (_, flow) in self.flows.drain() {
+            out.push(finish(flow));
+            self.stats.records += 1;
+        }
+        out[start..].sort_by_key(|r| (r.first_ns, r.src, r.src_port, r.dst, r.dst_port));
+        self.queue.clear();
+    }
+}
+
+/// Completes a record: its state and uid.
+fn finish(flow: OpenFlow) -> FlowRecord {
+    let mut record = flow.record;
+    record.state = state(&record, &flow.orig, &flow.resp);
+    record.uid = uid(&record);
+    record
+}
+
+/// The connection state in Zeek's vocabulary, from what each side sent.
+fn state(record: &FlowRecord, orig: &TcpHistory, resp: &TcpHistory) -> FlowState {
+    if record.proto != ip_proto::TCP {
+        return match (record.packets_out > 0, record.packets_in > 0) {
+            (true, true) => FlowState::SF,
+            (true, false) => FlowState::S0,
+            (false, _) => FlowState::SHR,
+        };
+    }
+    let established = orig.syn && resp.syn_ack;
+    if established {
+        return match () {
+            () if orig.rst => FlowState::RSTO,
+            () if resp.rst => FlowState::RSTR,
+            () if orig.fin && resp.fin => FlowState::SF,
+            () if orig.fin => FlowState::S2,
+            () if resp.fin => FlowState::S3,
+            () => FlowState::S1,
+        };
+    }
+    if orig.syn {
+        return match () {
+            () if resp.rst => FlowState::REJ,
+            () if orig.rst => FlowState::RSTOS0,
+            () if orig.fin => FlowState::SH,
+            () if record.packets_in == 0 => FlowState::S0,
+            () => FlowState::OTH,
+        };
+    }
+    if resp.syn_ack {
+        return match () {
+            () if resp.rst => FlowState::RSTRH,
+            () if resp.fin => FlowState::SHR,
+            () => FlowState::OTH,
+        };
+    }
+    FlowState::OTH
+}
+
+/// A Zeek-style uid for a record built from packets: `P` and 17 base-62 digits of
+/// a 128-bit FNV-1a hash of the 5-tuple and the start time, so the same capture
+/// always gives the same uids.
+fn uid(record: &FlowRecord) -> String {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u128::from(b);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    };
+    feed(&record.src.0);
+    feed(&record.dst.0);
+    feed(&record.src_port.to_be_bytes());
+    feed(&record.dst_port.to_be_bytes());
+    feed(&[record.proto]);
+    feed(&record.first_ns.to_be_bytes());
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut text = String::with_capacity(18);
+    text.push('P');
+    for _ in 0..17 {
+        text.push(char::from(DIGITS[(hash % 62) as usize]));
+        hash /= 62;
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;

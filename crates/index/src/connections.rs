@@ -1,0 +1,809 @@
+//! The connection index of Diventi: every connection record is inserted twice into
+//! an embedded RocksDB, keyed by each of its two addresses, so "what did A talk to
+//! between t1 and t2" is one range scan; count-based expiration keeps the N newest
+//! events and never more than N + k (see [`Expiry`]).
+//!
+//! Key (46 bytes, byte order = scan order):
+//! `addr (16) | ts (8, big-endian, sign bit flipped) | peer (16) | port (2) |
+//! peer port (2) | proto (1) | flags (1: bit 0 = reverse, addr is the responder)`.
+//! This is the paper's Table 2 widened to IPv6 (IPv4 stored IPv4-mapped) plus the
+//! protocol, so a TCP and a UDP connection with the same ports and start time
+//! cannot overwrite each other.
+//!
+//! Value ([`ConnSummary`], 8–13 bytes): source, state, TCP flags, four log2 scales
+//! (bytes and packets each way, as the paper keeps an exponent instead of a count)
+//! and the duration in milliseconds as a varint. The exact counters stay in the
+//! `flows` segments. Layouts are in `docs/formats/index.md`.
+
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState};
+use rocksdb::compaction_filter::{CompactionFilter, Decision};
+use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
+use rocksdb::{
+    ColumnFamilyDescriptor, DB, Direction, IteratorMode, MergeOperands, Options, WriteBatch,
+};
+
+use crate::histogram::TimestampHistogram;
+use crate::{IndexError, Result, rocks};
+
+/// Column family of connection entries (two per connection).
+const CF_CONNECTIONS: &str = "connections";
+/// Column family of the persisted timestamp histogram: key interval number
+/// (i64, big-endian, sign bit flipped), value the event count (u64 little-endian,
+/// summed by an associative merge operator so each write batch adds its counts).
+const CF_HISTOGRAM: &str = "histogram";
+/// Column family of settings that must survive a restart: key `cutoff`, value the
+/// expiration cutoff (i64 big-endian nanoseconds).
+const CF_META: &str = "meta";
+const META_CUTOFF: &[u8] = b"cutoff";
+
+/// Length of a connection key.
+pub const KEY_LEN: usize = 16 + 8 + 16 + 2 + 2 + 1 + 1;
+/// Bit of the key's flags byte set on the entry keyed by the responder.
+const FLAG_REVERSE: u8 = 0x01;
+/// "No cutoff yet": nothing is expired.
+const NO_CUTOFF: i64 = i64::MIN;
+
+/// Count-based expiration settings (the paper's N and the three intervals that
+/// bound k, Theorem 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expiry {
+    /// N: keep at least the N newest events; 0 turns expiration off.
+    pub keep_events: u64,
+    /// Width of a timestamp-histogram interval, in event time.
+    pub histogram_granularity: Duration,
+    /// How often the cutoff is recomputed from the histogram.
+    pub cutoff_interval: Duration,
+    /// How often every entry goes through a compaction (and so through the filter).
+    pub compaction_interval: Duration,
+}
+
+impl Expiry {
+    /// Expiration off: the index keeps everything.
+    pub const OFF: Self = Self {
+        keep_events: 0,
+        histogram_granularity: Duration::from_secs(60),
+        cutoff_interval: Duration::from_secs(60),
+        compaction_interval: Duration::from_secs(3600),
+    };
+
+    /// Returns k of Theorem 1 for a maximum event rate (events per second, both of
+    /// event time and of ingest): e_hist + I_update + I_compact, each the rate
+    /// times the corresponding interval.
+    pub fn excess_bound(&self, max_events_per_second: f64) -> u64 {
+        let seconds = self.histogram_granularity.as_secs_f64()
+            + self.cutoff_interval.as_secs_f64()
+            + self.compaction_interval.as_secs_f64();
+        (max_events_per_second * seconds).ceil() as u64
+    }
+}
+
+impl Default for Expiry {
+    fn default() -> Self {
+        Self::OFF
+    }
+}
+
+/// The compact summary of a connection kept as the value of both its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ConnSummary {
+    /// Where the record came from.
+    pub source: FlowSource,
+    /// Connection state.
+    pub state: FlowState,
+    /// Union of TCP flags.
+    pub tcp_flags: u16,
+    /// log2 scale of the bytes from originator to responder (see [`scale`]).
+    pub bytes_out_scale: u8,
+    /// log2 scale of the bytes from responder to originator.
+    pub bytes_in_scale: u8,
+    /// log2 scale of the packets from originator to responder.
+    pub packets_out_scale: u8,
+    /// log2 scale of the packets from responder to originator.
+    pub packets_in_scale: u8,
+    /// Duration in milliseconds (saturating).
+    pub duration_ms: u32,
+}
+
+/// Returns the scale of a count: 0 for 0, else `s` with `2^(s-1) <= n < 2^s`.
+pub fn scale(n: u64) -> u8 {
+    (64 - n.leading_zeros()) as u8
+}
+
+/// Returns the inclusive range of counts a scale stands for.
+pub fn scale_range(scale: u8) -> (u64, u64) {
+    match scale {
+        0 => (0, 0),
+        64.. => (1 << 63, u64::MAX),
+        s => (1 << (s - 1), (1u64 << s) - 1),
+    }
+}
+
+impl ConnSummary {
+    /// Summarizes a record.
+    pub fn of(record: &FlowRecord) -> Self {
+        let duration_ms = record.duration_ns() / 1_000_000;
+        Self {
+            source: record.source,
+            state: record.state,
+            tcp_flags: record.tcp_flags,
+            bytes_out_scale: scale(record.bytes_out),
+            bytes_in_scale: scale(record.bytes_in),
+            packets_out_scale: scale(record.packets_out),
+            packets_in_scale: scale(record.packets_in),
+            duration_ms: u32::try_from(duration_ms).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.source as u8);
+        out.push(self.state as u8);
+        out.extend_from_slice(&self.tcp_flags.to_be_bytes());
+        out.extend_from_slice(&[
+            self.bytes_out_scale,
+            self.bytes_in_scale,
+            self.packets_out_scale,
+            self.packets_in_scale,
+        ]);
+        let mut rest = self.duration_ms;
+        loop {
+            let byte = (rest & 0x7f) as u8;
+            rest >>= 7;
+            if rest == 0 {
+                out.push(byte);
+                break;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let (head, varint) = bytes.split_at_checked(8)?;
+        let mut duration_ms = 0u32;
+        let mut shift = 0u32;
+        let mut ended = false;
+        for &byte in varint {
+            if ended || shift > 28 {
+                return None;
+            }
+            duration_ms |= u32::from(byte & 0x7f).checked_shl(shift)?;
+            shift += 7;
+            ended = byte & 0x80 == 0;
+        }
+        if !ended {
+            return None;
+        }
+        Some(Self {
+            source: FlowSource::from_code(head[0])?,
+            state: FlowState::from_code(head[1])?,
+            tcp_flags: u16::from_be_bytes([head[2], head[3]]),
+            bytes_out_scale: head[4],
+            bytes_in_scale: head[5],
+            packets_out_scale: head[6],
+            packets_in_scale: head[7],
+            duration_ms,
+        })
+    }
+}
+
+/// One entry of the index: a connection seen from one of its addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnEntry {
+    /// The address the entry is keyed by.
+    pub addr: Addr16,
+    /// Start of the connection, nanoseconds since the epoch.
+    pub ts_ns: i64,
+    /// The other address.
+    pub peer: Addr16,
+    /// The port on `addr`'s side.
+    pub port: u16,
+    /// The port on `peer`'s side.
+    pub peer_port: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// True if `addr` is the responder (the entry is the reverse copy).
+    pub reverse: bool,
+    /// The compact summary.
+    pub summary: ConnSummary,
+}
+
+impl ConnEntry {
+    /// Returns (originator, originator port, responder, responder port).
+    pub fn oriented(&self) -> (Addr16, u16, Addr16, u16) {
+        if self.reverse {
+            (self.peer, self.peer_port, self.addr, self.port)
+        } else {
+            (self.addr, self.port, self.peer, self.peer_port)
+        }
+    }
+}
+
+fn ts_bytes(ts_ns: i64) -> [u8; 8] {
+    ((ts_ns as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn ts_from_bytes(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
+/// Returns the start of the key range of `addr` at `ts_ns`.
+fn key_prefix(addr: Addr16, ts_ns: i64) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..16].copy_from_slice(&addr.0);
+    key[16..].copy_from_slice(&ts_bytes(ts_ns));
+    key
+}
+
+fn encode_key(record: &FlowRecord, reverse: bool) -> [u8; KEY_LEN] {
+    let (addr, port, peer, peer_port) = if reverse {
+        (record.dst, record.dst_port, record.src, record.src_port)
+    } else {
+        (record.src, record.src_port, record.dst, record.dst_port)
+    };
+    let mut key = [0u8; KEY_LEN];
+    key[..24].copy_from_slice(&key_prefix(addr, record.first_ns));
+    key[24..40].copy_from_slice(&peer.0);
+    key[40..42].copy_from_slice(&port.to_be_bytes());
+    key[42..44].copy_from_slice(&peer_port.to_be_bytes());
+    key[44] = record.proto;
+    key[45] = if reverse { FLAG_REVERSE } else { 0 };
+    key
+}
+
+/// Returns the timestamp of a key, if it is long enough to have one.
+fn key_ts(key: &[u8]) -> Option<i64> {
+    let bytes: [u8; 8] = key.get(16..24)?.try_into().ok()?;
+    Some(ts_from_bytes(bytes))
+}
+
+fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
+    if key.len() != KEY_LEN {
+        return None;
+    }
+    let addr = Addr16(key[..16].try_into().ok()?);
+    let peer = Addr16(key[24..40].try_into().ok()?);
+    Some(ConnEntry {
+        addr,
+        ts_ns: key_ts(key)?,
+        peer,
+        port: u16::from_be_bytes([key[40], key[41]]),
+        peer_port: u16::from_be_bytes([key[42], key[43]]),
+        proto: key[44],
+        reverse: key[45] & FLAG_REVERSE != 0,
+        summary: ConnSummary::decode(value)?,
+    })
+}
+
+/// The compaction filter: drops entries whose timestamp is before the cutoff
+/// current when the compaction started.
+struct ExpireFilter {
+    cutoff: i64,
+}
+
+impl CompactionFilter for ExpireFilter {
+    fn filter(&mut self, _level: u32, key: &[u8], _value: &[u8]) -> Decision {
+        match key_ts(key) {
+            Some(ts) if ts < self.cutoff => Decision::Remove,
+            _ => Decision::Keep,
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"hindsight-expire"
+    }
+}
+
+/// Makes one [`ExpireFilter`] per compaction with the cutoff of that moment.
+struct ExpireFilterFactory {
+    cutoff: Arc<AtomicI64>,
+}
+
+impl CompactionFilterFactory for ExpireFilterFactory {
+    type Filter = ExpireFilter;
+
+    fn create(&mut self, _context: CompactionFilterContext) -> ExpireFilter {
+        ExpireFilter {
+            cutoff: self.cutoff.load(Ordering::Acquire),
+        }
+    }
+
+    fn name(&self) -> &CStr {
+        c"hindsight-expire-factory"
+    }
+}
+
+fn add_counts(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+    let read = |bytes: &[u8]| bytes.try_into().map(u64::from_le_bytes).unwrap_or(0);
+    let mut total = existing.map_or(0, read);
+    for operand in operands {
+        total = total.wrapping_add(read(operand));
+    }
+    Some(total.to_le_bytes().to_vec())
+}
+
+/// What one scan returned: entries in key order, and where to resume.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnPage {
+    /// The entries, ordered by address, then time, then peer.
+    pub entries: Vec<ConnEntry>,
+    /// The key to pass as `after` to get the next page; `None` if this is the last.
+    pub next: Option<Vec<u8>>,
+}
+
+/// A scan request: addresses in `[low, high]` (a CIDR block or one address),
+/// connections starting in `[start_ns, end_ns]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnScan {
+    /// Lowest address.
+    pub low: Addr16,
+    /// Highest address.
+    pub high: Addr16,
+    /// Earliest start time, inclusive.
+    pub start_ns: i64,
+    /// Latest start time, inclusive.
+    pub end_ns: i64,
+}
+
+/// The connection index of an archive.
+#[derive(Debug)]
+pub struct ConnectionIndex {
+    path: PathBuf,
+    db: DB,
+    expiry: Expiry,
+    cutoff: Arc<AtomicI64>,
+    histogram: Mutex<TimestampHistogram>,
+}
+
+impl std::fmt::Debug for ExpireFilterFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExpireFilterFactory").finish()
+    }
+}
+
+impl ConnectionIndex {
+    /// Opens (creating if needed) the connection index in `dir` for writing, with
+    /// the expiration settings `expiry`. The histogram and the cutoff are read back
+    /// from the database, so expiration continues where it stopped.
+    pub fn open(dir: &Path, expiry: Expiry) -> Result<Self> {
+        let cutoff = Arc::new(AtomicI64::new(NO_CUTOFF));
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_keep_log_file_num(4);
+        options.increase_parallelism(2);
+        let mut connections = Options::default();
+        connections.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        connections.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+        connections.set_write_buffer_size(64 << 20);
+        connections.set_compaction_filter_factory(ExpireFilterFactory {
+            cutoff: Arc::clone(&cutoff),
+        });
+        let mut histogram_options = Options::default();
+        histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
+        let families = [
+            ColumnFamilyDescriptor::new(CF_CONNECTIONS, connections),
+            ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
+            ColumnFamilyDescriptor::new(CF_META, Options::default()),
+        ];
+        let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
+        let index = Self {
+            path: dir.to_owned(),
+            db,
+            expiry,
+            cutoff,
+            histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&expiry))),
+        };
+        index.load_state()?;
+        Ok(index)
+    }
+
+    /// Opens the index in `dir` read-only; `None` if there is none yet.
+    pub fn open_read_only(dir: &Path) -> Result<Option<Self>> {
+        if !dir.join("CURRENT").exists() {
+            return Ok(None);
+        }
+        let mut histogram_options = Options::default();
+        histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
+        let families = [
+            ColumnFamilyDescriptor::new(CF_CONNECTIONS, Options::default()),
+            ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
+            ColumnFamilyDescriptor::new(CF_META, Options::default()),
+        ];
+        let db = DB::open_cf_descriptors_read_only(&Options::default(), dir, families, false)
+            .map_err(rocks(dir))?;
+        let index = Self {
+            path: dir.to_owned(),
+            db,
+            expiry: Expiry::OFF,
+            cutoff: Arc::new(AtomicI64::new(NO_CUTOFF)),
+            histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&Expiry::OFF))),
+        };
+        index.load_state()?;
+        Ok(Some(index))
+    }
+
+    fn family(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily> {
+        self.db.cf_handle(name).ok_or_else(|| IndexError::Corrupt {
+            path: self.path.clone(),
+            family: name,
+            reason: "column family is missing".to_owned(),
+        })
+    }
+
+    fn corrupt(&self, family: &'static str, reason: String) -> IndexError {
+        IndexError::Corrupt {
+            path: self.path.clone(),
+            family,
+            reason,
+        }
+    }
+
+    /// Reads the cutoff and the histogram back from the database. The persisted
+    /// histogram may have been written with another granularity: its counts are
+    /// re-binned into the configured one by interval start (rounding down keeps
+    /// every count at or before its true time, so cutoffs stay safe).
+    fn load_state(&self) -> Result<()> {
+        let meta = self.family(CF_META)?;
+        if let Some(bytes) = self
+            .db
+            .get_cf(meta, META_CUTOFF)
+            .map_err(rocks(&self.path))?
+        {
+            let bytes: [u8; 8] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| self.corrupt(CF_META, "cutoff is not 8 bytes".to_owned()))?;
+            self.cutoff
+                .store(i64::from_be_bytes(bytes), Ordering::Release);
+        }
+        let family = self.family(CF_HISTOGRAM)?;
+        let mut histogram = self.lock_histogram();
+        for item in self.db.iterator_cf(family, IteratorMode::Start) {
+            let (key, value) = item.map_err(rocks(&self.path))?;
+            let (Ok(key), Ok(value)) = (
+                <[u8; 16]>::try_from(key.as_ref()),
+                <[u8; 8]>::try_from(value.as_ref()),
+            ) else {
+                return Err(self.corrupt(CF_HISTOGRAM, "entry of the wrong size".to_owned()));
+            };
+            let start = ts_from_bytes(key[..8].try_into().unwrap_or_default());
+            let bucket = histogram.bucket_of(start);
+            histogram.add(bucket, u64::from_le_bytes(value));
+        }
+        Ok(())
+    }
+
+    fn lock_histogram(&self) -> std::sync::MutexGuard<'_, TimestampHistogram> {
+        // A panic while holding the lock leaves counts that are still valid.
+        self.histogram
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Returns the expiration settings.
+    pub fn expiry(&self) -> Expiry {
+        self.expiry
+    }
+
+    /// Returns the current cutoff: entries older than it are expired (dropped at
+    /// their next compaction and never returned by scans). `None` before the
+    /// index first held more than N events.
+    pub fn cutoff(&self) -> Option<i64> {
+        Some(self.cutoff.load(Ordering::Acquire)).filter(|&c| c != NO_CUTOFF)
+    }
+
+    /// Inserts the records, two entries each, and counts them in the histogram,
+    /// in one atomic write batch.
+    pub fn insert(&self, records: &[FlowRecord]) -> Result<()> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        let histogram_family = self.family(CF_HISTOGRAM)?;
+        let mut batch = WriteBatch::default();
+        let mut value = Vec::with_capacity(16);
+        let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+        let width = granularity_ns(&self.expiry);
+        for record in records {
+            value.clear();
+            ConnSummary::of(record).encode(&mut value);
+            batch.put_cf(connections, encode_key(record, false), &value);
+            batch.put_cf(connections, encode_key(record, true), &value);
+            *counts.entry(record.first_ns.div_euclid(width)).or_default() += 1;
+        }
+        for (&bucket, &count) in &counts {
+            batch.merge_cf(
+                histogram_family,
+                histogram_key(bucket.saturating_mul(width)),
+                count.to_le_bytes(),
+            );
+        }
+        self.db.write(batch).map_err(rocks(&self.path))?;
+        let mut histogram = self.lock_histogram();
+        for (bucket, count) in counts {
+            histogram.add(bucket, count);
+        }
+        Ok(())
+    }
+
+    /// Recomputes the cutoff from the histogram (the paper's periodic cutoff
+    /// update) and persists it; forgets histogram intervals before it. Returns the
+    /// cutoff now in force. The cutoff never moves back: the events at or after
+    /// an earlier cutoff only grow in number.
+    pub fn update_cutoff(&self) -> Result<Option<i64>> {
+        let mut histogram = self.lock_histogram();
+        let Some(computed) = histogram.cutoff(self.expiry.keep_events) else {
+            return Ok(self.cutoff());
+        };
+        let cutoff = computed.max(self.cutoff.load(Ordering::Acquire));
+        let meta = self.family(CF_META)?;
+        let histogram_family = self.family(CF_HISTOGRAM)?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(meta, META_CUTOFF, cutoff.to_be_bytes());
+        for bucket in histogram.drop_before(cutoff) {
+            batch.delete_cf(
+                histogram_family,
+                histogram_key(bucket.saturating_mul(histogram.width_ns())),
+            );
+        }
+        self.db.write(batch).map_err(rocks(&self.path))?;
+        self.cutoff.store(cutoff, Ordering::Release);
+        Ok(Some(cutoff))
+    }
+
+    /// Compacts the whole connection family, so every entry passes the expiration
+    /// filter (the paper's periodic compaction, run on our own schedule: see
+    /// [`ExpiryClock`]).
+    pub fn compact(&self) -> Result<()> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        let mut options = rocksdb::CompactOptions::default();
+        options.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+        self.db
+            .compact_range_cf_opt(connections, None::<&[u8]>, None::<&[u8]>, &options);
+        Ok(())
+    }
+
+    /// Flushes the memtables to disk (for a clean shutdown; the WAL makes writes
+    /// durable anyway).
+    pub fn flush(&self) -> Result<()> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        self.db.flush_cf(connections).map_err(rocks(&self.path))
+    }
+
+    /// Returns one page of the connections of the addresses in `scan`, at most
+    /// `limit` entries, resuming after key `after` (a [`ConnPage::next`]).
+    /// Entries older than the cutoff are not returned even before their compaction.
+    pub fn scan(&self, scan: &ConnScan, after: Option<&[u8]>, limit: usize) -> Result<ConnPage> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        let start_ns = scan.start_ns.max(self.cutoff.load(Ordering::Acquire));
+        let mut page = ConnPage::default();
+        if scan.low > scan.high || start_ns > scan.end_ns || limit == 0 {
+            return Ok(page);
+        }
+        let mut iter = self.db.raw_iterator_cf(connections);
+        match after {
+            Some(key) => iter.seek(successor(key)),
+            None => iter.seek(key_prefix(scan.low, start_ns)),
+        }
+        let mut last_key = Vec::new();
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            let Some(entry) = decode_entry(key, value) else {
+                return Err(self.corrupt(
+                    CF_CONNECTIONS,
+                    format!("entry with a {}-byte key", key.len()),
+                ));
+            };
+            if entry.addr > scan.high {
+                break;
+            }
+            if entry.addr < scan.low {
+                iter.seek(key_prefix(scan.low, start_ns));
+                continue;
+            }
+            if entry.ts_ns < start_ns {
+                // Same address, before the window: jump into it.
+                iter.seek(key_prefix(entry.addr, start_ns));
+                continue;
+            }
+            if entry.ts_ns > scan.end_ns {
+                // Past this address's window: jump to the next address.
+                match next_addr(entry.addr) {
+                    Some(next) if next <= scan.high => {
+                        iter.seek(key_prefix(next, start_ns));
+                        continue;
+                    }
+                    _ => break,
+                }
+            }
+            if page.entries.len() == limit {
+                page.next = Some(last_key);
+                break;
+            }
+            last_key.clear();
+            last_key.extend_from_slice(key);
+            page.entries.push(entry);
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(page)
+    }
+
+    /// Counts the events (forward entries) and all entries in the index, reading
+    /// every key. For tests and `stats`; a full scan.
+    pub fn count(&self) -> Result<(u64, u64)> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        let (mut events, mut entries) = (0u64, 0u64);
+        let mut iter = self.db.raw_iterator_cf(connections);
+        iter.seek_to_first();
+        while let Some(key) = iter.key() {
+            entries += 1;
+            if key.len() == KEY_LEN && key[45] & FLAG_REVERSE == 0 {
+                events += 1;
+            }
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok((events, entries))
+    }
+
+    /// Returns the timestamps of every forward entry (one per event), for tests.
+    pub fn event_times(&self) -> Result<Vec<i64>> {
+        let connections = self.family(CF_CONNECTIONS)?;
+        let mut times = Vec::new();
+        for item in self
+            .db
+            .iterator_cf(connections, IteratorMode::From(&[], Direction::Forward))
+        {
+            let (key, _) = item.map_err(rocks(&self.path))?;
+            if key.len() == KEY_LEN && key[45] & FLAG_REVERSE == 0 {
+                times.extend(key_ts(&key));
+            }
+        }
+        Ok(times)
+    }
+}
+
+/// Returns the key of a histogram interval starting at `start_ns`.
+fn histogram_key(start_ns: i64) -> [u8; 16] {
+    let mut key = [0u8; 16];
+    key[..8].copy_from_slice(&ts_bytes(start_ns));
+    key
+}
+
+fn granularity_ns(expiry: &Expiry) -> i64 {
+    i64::try_from(expiry.histogram_granularity.as_nanos())
+        .unwrap_or(i64::MAX)
+        .max(1)
+}
+
+/// Returns the smallest key greater than `key`.
+fn successor(key: &[u8]) -> Vec<u8> {
+    let mut next = key.to_vec();
+    next.push(0);
+    next
+}
+
+/// Returns the address after `addr`, if any.
+fn next_addr(addr: Addr16) -> Option<Addr16> {
+    u128::from_be_bytes(addr.0)
+        .checked_add(1)
+        .map(|n| Addr16(n.to_be_bytes()))
+}
+
+/// Decides when the periodic parts of expiration are due: a cutoff update every
+/// `cutoff_interval` and a full compaction every `compaction_interval`, measured
+/// on whatever clock the caller passes (wall time in the service, simulated time
+/// in the bound test).
+#[derive(Clone, Copy, Debug)]
+pub struct ExpiryClock {
+    expiry: Expiry,
+    next_cutoff: Option<Duration>,
+    next_compaction: Option<Duration>,
+}
+
+/// What an [`ExpiryClock`] says is due now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Due {
+    /// Recompute the cutoff.
+    pub cutoff: bool,
+    /// Compact everything.
+    pub compaction: bool,
+}
+
+impl ExpiryClock {
+    /// Returns a clock whose first deadlines are one interval after the first tick.
+    pub fn new(expiry: Expiry) -> Self {
+        Self {
+            expiry,
+            next_cutoff: None,
+            next_compaction: None,
+        }
+    }
+
+    /// Returns what is due at time `now` (any monotonic clock) and moves the
+    /// deadlines of what it returns one interval on.
+    pub fn tick(&mut self, now: Duration) -> Due {
+        if self.expiry.keep_events == 0 {
+            return Due::default();
+        }
+        let mut due = Due::default();
+        let cutoff_at = *self
+            .next_cutoff
+            .get_or_insert(now + self.expiry.cutoff_interval);
+        if now >= cutoff_at {
+            due.cutoff = true;
+            self.next_cutoff = Some(now + self.expiry.cutoff_interval);
+        }
+        let compaction_at = *self
+            .next_compaction
+            .get_or_insert(now + self.expiry.compaction_interval);
+        if now >= compaction_at {
+            due.compaction = true;
+            self.next_compaction = Some(now + self.expiry.compaction_interval);
+        }
+        due
+    }
+}
+
+/// A thread that runs expiration on wall-clock time for a shared index: cutoff
+/// updates and full compactions as [`ExpiryClock`] says, off the ingest path.
+/// Stopped (and joined) on drop.
+#[derive(Debug)]
+pub struct Maintenance {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Maintenance {
+    /// Starts maintenance of `index`; errors are reported to `on_error` and the
+    /// thread carries on (a failed compaction is retried at the next interval).
+    pub fn start(
+        index: Arc<ConnectionIndex>,
+        on_error: impl Fn(IndexError) + Send + 'static,
+    ) -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("index-expiry".to_owned())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                let mut clock = ExpiryClock::new(index.expiry());
+                let tick = index
+                    .expiry()
+                    .cutoff_interval
+                    .min(index.expiry().compaction_interval)
+                    .clamp(Duration::from_millis(10), Duration::from_secs(1));
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(tick)
+                {
+                    let due = clock.tick(started.elapsed());
+                    if due.cutoff
+                        && let Err(error) = index.update_cutoff()
+                    {
+                        on_error(error);
+                    }
+                    if due.compaction
+                        && let Err(error) = index.compact()
+                    {
+                        on_error(error);
+                    }
+                }
+            })
+            .ok();
+        Self {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for Maintenance {
+    fn drop(&mut self) {
+        self.stop = None;
+        if let Some(thread) = self.thread.take() {
+            let _ignored = thread.join();
+        }
+    }
+}

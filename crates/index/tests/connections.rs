@@ -1,0 +1,191 @@
+//! Lookups of the connection index: by address, CIDR range and time, both
+//! directions, paging, and entries past the expiration cutoff.
+
+use std::time::Duration;
+
+use hindsight_index::connections::{scale, scale_range};
+use hindsight_index::{ConnScan, ConnSummary, ConnectionIndex, Expiry};
+use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, ip_proto};
+
+const SEC: i64 = 1_000_000_000;
+
+fn v4(a: u8, b: u8, c: u8, d: u8) -> Addr16 {
+    Addr16::from_v4_bytes([a, b, c, d])
+}
+
+fn conn(ts: i64, src: Addr16, sport: u16, dst: Addr16, dport: u16) -> FlowRecord {
+    FlowRecord {
+        first_ns: ts * SEC,
+        last_ns: ts * SEC + 2 * SEC + 500_000_000,
+        src,
+        dst,
+        src_port: sport,
+        dst_port: dport,
+        proto: ip_proto::TCP,
+        packets_out: 10,
+        bytes_out: 1_500,
+        packets_in: 8,
+        bytes_in: 70_000,
+        tcp_flags: 0x1b,
+        state: FlowState::SF,
+        source: FlowSource::Packets,
+        ..FlowRecord::default()
+    }
+}
+
+fn scan(low: Addr16, high: Addr16, start: i64, end: i64) -> ConnScan {
+    ConnScan {
+        low,
+        high,
+        start_ns: start * SEC,
+        end_ns: end * SEC,
+    }
+}
+
+fn sample() -> Vec<FlowRecord> {
+    let a = v4(10, 1, 2, 3);
+    vec![
+        conn(100, a, 40_000, v4(8, 8, 8, 8), 53),
+        conn(200, v4(10, 1, 2, 9), 40_001, a, 22),
+        conn(300, a, 40_002, v4(192, 0, 2, 1), 443),
+        conn(400, v4(10, 1, 3, 1), 40_003, v4(10, 1, 2, 9), 80),
+        conn(
+            500,
+            Addr16::from_v6_bytes([0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            5353,
+            a,
+            5353,
+        ),
+    ]
+}
+
+#[test]
+fn an_address_finds_its_connections_in_both_directions_in_time_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("open");
+    index.insert(&sample()).expect("insert");
+    let a = v4(10, 1, 2, 3);
+    let page = index.scan(&scan(a, a, 0, 1_000), None, 100).expect("scan");
+    let times: Vec<i64> = page.entries.iter().map(|e| e.ts_ns / SEC).collect();
+    assert_eq!(times, [100, 200, 300, 500]);
+    assert!(page.next.is_none());
+    let second = page.entries[1];
+    assert!(
+        second.reverse,
+        "10.1.2.3 was the responder of the ssh connection"
+    );
+    assert_eq!(second.peer, v4(10, 1, 2, 9));
+    assert_eq!((second.port, second.peer_port), (22, 40_001));
+    assert_eq!(second.oriented(), (v4(10, 1, 2, 9), 40_001, a, 22));
+    assert_eq!(
+        second.summary,
+        ConnSummary {
+            source: FlowSource::Packets,
+            state: FlowState::SF,
+            tcp_flags: 0x1b,
+            bytes_out_scale: scale(1_500),
+            bytes_in_scale: scale(70_000),
+            packets_out_scale: scale(10),
+            packets_in_scale: scale(8),
+            duration_ms: 2_500,
+        }
+    );
+    let (low, high) = scale_range(second.summary.bytes_in_scale);
+    assert!(low <= 70_000 && 70_000 <= high && high < 2 * low);
+
+    // A time window.
+    let page = index.scan(&scan(a, a, 150, 300), None, 100).expect("scan");
+    let times: Vec<i64> = page.entries.iter().map(|e| e.ts_ns / SEC).collect();
+    assert_eq!(times, [200, 300]);
+    // An address with no connections.
+    let none = v4(10, 1, 2, 4);
+    assert!(
+        index
+            .scan(&scan(none, none, 0, 1_000), None, 100)
+            .expect("scan")
+            .entries
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_cidr_range_skips_each_address_outside_the_window_and_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("open");
+    index.insert(&sample()).expect("insert");
+    // 10.1.2.0/24 between 150 s and 450 s: 10.1.2.3 at 200 (reverse) and 300,
+    // 10.1.2.9 at 200 and 400 (reverse).
+    let range = scan(v4(10, 1, 2, 0), v4(10, 1, 2, 255), 150, 450);
+    let all = index.scan(&range, None, 100).expect("scan");
+    let seen: Vec<(String, i64)> = all
+        .entries
+        .iter()
+        .map(|e| (e.addr.to_string(), e.ts_ns / SEC))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("10.1.2.3".to_owned(), 200),
+            ("10.1.2.3".to_owned(), 300),
+            ("10.1.2.9".to_owned(), 200),
+            ("10.1.2.9".to_owned(), 400),
+        ]
+    );
+    // The same in pages of 3 and 1.
+    for size in [3, 1] {
+        let mut paged = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = index.scan(&range, after.as_deref(), size).expect("page");
+            assert!(page.entries.len() <= size);
+            paged.extend(page.entries);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(paged, all.entries, "pages of {size}");
+    }
+}
+
+#[test]
+fn entries_before_the_cutoff_are_not_returned_and_are_dropped_by_compaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expiry = Expiry {
+        keep_events: 2,
+        histogram_granularity: Duration::from_secs(10),
+        cutoff_interval: Duration::from_secs(1),
+        compaction_interval: Duration::from_secs(1),
+    };
+    let index = ConnectionIndex::open(dir.path(), expiry).expect("open");
+    index.insert(&sample()).expect("insert");
+    assert_eq!(index.count().expect("count"), (5, 10));
+    // The two newest start at 400 s and 500 s.
+    assert_eq!(index.update_cutoff().expect("cutoff"), Some(400 * SEC));
+    let a = v4(10, 1, 2, 3);
+    let page = index.scan(&scan(a, a, 0, 1_000), None, 100).expect("scan");
+    let times: Vec<i64> = page.entries.iter().map(|e| e.ts_ns / SEC).collect();
+    assert_eq!(times, [500], "expired entries are hidden before compaction");
+    index.compact().expect("compact");
+    assert_eq!(index.count().expect("count"), (2, 4));
+}
+
+#[test]
+fn read_only_open_sees_what_the_writer_flushed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let index = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("open");
+        index.insert(&sample()).expect("insert");
+        index.flush().expect("flush");
+    }
+    let reader = ConnectionIndex::open_read_only(dir.path())
+        .expect("open read-only")
+        .expect("index exists");
+    assert_eq!(reader.count().expect("count"), (5, 10));
+    let missing = tempfile::tempdir().expect("tempdir");
+    assert!(
+        ConnectionIndex::open_read_only(missing.path())
+            .expect("open")
+            .is_none()
+    );
+}

@@ -1,0 +1,286 @@
+//! The `flows` table: its Arrow schema, a builder from [`FlowRecord`]s to record
+//! batches, and the way back.
+//!
+//! Columns shared in meaning with `packets` share its names (`ts`, `src_addr`,
+//! `dst_addr`, `src_port`, `dst_port`, `ip_proto`, `tcp_flags`), so time pruning,
+//! address postings and the filter language work on both tables alike. `ts` is the
+//! flow's first packet. `docs/formats/segment.md` documents every column.
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{
+    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch, StringArray,
+    StringBuilder, TimestampNanosecondArray, TimestampNanosecondBuilder, UInt8Array, UInt8Builder,
+    UInt16Array, UInt16Builder, UInt64Array, UInt64Builder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState};
+
+/// Column names of the `flows` table, in schema order.
+pub mod col {
+    pub use crate::schema::col::{DST_ADDR, DST_PORT, IP_PROTO, SRC_ADDR, SRC_PORT, TCP_FLAGS, TS};
+    /// Time of the last packet (timestamp, ns, UTC).
+    pub const LAST_TS: &str = "last_ts";
+    /// Packets from originator (`src_addr`) to responder.
+    pub const PACKETS_OUT: &str = "packets_out";
+    /// IP bytes from originator to responder.
+    pub const BYTES_OUT: &str = "bytes_out";
+    /// Packets from responder to originator.
+    pub const PACKETS_IN: &str = "packets_in";
+    /// IP bytes from responder to originator.
+    pub const BYTES_IN: &str = "bytes_in";
+    /// Connection state, Zeek's `conn_state` names (`SF`, `S0`, `REJ`…; `-` unknown).
+    pub const STATE: &str = "state";
+    /// Where the record came from: `packets`, `zeek`, `netflow5`, `netflow9`, `ipfix`.
+    pub const SOURCE: &str = "source";
+    /// Exporter address of NetFlow/IPFIX records (null for other sources).
+    pub const EXPORTER: &str = "exporter";
+    /// Unique id (Zeek `uid`, or derived; see the format documentation).
+    pub const UID: &str = "uid";
+}
+
+const ADDR_LEN: i32 = 16;
+
+static FLOWS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let ts_type = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+    Arc::new(Schema::new(vec![
+        Field::new(col::TS, ts_type.clone(), false),
+        Field::new(col::LAST_TS, ts_type, false),
+        Field::new(col::SRC_ADDR, DataType::FixedSizeBinary(ADDR_LEN), false),
+        Field::new(col::DST_ADDR, DataType::FixedSizeBinary(ADDR_LEN), false),
+        Field::new(col::SRC_PORT, DataType::UInt16, false),
+        Field::new(col::DST_PORT, DataType::UInt16, false),
+        Field::new(col::IP_PROTO, DataType::UInt8, false),
+        Field::new(col::PACKETS_OUT, DataType::UInt64, false),
+        Field::new(col::BYTES_OUT, DataType::UInt64, false),
+        Field::new(col::PACKETS_IN, DataType::UInt64, false),
+        Field::new(col::BYTES_IN, DataType::UInt64, false),
+        Field::new(col::TCP_FLAGS, DataType::UInt16, false),
+        Field::new(col::STATE, DataType::Utf8, false),
+        Field::new(col::SOURCE, DataType::Utf8, false),
+        Field::new(col::EXPORTER, DataType::FixedSizeBinary(ADDR_LEN), true),
+        Field::new(col::UID, DataType::Utf8, false),
+    ]))
+});
+
+/// Returns the Arrow schema of the `flows` table.
+pub fn flows_schema() -> SchemaRef {
+    Arc::clone(&FLOWS_SCHEMA)
+}
+
+/// Accumulates flow records column by column and emits Arrow record batches.
+#[derive(Debug)]
+pub struct FlowBatchBuilder {
+    ts: TimestampNanosecondBuilder,
+    last_ts: TimestampNanosecondBuilder,
+    src_addr: FixedSizeBinaryBuilder,
+    dst_addr: FixedSizeBinaryBuilder,
+    src_port: UInt16Builder,
+    dst_port: UInt16Builder,
+    ip_proto: UInt8Builder,
+    packets_out: UInt64Builder,
+    bytes_out: UInt64Builder,
+    packets_in: UInt64Builder,
+    bytes_in: UInt64Builder,
+    tcp_flags: UInt16Builder,
+    state: StringBuilder,
+    source: StringBuilder,
+    exporter: FixedSizeBinaryBuilder,
+    uid: StringBuilder,
+    rows: usize,
+}
+
+impl Default for FlowBatchBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FlowBatchBuilder {
+    /// Returns an empty builder.
+    pub fn new() -> Self {
+        Self {
+            ts: TimestampNanosecondBuilder::new().with_timezone("UTC"),
+            last_ts: TimestampNanosecondBuilder::new().with_timezone("UTC"),
+            src_addr: FixedSizeBinaryBuilder::new(ADDR_LEN),
+            dst_addr: FixedSizeBinaryBuilder::new(ADDR_LEN),
+            src_port: UInt16Builder::new(),
+            dst_port: UInt16Builder::new(),
+            ip_proto: UInt8Builder::new(),
+            packets_out: UInt64Builder::new(),
+            bytes_out: UInt64Builder::new(),
+            packets_in: UInt64Builder::new(),
+            bytes_in: UInt64Builder::new(),
+            tcp_flags: UInt16Builder::new(),
+            state: StringBuilder::new(),
+            source: StringBuilder::new(),
+            exporter: FixedSizeBinaryBuilder::new(ADDR_LEN),
+            uid: StringBuilder::new(),
+            rows: 0,
+        }
+    }
+
+    /// Returns the number of rows appended since the last [`finish`](Self::finish).
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// Returns true if no row was appended since the last [`finish`](Self::finish).
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Appends one record.
+    pub fn append(&mut self, r: &FlowRecord) {
+        self.ts.append_value(r.first_ns);
+        self.last_ts.append_value(r.last_ns);
+        append_addr(&mut self.src_addr, Some(r.src));
+        append_addr(&mut self.dst_addr, Some(r.dst));
+        self.src_port.append_value(r.src_port);
+        self.dst_port.append_value(r.dst_port);
+        self.ip_proto.append_value(r.proto);
+        self.packets_out.append_value(r.packets_out);
+        self.bytes_out.append_value(r.bytes_out);
+        self.packets_in.append_value(r.packets_in);
+        self.bytes_in.append_value(r.bytes_in);
+        self.tcp_flags.append_value(r.tcp_flags);
+        self.state.append_value(r.state.name());
+        self.source.append_value(r.source.name());
+        let exporter = (r.exporter != Addr16::default()).then_some(r.exporter);
+        append_addr(&mut self.exporter, exporter);
+        self.uid.append_value(&r.uid);
+        self.rows += 1;
+    }
+
+    /// Returns the rows appended so far as a record batch and resets the builder.
+    pub fn finish(&mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.ts.finish()),
+            Arc::new(self.last_ts.finish()),
+            Arc::new(self.src_addr.finish()),
+            Arc::new(self.dst_addr.finish()),
+            Arc::new(self.src_port.finish()),
+            Arc::new(self.dst_port.finish()),
+            Arc::new(self.ip_proto.finish()),
+            Arc::new(self.packets_out.finish()),
+            Arc::new(self.bytes_out.finish()),
+            Arc::new(self.packets_in.finish()),
+            Arc::new(self.bytes_in.finish()),
+            Arc::new(self.tcp_flags.finish()),
+            Arc::new(self.state.finish()),
+            Arc::new(self.source.finish()),
+            Arc::new(self.exporter.finish()),
+            Arc::new(self.uid.finish()),
+        ];
+        self.rows = 0;
+        RecordBatch::try_new(flows_schema(), columns)
+            .expect("builder columns match the flows schema by construction")
+    }
+}
+
+fn append_addr(builder: &mut FixedSizeBinaryBuilder, value: Option<Addr16>) {
+    match value {
+        Some(addr) => builder
+            .append_value(addr.0)
+            .expect("addresses are 16 bytes by construction"),
+        None => builder.append_null(),
+    }
+}
+
+fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
+    batch
+        .column_by_name(name)
+        .and_then(|array| array.as_any().downcast_ref::<T>())
+}
+
+/// Reads the rows of a `flows` record batch back into records. Returns `None` if
+/// a column is missing or has another type (not a whole `flows` batch).
+pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
+    let ts = column::<TimestampNanosecondArray>(batch, col::TS)?;
+    let last_ts = column::<TimestampNanosecondArray>(batch, col::LAST_TS)?;
+    let src = column::<FixedSizeBinaryArray>(batch, col::SRC_ADDR)?;
+    let dst = column::<FixedSizeBinaryArray>(batch, col::DST_ADDR)?;
+    let src_port = column::<UInt16Array>(batch, col::SRC_PORT)?;
+    let dst_port = column::<UInt16Array>(batch, col::DST_PORT)?;
+    let proto = column::<UInt8Array>(batch, col::IP_PROTO)?;
+    let packets_out = column::<UInt64Array>(batch, col::PACKETS_OUT)?;
+    let bytes_out = column::<UInt64Array>(batch, col::BYTES_OUT)?;
+    let packets_in = column::<UInt64Array>(batch, col::PACKETS_IN)?;
+    let bytes_in = column::<UInt64Array>(batch, col::BYTES_IN)?;
+    let tcp_flags = column::<UInt16Array>(batch, col::TCP_FLAGS)?;
+    let state = column::<StringArray>(batch, col::STATE)?;
+    let source = column::<StringArray>(batch, col::SOURCE)?;
+    let exporter = column::<FixedSizeBinaryArray>(batch, col::EXPORTER)?;
+    let uid = column::<StringArray>(batch, col::UID)?;
+    let addr = |array: &FixedSizeBinaryArray, row: usize| -> Addr16 {
+        if array.is_null(row) {
+            return Addr16::default();
+        }
+        Addr16(array.value(row).try_into().unwrap_or_default())
+    };
+    let records = (0..batch.num_rows())
+        .map(|row| FlowRecord {
+            first_ns: ts.value(row),
+            last_ns: last_ts.value(row),
+            src: addr(src, row),
+            dst: addr(dst, row),
+            src_port: src_port.value(row),
+            dst_port: dst_port.value(row),
+            proto: proto.value(row),
+            packets_out: packets_out.value(row),
+            bytes_out: bytes_out.value(row),
+            packets_in: packets_in.value(row),
+            bytes_in: bytes_in.value(row),
+            tcp_flags: tcp_flags.value(row),
+            state: FlowState::from_name(state.value(row)).unwrap_or_default(),
+            source: FlowSource::ALL
+                .into_iter()
+                .find(|s| s.name() == source.value(row))
+                .unwrap_or_default(),
+            exporter: addr(exporter, row),
+            uid: uid.value(row).to_owned(),
+        })
+        .collect();
+    Some(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hindsight_model::ip_proto;
+
+    #[test]
+    fn records_round_trip_through_a_batch() {
+        let record = FlowRecord {
+            first_ns: 1_000,
+            last_ns: 9_000,
+            src: Addr16::from_v4_bytes([10, 0, 0, 1]),
+            dst: Addr16::from_v4_bytes([10, 0, 0, 2]),
+            src_port: 40_000,
+            dst_port: 443,
+            proto: ip_proto::TCP,
+            packets_out: 5,
+            bytes_out: 700,
+            packets_in: 4,
+            bytes_in: 5_000,
+            tcp_flags: 0x1b,
+            state: FlowState::SF,
+            source: FlowSource::Ipfix,
+            exporter: Addr16::from_v4_bytes([192, 0, 2, 9]),
+            uid: "CabcdefghijklmnopQ".to_owned(),
+        };
+        let plain = FlowRecord {
+            source: FlowSource::Packets,
+            exporter: Addr16::default(),
+            state: FlowState::Unknown,
+            ..record.clone()
+        };
+        let mut builder = FlowBatchBuilder::new();
+        builder.append(&record);
+        builder.append(&plain);
+        let batch = builder.finish();
+        assert_eq!(batch.schema(), flows_schema());
+        assert_eq!(flow_records(&batch), Some(vec![record, plain]));
+        assert!(builder.is_empty());
+    }
+}
