@@ -2,7 +2,8 @@
 //! hindsight, side by side with the peer tools in the same run:
 //! - ingest vs `tcpdump -r X -w /dev/null` (the raw read floor);
 //! - bytes per packet vs the raw pcap and vs `zstd -3` of it;
-//! - rare-address query vs `tcpdump -r X 'host A'`; 1-minute window vs `editcap -A -B`.
+//! - query latency for a rare and a busy address vs `tcpdump -r X 'host A'` (and
+//!   `stenoread` with `--stenographer`); 1-minute window vs `editcap -A -B`.
 //!
 //! The input is lan-hour-2012.pcap replicated (timestamps shifted by one hour per
 //! copy) to at least `--packets` packets. Run with
@@ -201,9 +202,10 @@ fn main() {
     );
 
     // --- queries ---
-    // 390 packets per hour of lan-hour, all of them IP: Stenographer indexes IP
-    // packets only, so it can answer the same query (10.64.93.1, rarer, is mostly ARP).
-    let rare = "10.174.200.10";
+    // Two addresses, both seen only in IP packets (Stenographer indexes IP packets
+    // only, so it can answer the same queries): an NTP server a host asks 3 times
+    // an hour (rare), and the DNS server, 390 packets an hour (busy).
+    let addresses = [("rare", "172.30.100.1"), ("busy", "10.174.200.10")];
     let search = PacketSearch::open(&archive).expect("open archive for search");
     let run_search = |filter: &str, time: TimeRange| -> (Duration, u64) {
         let mut matched = 0;
@@ -226,14 +228,41 @@ fn main() {
             .collect();
         (median(samples), matched)
     };
-    let (ours_rare, rare_matches) = run_search(&format!("host {rare}"), TimeRange::ALL);
-    let tcpdump_rare = time_command(args.runs, || {
-        let mut c = Command::new("tcpdump");
-        c.args(["-nn", "-r"])
-            .arg(&capture)
-            .args(["-w", "/dev/null", "host", rare]);
-        c
-    });
+    let cli = hindsight_cli();
+    let mut rows = Vec::new();
+    let mut address_times = Vec::new();
+    for (kind, address) in addresses {
+        let filter = format!("host {address}");
+        let (ours, matches) = run_search(&filter, TimeRange::ALL);
+        let tcpdump = time_command(args.runs, || {
+            let mut c = Command::new("tcpdump");
+            c.args(["-nn", "-r"])
+                .arg(&capture)
+                .args(["-w", "/dev/null", "host", address]);
+            c
+        });
+        rows.push(format!(
+            "| {kind} address host {address} ({matches} packets), in process | {:.2} | tcpdump -r X 'host {address}' | {:.1} | {:.1}x |",
+            ms(ours),
+            ms(tcpdump),
+            ratio(tcpdump, ours)
+        ));
+        if let Some(cli) = &cli {
+            let (process, exported) = time_counting(args.runs.max(5), &args.work, || {
+                let mut c = Command::new(cli);
+                c.args(["query", &filter, "--format", "pcap", "--archive"])
+                    .arg(&archive);
+                c
+            });
+            rows.push(format!(
+                "| same, as a process: hindsight query --format pcap ({exported} packets) | {:.2} | tcpdump -r X 'host {address}' | {:.1} | {:.1}x |",
+                ms(process),
+                ms(tcpdump),
+                ratio(tcpdump, process)
+            ));
+        }
+        address_times.push((address, ours));
+    }
     let window_start = first_ts + 30 * 60 * NANOS;
     let window = TimeRange {
         start_nanos: window_start,
@@ -253,45 +282,26 @@ fn main() {
         .arg("/dev/null");
         c
     });
+    rows.push(format!(
+        "| 1-minute window ({window_matches} packets), in process | {:.2} | editcap -A -B X | {:.1} | {:.1}x |",
+        ms(ours_window),
+        ms(editcap_window),
+        ratio(editcap_window, ours_window)
+    ));
     println!("## query latency");
     println!("| query | hindsight ms | peer | peer ms | speed-up |");
     println!("|---|---:|---|---:|---:|");
-    println!(
-        "| rare address host {rare} ({rare_matches} packets) | {:.2} | tcpdump -r X 'host {rare}' | {:.1} | {:.0}x |",
-        ours_rare.as_secs_f64() * 1e3,
-        tcpdump_rare.as_secs_f64() * 1e3,
-        tcpdump_rare.as_secs_f64() / ours_rare.as_secs_f64()
-    );
-    println!(
-        "| 1-minute window ({window_matches} packets) | {:.2} | editcap -A -B X | {:.1} | {:.0}x |",
-        ours_window.as_secs_f64() * 1e3,
-        editcap_window.as_secs_f64() * 1e3,
-        editcap_window.as_secs_f64() / ours_window.as_secs_f64()
-    );
-    if let Some(cli) = hindsight_cli() {
-        let (cli_rare, cli_matches) = time_counting(args.runs.max(5), &args.work, || {
-            let mut c = Command::new(&cli);
-            c.args([
-                "query",
-                &format!("host {rare}"),
-                "--format",
-                "pcap",
-                "--archive",
-            ])
-            .arg(&archive);
-            c
-        });
+    for row in rows {
+        println!("{row}");
+    }
+    if cli.is_none() {
         println!(
-            "| same, as a process: hindsight query 'host {rare}' --format pcap ({cli_matches} packets) | {:.2} | tcpdump -r X 'host {rare}' | {:.1} | {:.0}x |",
-            cli_rare.as_secs_f64() * 1e3,
-            tcpdump_rare.as_secs_f64() * 1e3,
-            tcpdump_rare.as_secs_f64() / cli_rare.as_secs_f64()
+            "(the hindsight CLI is not built next to this binary, so no process-level \
+             figures: cargo build --release -p hindsight)"
         );
-    } else {
-        println!("(the hindsight CLI is not built next to this binary: no process-level figure)");
     }
     if args.stenographer {
-        stenographer(&args, &capture, rare, ours_rare);
+        stenographer(&args, &capture, &address_times);
     } else {
         println!(
             "\nstenoread: not compared; pass --stenographer (as root) to capture the same \
@@ -300,9 +310,18 @@ fn main() {
     }
 }
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// How many times faster `ours` is than `peer`.
+fn ratio(peer: Duration, ours: Duration) -> f64 {
+    peer.as_secs_f64() / ours.as_secs_f64().max(1e-9)
+}
+
 /// Replays the capture into a Stenographer on a veth pair (bench/stenographer.sh)
-/// and times `stenoread`'s query for the rare address against hindsight's.
-fn stenographer(args: &Args, capture: &Path, rare: &str, ours: Duration) {
+/// and times `stenoread`'s queries for the addresses against hindsight's.
+fn stenographer(args: &Args, capture: &Path, ours: &[(&str, Duration)]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("stenographer.sh");
     println!("\n## Stenographer");
     let started = Instant::now();
@@ -321,20 +340,22 @@ fn stenographer(args: &Args, capture: &Path, rare: &str, ours: Duration) {
         String::from_utf8_lossy(&output.stdout).trim(),
         started.elapsed().as_secs_f64()
     );
-    let (steno, steno_matches) = time_counting(args.runs.max(5), &args.work, || {
-        let mut c = Command::new(&script);
-        c.args(["query", &format!("host {rare}")]);
-        c
-    });
-    let _ = Command::new(&script).arg("stop").status();
-    println!("| query | hindsight ms | peer | peer ms | speed-up |");
+    println!("| query | hindsight ms (in process) | peer | peer ms | speed-up |");
     println!("|---|---:|---|---:|---:|");
-    println!(
-        "| host {rare} | {:.2} | stenoread 'host {rare}' ({steno_matches} packets) | {:.1} | {:.0}x |",
-        ours.as_secs_f64() * 1e3,
-        steno.as_secs_f64() * 1e3,
-        steno.as_secs_f64() / ours.as_secs_f64()
-    );
+    for &(address, ours) in ours {
+        let (steno, steno_matches) = time_counting(args.runs.max(5), &args.work, || {
+            let mut c = Command::new(&script);
+            c.args(["query", &format!("host {address}")]);
+            c
+        });
+        println!(
+            "| host {address} | {:.2} | stenoread 'host {address}' ({steno_matches} packets) | {:.1} | {:.1}x |",
+            ms(ours),
+            ms(steno),
+            ratio(steno, ours)
+        );
+    }
+    let _ = Command::new(&script).arg("stop").status();
     println!(
         "No 1-minute window comparison: Stenographer stamps packets with the replay time, \
          so its time filters cannot select the capture's original minute."

@@ -294,3 +294,45 @@ fn the_connection_index_answers_by_address_and_network() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("10.0.0.300"));
 }
+
+#[test]
+fn ingest_keeps_the_newest_connections_it_is_told_to() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let archive_arg = archive.to_str().unwrap();
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--keep-connections",
+        "1000",
+        "--archive",
+        archive_arg,
+        lan_hour().to_str().unwrap(),
+    ]));
+    // The flows table keeps every record; the index keeps the newest 1000 and at
+    // most one histogram interval (1 minute) more.
+    let mut starts: Vec<i64> = archived_flows(&archive).iter().map(|r| r.first_ns).collect();
+    starts.sort_unstable();
+    let newest_1000th = starts[starts.len() - 1000];
+    let minute = 60_000_000_000i64;
+    let cutoff = newest_1000th.div_euclid(minute) * minute;
+    let bound = starts.iter().filter(|&&t| t >= cutoff).count();
+    let listed = ok(&hindsight(&[
+        "flows", "--ip", "0.0.0.0/0", "--format", "jsonl", "--limit", "1000000", "--archive",
+        archive_arg,
+    ]));
+    let kept: Vec<i64> = listed
+        .lines()
+        .filter(|line| line.contains("\"address_is\":\"orig\""))
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            value["start_ns"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(
+        kept.len() >= 1000 && kept.len() <= bound,
+        "kept {} connections, expected 1000..={bound}",
+        kept.len()
+    );
+    assert!(kept.iter().all(|&t| t >= cutoff), "an expired connection was listed");
+}

@@ -20,7 +20,9 @@
 //!   IP fragments after the first have no ports and count in a flow with ports 0.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use foldhash::HashMap;
 use std::time::Duration;
 
 use hindsight_model::{
@@ -119,7 +121,7 @@ impl FlowTable {
     pub fn new(config: FlowTableConfig) -> Self {
         Self {
             config,
-            flows: HashMap::new(),
+            flows: HashMap::default(),
             queue: BinaryHeap::new(),
             now: i64::MIN,
             next_generation: 0,

@@ -152,8 +152,10 @@ pub struct Ingestor {
     flow_table: FlowTable,
     /// Ended flows not yet handed to the sink.
     flow_out: Vec<FlowRecord>,
+    /// The connection index (shared with the sink and the maintenance thread).
+    connections: Arc<ConnectionIndex>,
     /// Runs expiration of the connection index while ingest runs.
-    _maintenance: Option<Maintenance>,
+    maintenance: Option<Maintenance>,
 }
 
 /// Ended flows handed to the sink at once.
@@ -195,11 +197,17 @@ impl Ingestor {
                 eprintln!("hindsight: connection index expiration: {error}");
             })
         });
-        let sink = SegmentSink::start(archive, index, connections, options.segment.clone());
+        let sink = SegmentSink::start(
+            archive,
+            index,
+            Arc::clone(&connections),
+            options.segment.clone(),
+        );
         let ingestor = Self {
             flow_table: FlowTable::new(options.flows),
             flow_out: Vec::new(),
-            _maintenance: maintenance,
+            connections,
+            maintenance,
             builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
             options,
             sink,
@@ -348,6 +356,13 @@ impl Ingestor {
         self.flow_table.flush(&mut self.flow_out);
         self.flush_batch()?;
         let (report, _archive) = self.sink.finish()?;
+        // A run shorter than the expiration intervals still leaves the index within
+        // its bound: one last cutoff update and compaction.
+        drop(self.maintenance.take());
+        if self.options.expiry.keep_events > 0 {
+            self.connections.update_cutoff()?;
+            self.connections.compact()?;
+        }
         Ok(IngestSummary {
             counts: self.counts,
             flows: self.flow_table.stats(),

@@ -45,7 +45,8 @@ pub struct SearchStats {
     pub row_groups_total: usize,
     /// Row groups left after statistics and Bloom filters.
     pub row_groups_read: usize,
-    /// Rows decoded from the row groups read.
+    /// Rows selected in the row groups read (their address columns decoded when the
+    /// filter names addresses, every column otherwise).
     pub rows_read: u64,
     /// Rows that matched (and were handed to the visitor).
     pub rows_matched: u64,
@@ -171,13 +172,18 @@ impl PacketSearch {
                 continue;
             }
             let granules = plan.granules.get(&entry.segment_id());
-            let (batches, _selected) = reader.read_granules(groups, granules, Some(&columns))?;
+            let (batches, selected) = reader.read_granules(
+                groups,
+                granules,
+                Some(&columns),
+                plan.address_ranges.as_deref(),
+            )?;
+            stats.rows_read += selected;
             for batch in batches {
                 let batch = batch.map_err(|e| QueryError::Execution {
                     message: format!("reading {}: {e}", reader.path().display()),
                 })?;
                 let view = PacketBatchView::new(&batch);
-                stats.rows_read += view.len() as u64;
                 for row in 0..view.len() {
                     let record = view.record(row);
                     if !request.time.contains(record.ts_nanos) || !request.filter.matches(&record) {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use hindsight_index::Expiry;
 use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
 use hindsight_model::DecodeStatus;
 use hindsight_store::Table;
@@ -30,6 +31,12 @@ pub struct Args {
     /// Length of a time partition, in seconds: no segment spans two partitions.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     partition_secs: i64,
+    /// Keep at least the N newest connections in the connection index and never
+    /// more than N + k (Diventi's count-based expiration; 0 keeps everything). The
+    /// cutoff is recomputed every minute from a histogram of 1-minute intervals and
+    /// the index is compacted every hour, so k is the connections of about 62 minutes.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    keep_connections: u64,
     /// No progress bar.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -46,6 +53,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         snaplen: args.snaplen,
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
         segment_max_rows: args.segment_packets,
+        expiry: Expiry {
+            keep_events: args.keep_connections,
+            ..Expiry::OFF
+        },
         ..IngestOptions::default()
     };
     let root = &args.archive.archive;

@@ -5,13 +5,13 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use std::collections::HashMap;
-
+use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, RecordBatch};
+use foldhash::HashMap;
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+    ArrowPredicateFn, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder, RowFilter, RowSelection, RowSelector,
 };
 use parquet::file::metadata::{PageIndexPolicy, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
@@ -45,6 +45,30 @@ impl TimeRange {
     pub fn contains(&self, ts_nanos: i64) -> bool {
         self.start_nanos <= ts_nanos && ts_nanos <= self.end_nanos
     }
+}
+
+/// Returns, for each row of a batch holding `src_addr` and `dst_addr`, whether
+/// either address lies in one of `ranges`.
+fn address_mask(batch: &RecordBatch, ranges: &[(Addr16, Addr16)]) -> BooleanArray {
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+    };
+    let (src, dst) = (column(col::SRC_ADDR), column(col::DST_ADDR));
+    let hit = |array: Option<&FixedSizeBinaryArray>, row: usize| {
+        array.is_some_and(|a| {
+            a.is_valid(row) && {
+                let value = a.value(row);
+                ranges
+                    .iter()
+                    .any(|(lo, hi)| &lo.0[..] <= value && value <= &hi.0[..])
+            }
+        })
+    };
+    (0..batch.num_rows())
+        .map(|row| Some(hit(src, row) || hit(dst, row)))
+        .collect()
 }
 
 /// Rows per decoded record batch.
@@ -205,11 +229,16 @@ impl SegmentReader {
     /// Returns a reader of the rows of `row_groups` that lie in `granules` (`None`: all
     /// rows), decoding only the named columns (`None`: all), and the number of rows
     /// selected. Pages holding no selected row are skipped through the page index.
+    ///
+    /// With `addresses`, only rows whose source or destination address lies in one
+    /// of the ranges are returned: the two address columns are decoded first, and
+    /// the other columns only for the rows that pass (a Parquet row filter).
     pub fn read_granules(
         &self,
         row_groups: Vec<usize>,
         granules: Option<&GranuleSet>,
         columns: Option<&[&str]>,
+        addresses: Option<&[(Addr16, Addr16)]>,
     ) -> Result<(ParquetRecordBatchReader, u64)> {
         let metadata = self.metadata.metadata();
         let granule_rows = u64::from(GRANULE_ROWS);
@@ -258,10 +287,18 @@ impl SegmentReader {
         if granules.is_some() {
             builder = builder.with_row_selection(RowSelection::from(selectors));
         }
+        let schema = metadata.file_metadata().schema_descr();
         if let Some(columns) = columns {
-            let schema = metadata.file_metadata().schema_descr();
             builder =
                 builder.with_projection(ProjectionMask::columns(schema, columns.iter().copied()));
+        }
+        if let Some(ranges) = addresses {
+            let ranges = ranges.to_vec();
+            let mask = ProjectionMask::columns(schema, [col::SRC_ADDR, col::DST_ADDR]);
+            let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+                Ok(address_mask(&batch, &ranges))
+            });
+            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
         }
         let reader = builder.build().map_err(StoreError::parquet(&self.path))?;
         Ok((reader, selected))
@@ -291,7 +328,7 @@ impl SegmentReader {
     /// destination address with the granules where it occurs), sorted, by scanning
     /// the two address columns; used to rebuild the index after a crash.
     pub fn address_postings(&self) -> Result<Vec<(Addr16, GranuleSet)>> {
-        let mut postings: HashMap<Addr16, GranuleSet> = HashMap::new();
+        let mut postings: HashMap<Addr16, GranuleSet> = HashMap::default();
         for name in [col::SRC_ADDR, col::DST_ADDR] {
             let groups = (0..self.row_groups()).collect();
             let mut first_row = 0u64;
