@@ -109,10 +109,15 @@ EOF
 	sleep 15
 	wait_for "stenographer to index" 120 bash -c \
 		"! ls $DIR/packets | grep -q '^\.' && [ \$(ls $DIR/index | wc -l) -ge \$(ls $DIR/packets | wc -l) ]"
-	sleep 2
-	local captured
-	captured=$(STENOGRAPHER_CONFIG=$CONFIG in_ns stenocurl /query -d 'after 1970-01-01T00:00:00Z' --silent |
-		tcpdump -r - -nn 2>/dev/null | wc -l)
+	# Count what stenographer answers for all time until two counts agree.
+	local captured=-1 previous=-2
+	for _ in $(seq 30); do
+		[[ $captured == "$previous" ]] && break
+		sleep 5
+		previous=$captured
+		captured=$(STENOGRAPHER_CONFIG=$CONFIG in_ns stenocurl /query -d 'after 1970-01-01T00:00:00Z' --silent |
+			tcpdump -r - -nn 2>/dev/null | wc -l)
+	done
 	echo "captured $captured packets"
 }
 

@@ -30,6 +30,7 @@ struct Args {
     source: PathBuf,
     runs: usize,
     stenographer: bool,
+    page_rows: Option<usize>,
 }
 
 fn parse_args() -> Args {
@@ -39,6 +40,7 @@ fn parse_args() -> Args {
         source: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap"),
         runs: 3,
         stenographer: false,
+        page_rows: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,6 +54,7 @@ fn parse_args() -> Args {
             "--work" => args.work = PathBuf::from(value),
             "--source" => args.source = PathBuf::from(value),
             "--runs" => args.runs = value.parse().expect("--runs N"),
+            "--page-rows" => args.page_rows = Some(value.parse().expect("--page-rows N")),
             other => {
                 panic!(
                     "unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N --stenographer"
@@ -138,8 +141,11 @@ fn main() {
         let _ = std::fs::remove_dir_all(&archive);
         let cpu_before = cpu_seconds();
         let started = Instant::now();
-        let (mut ingestor, _) =
-            Ingestor::open(&archive, IngestOptions::default()).expect("open archive");
+        let mut options = IngestOptions::default();
+        if let Some(rows) = args.page_rows {
+            options.segment.page_rows = rows;
+        }
+        let (mut ingestor, _) = Ingestor::open(&archive, options).expect("open archive");
         let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
         assert!(outcome.error.is_none(), "{:?}", outcome.error);
         ingestor.finish().expect("finish");
@@ -217,6 +223,7 @@ fn main() {
                     time,
                     limit: None,
                     with_data: false,
+                    capture_only: false,
                 };
                 let plan = search.plan(&request).expect("plan");
                 let stats = search

@@ -311,14 +311,24 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
     ]));
     // The flows table keeps every record; the index keeps the newest 1000 and at
     // most one histogram interval (1 minute) more.
-    let mut starts: Vec<i64> = archived_flows(&archive).iter().map(|r| r.first_ns).collect();
+    let mut starts: Vec<i64> = archived_flows(&archive)
+        .iter()
+        .map(|r| r.first_ns)
+        .collect();
     starts.sort_unstable();
     let newest_1000th = starts[starts.len() - 1000];
     let minute = 60_000_000_000i64;
     let cutoff = newest_1000th.div_euclid(minute) * minute;
     let bound = starts.iter().filter(|&&t| t >= cutoff).count();
     let listed = ok(&hindsight(&[
-        "flows", "--ip", "0.0.0.0/0", "--format", "jsonl", "--limit", "1000000", "--archive",
+        "flows",
+        "--ip",
+        "0.0.0.0/0",
+        "--format",
+        "jsonl",
+        "--limit",
+        "1000000",
+        "--archive",
         archive_arg,
     ]));
     let kept: Vec<i64> = listed
@@ -334,5 +344,114 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
         "kept {} connections, expected 1000..={bound}",
         kept.len()
     );
-    assert!(kept.iter().all(|&t| t >= cutoff), "an expired connection was listed");
+    assert!(
+        kept.iter().all(|&t| t >= cutoff),
+        "an expired connection was listed"
+    );
+}
+
+fn fixtures_dir() -> PathBuf {
+    std::env::var_os("HINDSIGHT_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
+}
+
+/// Counts the data lines of a Zeek log (TSV: lines not starting with `#`).
+fn zeek_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .count()
+}
+
+#[test]
+fn zeek_conn_logs_in_tsv_and_json_become_flows() {
+    let zeek = fixtures_dir().join("zeek");
+    let (tsv, json) = (zeek.join("conn.tsv.log"), zeek.join("conn.json.log"));
+    assert!(tsv.exists() && json.exists(), "run scripts/fetch-fixtures");
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let archive_arg = archive.to_str().unwrap();
+    let out = ok(&hindsight(&[
+        "ingest",
+        "--format",
+        "zeek",
+        "--archive",
+        archive_arg,
+        tsv.to_str().unwrap(),
+        json.to_str().unwrap(),
+    ]));
+    let expected = zeek_lines(&tsv) + zeek_lines(&json);
+    assert!(
+        out.contains(&format!("ingested {expected} connection record(s)")),
+        "{out}"
+    );
+    let records = archived_flows(&archive);
+    assert_eq!(records.len(), expected);
+    assert!(
+        records
+            .iter()
+            .all(|r| r.source == hindsight_model::FlowSource::Zeek)
+    );
+    // The first TSV line, field by field.
+    let first = records
+        .iter()
+        .find(|r| r.uid == "CoyZrY2g74UvMMgp4a")
+        .expect("the first connection of the TSV log");
+    assert_eq!(first.first_ns, 1_379_288_667_706_265_000);
+    assert_eq!(first.src.to_string(), "192.168.33.10");
+    assert_eq!((first.src_port, first.dst_port), (1032, 80));
+    assert_eq!(
+        (
+            first.packets_out,
+            first.bytes_out,
+            first.packets_in,
+            first.bytes_in
+        ),
+        (22, 1489, 31, 39641)
+    );
+    assert_eq!(first.state.name(), "RSTO");
+    // The connection index answers for an address of the log.
+    let listed = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "192.168.33.10",
+        "--format",
+        "csv",
+        "--limit",
+        "100000",
+        "--archive",
+        archive_arg,
+    ]));
+    let by_address = records
+        .iter()
+        .filter(|r| r.src.to_string() == "192.168.33.10" || r.dst.to_string() == "192.168.33.10")
+        .count();
+    assert_eq!(listed.lines().count(), by_address + 1);
+
+    // A damaged log: bad lines are reported with their numbers, the rest is kept.
+    let damaged = work.path().join("damaged.log");
+    let text = std::fs::read_to_string(&tsv).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(10, "this is not a conn.log line");
+    lines.insert(12, "1379288667.7\tCx\t10.0.0.300\t1\t10.0.0.1\t2\ttcp");
+    std::fs::write(&damaged, lines.join("\n")).unwrap();
+    let archive2 = work.path().join("archive2");
+    let output = hindsight(&[
+        "ingest",
+        "--format",
+        "zeek",
+        "--archive",
+        archive2.to_str().unwrap(),
+        damaged.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("line 11") && stderr.contains("line 13"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("10.0.0.300"), "{stderr}");
+    assert_eq!(archived_flows(&archive2).len(), zeek_lines(&tsv));
 }

@@ -1,7 +1,8 @@
-//! The role of the flow crate is to assemble connection records ([`FlowRecord`])
-//! from decoded packets, as `hindsight ingest` reads a capture: a bidirectional
-//! flow table with idle and active timeouts and TCP close handling, bounded in
-//! memory by a maximum number of open flows.
+//! The role of the flow crate is to produce connection records ([`FlowRecord`]):
+//! assembled from decoded packets, as `hindsight ingest` reads a capture (a
+//! bidirectional flow table with idle and active timeouts and TCP close handling,
+//! bounded in memory by a maximum number of open flows), or read from flow logs
+//! ([`zeek`] conn.log).
 //!
 //! Semantics (the `flows` format documentation has the full list):
 //! - A flow is keyed by protocol and the two (address, port) endpoints, either way
@@ -18,6 +19,8 @@
 //!   read from a file gives the same records however fast it is read.
 //! - Packets without IP addresses (ARP, non-IP, undecodable) are not flows.
 //!   IP fragments after the first have no ports and count in a flow with ports 0.
+
+pub mod zeek;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -13,6 +13,15 @@ pub enum IngestError {
     /// The address index failed.
     #[error(transparent)]
     Index(#[from] hindsight_index::IndexError),
+    /// A flow log could not be opened or read.
+    #[error("cannot read flow log {}: {source}", path.display())]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The segment sink thread stopped without saying why (it panicked).
     #[error("the segment writer thread stopped unexpectedly")]
     SinkStopped,

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use hindsight_capture::CaptureReader;
+use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
 use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
 use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord};
@@ -122,6 +123,33 @@ pub struct FileOutcome {
     pub counts: IngestCounts,
     /// The error that stopped reading early, if the file is damaged.
     pub error: Option<IngestError>,
+}
+
+/// What reading one flow log did.
+#[derive(Debug, Default)]
+pub struct LogOutcome {
+    /// Records read and archived.
+    pub records: u64,
+    /// Lines that could not be read (skipped).
+    pub bad_lines: u64,
+    /// The first of those, with their line numbers.
+    pub first_errors: Vec<ZeekLineError>,
+    /// The error that stopped reading early (cannot open, read error, cut gzip).
+    pub error: Option<IngestError>,
+}
+
+/// Opens a text file, decompressing it if it starts with the gzip magic.
+fn open_text(path: &Path) -> std::io::Result<Box<dyn std::io::BufRead>> {
+    use std::io::{BufReader, Read, Seek};
+    let mut file = std::fs::File::open(path)?;
+    let mut magic = [0u8; 2];
+    let gzip = file.read(&mut magic)? == 2 && magic == [0x1f, 0x8b];
+    file.rewind()?;
+    Ok(if gzip {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, file))
+    })
 }
 
 /// What a whole ingest run did.
@@ -349,6 +377,58 @@ impl Ingestor {
             counts,
             error: read_error,
         })
+    }
+
+    /// Reads a Zeek conn.log (TSV or JSON lines, plain or gzip) into the `flows`
+    /// table and the connection index. Lines that cannot be read are counted and
+    /// the first few reported with their line numbers; the rest of the file is read.
+    pub fn ingest_conn_log(&mut self, path: &Path) -> Result<LogOutcome, IngestError> {
+        let mut outcome = LogOutcome::default();
+        let mut reader = match open_text(path) {
+            Ok(reader) => reader,
+            Err(error) => {
+                outcome.error = Some(IngestError::Log {
+                    path: path.to_owned(),
+                    source: error,
+                });
+                return Ok(outcome);
+            }
+        };
+        let mut parser = ConnLogReader::new();
+        let mut line = Vec::with_capacity(1024);
+        loop {
+            line.clear();
+            match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(error) => {
+                    outcome.error = Some(IngestError::Log {
+                        path: path.to_owned(),
+                        source: error,
+                    });
+                    break;
+                }
+            }
+            let text = String::from_utf8_lossy(&line);
+            match parser.push_line(text.trim_end_matches('\n')) {
+                Ok(Some(record)) => {
+                    outcome.records += 1;
+                    self.flow_out.push(record);
+                    if self.flow_out.len() >= FLOW_BATCH {
+                        self.flush_flows()?;
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    outcome.bad_lines += 1;
+                    if outcome.first_errors.len() < 10 {
+                        outcome.first_errors.push(error);
+                    }
+                }
+            }
+        }
+        self.flush_flows()?;
+        Ok(outcome)
     }
 
     /// Ends the open flows, seals the open segments and closes the archive.

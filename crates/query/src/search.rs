@@ -30,6 +30,11 @@ pub struct SearchRequest {
     pub limit: Option<u64>,
     /// Whether matching rows need their stored packet bytes (pcap export).
     pub with_data: bool,
+    /// Whether the visitor reads only what a capture file needs (time, lengths,
+    /// link type, interface, bytes): then only those columns and the ones the
+    /// filter reads are decoded, and the other header fields of the records it
+    /// gets are absent.
+    pub capture_only: bool,
 }
 
 /// How much each pruning level kept, for `--explain` and benchmarks.
@@ -72,6 +77,15 @@ pub struct PacketSearch {
     archive: Archive,
     index: Option<AddressIndex>,
 }
+
+/// What a capture file needs of a record besides its bytes.
+const CAPTURE_COLUMNS: [&str; 5] = [
+    col::TS,
+    col::IFACE,
+    col::LINK_TYPE,
+    col::WIRE_LEN,
+    col::CAP_LEN,
+];
 
 /// Columns a filter may read; `data` is added for pcap export.
 const RECORD_COLUMNS: &[&str] = &[
@@ -154,7 +168,13 @@ impl PacketSearch {
         visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     ) -> Result<SearchStats, QueryError> {
         let mut stats = plan.stats.clone();
-        let mut columns: Vec<&str> = RECORD_COLUMNS.to_vec();
+        let mut columns: Vec<&str> = if request.capture_only {
+            let mut needed = request.filter.columns();
+            needed.extend(CAPTURE_COLUMNS);
+            needed.into_iter().collect()
+        } else {
+            RECORD_COLUMNS.to_vec()
+        };
         if request.with_data {
             columns.push(col::DATA);
         }

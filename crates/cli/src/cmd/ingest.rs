@@ -17,7 +17,8 @@ use crate::ArchiveArg;
 /// Arguments of `hindsight ingest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Capture files: pcap or pcapng, optionally gzip-compressed.
+    /// Input files: pcap or pcapng captures (or, with --format zeek, Zeek conn.log
+    /// files in TSV or JSON), optionally gzip-compressed.
     #[arg(required = true, value_name = "CAPTURE")]
     captures: Vec<PathBuf>,
     #[command(flatten)]
@@ -37,9 +38,21 @@ pub struct Args {
     /// the index is compacted every hour, so k is the connections of about 62 minutes.
     #[arg(long, default_value_t = 0, value_name = "N")]
     keep_connections: u64,
+    /// What the input files are.
+    #[arg(long, value_enum, default_value = "pcap")]
+    format: InputFormat,
     /// No progress bar.
     #[arg(long, short = 'q')]
     quiet: bool,
+}
+
+/// Input formats of `hindsight ingest`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum InputFormat {
+    /// Packet captures: pcap or pcapng (the format is read from the file).
+    Pcap,
+    /// Zeek conn.log, TSV or JSON lines: connection records only.
+    Zeek,
 }
 
 /// Runs `hindsight ingest`.
@@ -72,6 +85,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             opened.reindexed.len(),
             recovery.segments_quarantined.len()
         );
+    }
+    if args.format == InputFormat::Zeek {
+        return ingest_conn_logs(&args, ingestor);
     }
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let mut damaged = 0usize;
@@ -174,4 +190,56 @@ fn print_summary(counts: &IngestCounts, seconds: f64, files: usize) {
     if !by_reason.is_empty() {
         println!("  decoded: {}", by_reason.join(", "));
     }
+}
+
+/// Reads Zeek conn.log files into the flows table and the connection index.
+fn ingest_conn_logs(args: &Args, mut ingestor: Ingestor) -> Result<ExitCode> {
+    let mut damaged = 0usize;
+    let mut records = 0u64;
+    for path in &args.captures {
+        let outcome = ingestor
+            .ingest_conn_log(path)
+            .with_context(|| format!("archive failed while ingesting {}", path.display()))?;
+        records += outcome.records;
+        for error in &outcome.first_errors {
+            eprintln!("{}: {error}", path.display());
+        }
+        if outcome.bad_lines > outcome.first_errors.len() as u64 {
+            eprintln!(
+                "{}: {} more unreadable line(s)",
+                path.display(),
+                outcome.bad_lines - outcome.first_errors.len() as u64
+            );
+        }
+        if let Some(error) = outcome.error {
+            eprintln!("{error}");
+            damaged += 1;
+        } else if outcome.bad_lines > 0 {
+            damaged += 1;
+        }
+        println!(
+            "{}: {} connection record(s), {} unreadable line(s) skipped",
+            path.display(),
+            outcome.records,
+            outcome.bad_lines
+        );
+    }
+    let summary = ingestor.finish().context("cannot seal the last segment")?;
+    let flow_segments = summary
+        .sealed
+        .iter()
+        .filter(|s| s.table == Table::Flows.name())
+        .count();
+    println!(
+        "ingested {records} connection record(s) from {} file(s) into {flow_segments} flows segment(s)",
+        args.captures.len()
+    );
+    if damaged > 0 {
+        eprintln!(
+            "{damaged} of {} file(s) had unreadable lines or could not be read",
+            args.captures.len()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -98,6 +98,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         time,
         limit: args.limit,
         with_data: format.is_capture() && !args.count,
+        capture_only: format.is_capture() || args.count,
     };
     let started = Instant::now();
     let plan = search.plan(&request)?;

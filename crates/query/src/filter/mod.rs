@@ -18,6 +18,7 @@
 
 pub mod ast;
 mod bpf;
+mod columns;
 mod eval;
 mod lexer;
 mod parser;
