@@ -172,6 +172,22 @@ fn flows_of_a_real_capture_match_nfpcapd_per_direction() {
     assert!(differing.is_empty(), "differ from nfpcapd: {differing:?}");
     assert_eq!(ours.len(), theirs.len());
 
+    // SQL sees the same records in the `flows` table.
+    let sql = ok(&hindsight(&[
+        "sql",
+        "SELECT count(*) AS records, sum(packets_out + packets_in) AS packets, \
+         sum(bytes_out + bytes_in) AS bytes FROM flows",
+        "--format",
+        "csv",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        sql.lines().nth(1),
+        Some(format!("{},62038,3718480", records.len()).as_str()),
+        "{sql}"
+    );
+
     // Records differ in number only by pairing: hindsight joins both directions
     // of a connection in one record, nfpcapd keeps one record per direction.
     // Both cut at the same 300 s active and 60 s idle timeouts, and nfpcapd also

@@ -1,9 +1,10 @@
 //! The role of the sql crate is to answer SQL over the archive: it exposes the sealed
-//! packet segments as one DataFusion table, `packets`, and prunes what a statement
-//! cannot match before DataFusion reads a byte:
+//! packet segments as one DataFusion table, `packets`, and the connection records as
+//! `flows`, and prunes what a statement cannot match before DataFusion reads a byte:
 //!
 //! 1. catalog time ranges against the statement's conditions on `ts`;
-//! 2. the RocksDB address postings against its conditions on `src_addr`/`dst_addr`;
+//! 2. for `packets`, the RocksDB address postings against its conditions on
+//!    `src_addr`/`dst_addr`;
 //! 3. Parquet row-group statistics, page indexes and Bloom filters (DataFusion's own
 //!    Parquet pruning, fed the same conditions).
 //!
@@ -26,10 +27,10 @@ use datafusion::error::DataFusionError;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use hindsight_index::AddressIndex;
-use hindsight_store::{Archive, StoreError};
+use hindsight_store::{Archive, StoreError, Table};
 
 pub use crate::output::OutputFormat;
-use crate::table::PacketsTable;
+use crate::table::SegmentTable;
 
 /// Errors of a SQL session.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +81,8 @@ impl std::fmt::Debug for SqlSession {
 }
 
 impl SqlSession {
-    /// Opens the archive at `root` read-only and registers the `packets` table.
+    /// Opens the archive at `root` read-only and registers the `packets` and
+    /// `flows` tables.
     pub fn open(root: &Path) -> Result<Self, SqlError> {
         let archive = Archive::open_reader(root)?;
         let index = AddressIndex::open_read_only(&archive.index_dir())?;
@@ -94,7 +96,15 @@ impl SqlSession {
         parquet.enable_page_index = true;
         let context = SessionContext::new_with_config(config);
         functions::register(&context);
-        context.register_table("packets", Arc::new(PacketsTable::new(archive, index)))?;
+        context.register_table(
+            "packets",
+            Arc::new(SegmentTable::new(archive, Table::Packets, index)),
+        )?;
+        let flows = Archive::open_reader(root)?;
+        context.register_table(
+            "flows",
+            Arc::new(SegmentTable::new(flows, Table::Flows, None)),
+        )?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sql")

@@ -1,7 +1,8 @@
-//! The `packets` table: the catalogued segments as a DataFusion table provider. Each
-//! scan first keeps only the segments the statement can match (catalog time ranges,
-//! address postings), then hands them to DataFusion's Parquet scan, which prunes row
-//! groups and pages by statistics and Bloom filters.
+//! The `packets` and `flows` tables: the catalogued segments of a table as a
+//! DataFusion table provider. Each scan first keeps only the segments the statement
+//! can match (catalog time ranges; for `packets` also the address postings), then
+//! hands them to DataFusion's Parquet scan, which prunes row groups and pages by
+//! statistics and Bloom filters.
 
 use std::sync::Arc;
 
@@ -18,26 +19,30 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use hindsight_index::AddressIndex;
-use hindsight_store::schema::packets_schema;
 use hindsight_store::{Archive, CatalogEntry, Table};
 
 use crate::prune;
 
-/// The `packets` table over one archive.
+/// One table of one archive.
 #[derive(Debug)]
-pub struct PacketsTable {
+pub struct SegmentTable {
     archive: Archive,
+    table: Table,
+    /// Address postings (packet segments only).
     index: Option<AddressIndex>,
     schema: SchemaRef,
 }
 
-impl PacketsTable {
-    /// Creates the table over the archive's catalogued segments.
-    pub fn new(archive: Archive, index: Option<AddressIndex>) -> Self {
+impl SegmentTable {
+    /// Creates `table` over the archive's catalogued segments; `index` prunes
+    /// `packets` scans by address.
+    pub fn new(archive: Archive, table: Table, index: Option<AddressIndex>) -> Self {
+        let index = index.filter(|_| table == Table::Packets);
         Self {
             archive,
+            table,
             index,
-            schema: packets_schema(),
+            schema: table.schema(),
         }
     }
 
@@ -47,7 +52,7 @@ impl PacketsTable {
         let mut segments: Vec<CatalogEntry> = self
             .archive
             .catalog()
-            .entries_of(Table::Packets)
+            .entries_of(self.table)
             .filter(|entry| entry.overlaps(time))
             .cloned()
             .collect();
@@ -65,7 +70,7 @@ impl PacketsTable {
 }
 
 #[async_trait]
-impl TableProvider for PacketsTable {
+impl TableProvider for SegmentTable {
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }
