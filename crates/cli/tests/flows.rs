@@ -321,6 +321,8 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
         "--quiet",
         "--keep-connections",
         "1000",
+        "--partition-secs",
+        "600",
         "--archive",
         archive_arg,
         lan_hour().to_str().unwrap(),
@@ -363,6 +365,28 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
     assert!(
         kept.iter().all(|&t| t >= cutoff),
         "an expired connection was listed"
+    );
+
+    // The flows table follows the same cutoff: segments whose records all start
+    // before it are removed (ten-minute partitions give several to remove).
+    let catalog = std::fs::read_to_string(archive.join("catalog.jsonl")).unwrap();
+    let removed = catalog
+        .lines()
+        .filter(|l| l.contains("\"op\":\"remove\""))
+        .count();
+    assert!(removed > 0, "no flows segment expired:\n{catalog}");
+    let reader = Archive::open_reader(&archive).unwrap();
+    for entry in reader.catalog().entries_of(Table::Flows) {
+        assert!(
+            entry.max_ts_nanos >= cutoff,
+            "segment {} should have expired",
+            entry.id
+        );
+    }
+    let left_on_disk = std::fs::read_dir(archive.join("flows")).unwrap().count();
+    assert_eq!(
+        left_on_disk,
+        reader.catalog().entries_of(Table::Flows).count()
     );
 }
 

@@ -435,12 +435,18 @@ impl Ingestor {
     pub fn finish(mut self) -> Result<IngestSummary, IngestError> {
         self.flow_table.flush(&mut self.flow_out);
         self.flush_batch()?;
-        let (report, _archive) = self.sink.finish()?;
-        // A run shorter than the expiration intervals still leaves the index within
-        // its bound: one last cutoff update and compaction.
+        // A run shorter than the expiration intervals still leaves the index (and
+        // the flows segments, removed as the sink seals) within its bound: one last
+        // cutoff update before the final seal, and a compaction after it.
         drop(self.maintenance.take());
-        if self.options.expiry.keep_events > 0 {
+        let expiring = self.options.expiry.keep_events > 0;
+        if expiring {
+            // The sink inserts what it was handed before sealing; wait for it.
+            self.sink.seal()?;
             self.connections.update_cutoff()?;
+        }
+        let (report, _archive) = self.sink.finish()?;
+        if expiring {
             self.connections.compact()?;
         }
         Ok(IngestSummary {

@@ -193,6 +193,7 @@ fn run(
                             result.and_then(|()| seal(writer, &mut archive, indexes, &mut report));
                     }
                 }
+                let result = result.and_then(|()| expire_flows(&mut archive, indexes));
                 let failed = result.is_err();
                 let _receiver_gone = ack.send(result);
                 if failed {
@@ -229,5 +230,23 @@ fn seal(
             .add_segment(sealed.id, &sealed.addresses)?;
     }
     report.sealed.push(entry);
+    Ok(())
+}
+
+/// Removes the `flows` segments whose newest record starts before the connection
+/// index's expiration cutoff: the table follows the index's count-based bound.
+fn expire_flows(archive: &mut Archive, indexes: &Indexes) -> Result<(), IngestError> {
+    let Some(cutoff) = indexes.connections.cutoff() else {
+        return Ok(());
+    };
+    let expired: Vec<SegmentId> = archive
+        .catalog()
+        .entries_of(Table::Flows)
+        .filter(|entry| entry.max_ts_nanos < cutoff)
+        .map(|entry| entry.segment_id())
+        .collect();
+    for id in expired {
+        archive.remove_segment(id)?;
+    }
     Ok(())
 }

@@ -53,6 +53,9 @@ pub struct RecoveryReport {
     pub segments_recovered: Vec<SegmentId>,
     /// Segment files that could not be read, moved to `quarantine/`.
     pub segments_quarantined: Vec<PathBuf>,
+    /// Files of segments the catalog says were removed (by expiration), left by a
+    /// crash between the catalog line and the unlink; now deleted.
+    pub removed_leftovers: Vec<PathBuf>,
 }
 
 impl RecoveryReport {
@@ -195,6 +198,25 @@ impl Archive {
         Ok(entry)
     }
 
+    /// Removes a segment: the catalog line first (durable), then the file. A crash
+    /// in between leaves a file that recovery deletes, never one it re-catalogues.
+    pub fn remove_segment(&mut self, id: SegmentId) -> Result<()> {
+        let Some(entry) = self.catalog.get(id).cloned() else {
+            return Ok(());
+        };
+        self.catalog.remove(id)?;
+        let path = self.segment_path(&entry);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io("remove segment", &path)(e)),
+        }
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
     fn recover(&mut self) -> Result<RecoveryReport> {
         let mut report = RecoveryReport::default();
         for table in Table::ALL {
@@ -208,6 +230,7 @@ impl Archive {
             report.temp_files_removed.len(),
             report.segments_recovered.len(),
             report.segments_quarantined.len(),
+            report.removed_leftovers.len(),
         );
         let dir = self.table_dir(table);
         let mut names: Vec<(String, PathBuf)> = Vec::new();
@@ -229,6 +252,12 @@ impl Archive {
             if self.catalog.get(id).is_some() {
                 continue;
             }
+            if self.catalog.was_removed(id) {
+                // A removal interrupted after its catalog line: finish it.
+                fs::remove_file(&path).map_err(StoreError::io("remove expired segment", &path))?;
+                report.removed_leftovers.push(path);
+                continue;
+            }
             match summarize_orphan(table, id, &path) {
                 Ok(sealed) => {
                     self.register(&sealed)?;
@@ -246,6 +275,7 @@ impl Archive {
             report.temp_files_removed.len(),
             report.segments_recovered.len(),
             report.segments_quarantined.len(),
+            report.removed_leftovers.len(),
         );
         if after != before {
             sync_dir(&dir)?;

@@ -69,6 +69,9 @@ pub struct Catalog {
     entries: BTreeMap<SegmentId, CatalogEntry>,
     /// Largest segment id ever added, removed ones included, so ids are never reused.
     max_id_seen: Option<SegmentId>,
+    /// Ids of removed segments: a file of one found on disk is a leftover of a
+    /// removal interrupted between the catalog line and the unlink.
+    removed: std::collections::BTreeSet<SegmentId>,
     /// Length of the valid prefix of the file; a torn tail lies beyond it.
     valid_len_bytes: u64,
     /// The file, open for appending, when this catalog belongs to the writer.
@@ -88,6 +91,7 @@ impl Catalog {
             Err(e) => return Err(StoreError::io("open catalog", path)(e)),
         }
         let mut entries = BTreeMap::new();
+        let mut removed = std::collections::BTreeSet::new();
         let mut max_id_seen = None;
         let mut offset = 0usize;
         let mut valid_len = 0usize;
@@ -106,6 +110,7 @@ impl Catalog {
                 }
                 Ok(CatalogOp::Remove { id }) => {
                     entries.remove(&SegmentId(id));
+                    removed.insert(SegmentId(id));
                 }
                 Err(error) if line_end == text.len() => {
                     // A complete but unreadable last line is also a torn append
@@ -128,6 +133,7 @@ impl Catalog {
             path: path.to_owned(),
             entries,
             max_id_seen,
+            removed,
             valid_len_bytes: valid_len as u64,
             appender: None,
         })
@@ -196,7 +202,13 @@ impl Catalog {
     pub fn remove(&mut self, id: SegmentId) -> Result<()> {
         self.append(&CatalogOp::Remove { id: id.0 })?;
         self.entries.remove(&id);
+        self.removed.insert(id);
         Ok(())
+    }
+
+    /// Returns true if segment `id` was removed.
+    pub fn was_removed(&self, id: SegmentId) -> bool {
+        self.removed.contains(&id)
     }
 
     fn append(&mut self, op: &CatalogOp) -> Result<()> {

@@ -268,3 +268,25 @@ fn foreign_directories_are_refused() {
     let error = Archive::open_reader(dir.path()).unwrap_err();
     assert!(matches!(error, StoreError::NotAnArchive { .. }), "{error}");
 }
+
+#[test]
+fn a_removed_segment_stays_removed_even_if_its_file_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut archive, _) = Archive::open_writer(dir.path()).unwrap();
+    let sealed = write_segment(&archive.packets_dir(), 1, &records(1000, 3));
+    let path = sealed.path.clone();
+    archive.register(&sealed).unwrap();
+    archive.remove_segment(SegmentId(1)).unwrap();
+    assert!(archive.catalog().is_empty());
+    assert!(!path.exists());
+    // A crash between the catalog line and the unlink leaves the file: recovery
+    // deletes it instead of entering it again.
+    let leftover = write_segment(&archive.packets_dir(), 1, &records(1000, 3)).path;
+    drop(archive);
+    let (archive, report) = Archive::open_writer(dir.path()).unwrap();
+    assert_eq!(report.removed_leftovers, vec![leftover.clone()]);
+    assert!(report.segments_recovered.is_empty());
+    assert!(!leftover.exists());
+    assert!(archive.catalog().is_empty());
+    assert_eq!(archive.next_segment_id(), SegmentId(2));
+}
