@@ -1,53 +1,16 @@
 //! Black-box tests of the `hindsight` binary on real captures: oracle comparisons
 //! with tshark and tcpdump, robustness against damaged input, crash safety.
 
+mod common;
+
+use common::{fixtures_dir, hindsight, lan_hour, ok, require_tool};
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hindsight_capture::CaptureReader;
-
-const LAN_HOUR: &str = "../../../shared/data/lan-hour-2012.pcap";
-
-fn lan_hour() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
-    assert!(path.exists(), "missing shared capture {}", path.display());
-    path
-}
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
-}
-
-fn hindsight(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run hindsight")
-}
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "hindsight failed: {}\nstdout: {}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn require_tool(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(found, "{tool} is not installed: run scripts/setup");
-}
 
 /// One packet as both sides export it: timestamp, wire length, captured bytes.
 type PacketKey = (i64, u32, Vec<u8>);

@@ -2,48 +2,17 @@
 //! against nfpcapd (nfdump's pcap-to-flow converter) as the oracle, and the
 //! connection index answering `hindsight flows`.
 
+mod common;
+
+use common::{fixtures_dir, hindsight, lan_hour, ok, require_tool};
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use hindsight_model::{Addr16, FlowRecord};
 use hindsight_store::flows::flow_records;
 use hindsight_store::{Archive, SegmentReader, Table};
-
-const LAN_HOUR: &str = "../../../shared/data/lan-hour-2012.pcap";
-
-fn lan_hour() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
-    assert!(path.exists(), "missing shared capture {}", path.display());
-    path
-}
-
-fn hindsight(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run hindsight")
-}
-
-fn ok(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "command failed: {}\nstdout: {}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn require_tool(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(found, "{tool} is not installed: run scripts/setup");
-}
 
 fn ingest(capture: &Path, archive: &Path) -> String {
     ok(&hindsight(&[
@@ -388,12 +357,6 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
         left_on_disk,
         reader.catalog().entries_of(Table::Flows).count()
     );
-}
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
 }
 
 /// Counts the data lines of a Zeek log (TSV: lines not starting with `#`).

@@ -1,0 +1,52 @@
+//! Helpers shared by the black-box tests of the `hindsight` binary.
+
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const LAN_HOUR: &str = "../../../shared/data/lan-hour-2012.pcap";
+
+/// The shared real capture.
+pub fn lan_hour() -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
+    assert!(path.exists(), "missing shared capture {}", path.display());
+    path
+}
+
+/// Where `scripts/fetch-fixtures` put the fetched real captures and logs.
+pub fn fixtures_dir() -> PathBuf {
+    std::env::var_os("HINDSIGHT_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
+}
+
+/// Runs the `hindsight` binary with no standard input.
+pub fn hindsight(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hindsight")
+}
+
+/// Returns the standard output of a command that must have succeeded.
+pub fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "command failed: {}\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Fails the test if a reference tool is missing.
+pub fn require_tool(tool: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(found, "{tool} is not installed: run scripts/setup");
+}
