@@ -27,7 +27,11 @@ fn read_capture(path: &Path) -> Vec<PacketKey> {
 }
 
 fn ingest_full(capture: &Path, archive: &Path) {
-    ok(&hindsight(&[
+    ingest_full_with(capture, archive, &[]);
+}
+
+fn ingest_full_with(capture: &Path, archive: &Path, options: &[&str]) {
+    let mut args = vec![
         "ingest",
         "--quiet",
         "--snaplen",
@@ -35,7 +39,9 @@ fn ingest_full(capture: &Path, archive: &Path) {
         "--archive",
         archive.to_str().unwrap(),
         capture.to_str().unwrap(),
-    ]));
+    ];
+    args.extend(options);
+    ok(&hindsight(&args));
 }
 
 /// Exports the matches of `filter` to `out`, pcap or pcapng by its extension.
@@ -98,20 +104,34 @@ fn compare(
     filters: &[String],
     oracle: &dyn Fn(&str, &Path) -> Vec<PacketKey>,
 ) -> Vec<String> {
+    compare_archives(&[archive], work, filters, oracle)
+}
+
+/// Compares each of `archives` (the same capture ingested with different options)
+/// with an oracle for every filter; returns the mismatches.
+fn compare_archives(
+    archives: &[&Path],
+    work: &Path,
+    filters: &[String],
+    oracle: &dyn Fn(&str, &Path) -> Vec<PacketKey>,
+) -> Vec<String> {
     let mut failures = Vec::new();
     for (i, filter) in filters.iter().enumerate() {
-        let ours = hindsight_pcap(archive, filter, &work.join(format!("ours-{i}.pcapng")));
         let theirs = oracle(filter, &work.join(format!("theirs-{i}.pcapng")));
-        if ours != theirs {
-            let ours_ts: BTreeSet<i64> = ours.iter().map(|p| p.0).collect();
-            let theirs_ts: BTreeSet<i64> = theirs.iter().map(|p| p.0).collect();
-            failures.push(format!(
-                "{filter:?}: hindsight {} packets, oracle {}; only ours: {:?}; only theirs: {:?}",
+        for archive in archives {
+            let ours = hindsight_pcap(archive, filter, &work.join(format!("ours-{i}.pcapng")));
+            if ours != theirs {
+                let ours_ts: BTreeSet<i64> = ours.iter().map(|p| p.0).collect();
+                let theirs_ts: BTreeSet<i64> = theirs.iter().map(|p| p.0).collect();
+                failures.push(format!(
+                "{filter:?} on {}: hindsight {} packets, oracle {}; only ours: {:?}; only theirs: {:?}",
+                archive.display(),
                 ours.len(),
                 theirs.len(),
                 ours_ts.difference(&theirs_ts).take(3).collect::<Vec<_>>(),
                 theirs_ts.difference(&ours_ts).take(3).collect::<Vec<_>>(),
             ));
+            }
         }
     }
     failures
@@ -152,6 +172,12 @@ const LAN_HOUR_WIRESHARK_FILTERS: &[&str] = &[
     "ip.proto == 17 && frame.len > 200",
     "ip.flags.df == 1",
     "tcp.dstport in {139, 445, 10050..10051}",
+    // Rare addresses (3 to 33 packets in the hour): answered from covering postings.
+    "ip.addr == 172.30.100.1",
+    "ip.src == 10.64.88.4 || ip.dst == 10.64.88.3",
+    "ip.dst == 10.64.88.255 && udp.port == 138",
+    // Rare and busy addresses together: the segments are read.
+    "ip.addr == 10.64.88.0/29",
 ];
 
 /// tcpdump (BPF) filters checked on lan-hour-2012.pcap against `tcpdump -r`.
@@ -172,6 +198,9 @@ const LAN_HOUR_BPF_FILTERS: &[&str] = &[
     "portrange 130-140",
     "host 10.64.94.199 and not port 139",
     "tcp and (port 139 or port 445)",
+    "host 172.30.100.1",
+    "host 10.7.243.1 or src host 10.64.88.5",
+    "net 10.64.88.0/30 and udp",
 ];
 
 /// ICMP errors quote the IP header (and 8 bytes) of the packet they answer, and
@@ -193,20 +222,56 @@ fn lan_hour_matches_tshark_and_tcpdump() {
     require_tool("tcpdump");
     let capture = lan_hour();
     let work = tempfile::tempdir().unwrap();
+    // The default archive answers queries for rare addresses from covering
+    // postings; the second one has none, so every query reads segments.
     let archive = work.path().join("archive");
     ingest_full(&capture, &archive);
+    let uncovered = work.path().join("archive-uncovered");
+    ingest_full_with(&capture, &uncovered, &["--covering-rows", "0"]);
+    let archives = [archive.as_path(), uncovered.as_path()];
 
     let wireshark: Vec<String> = LAN_HOUR_WIRESHARK_FILTERS
         .iter()
         .map(|f| outer_layers_only(f))
         .collect();
-    let mut failures = compare(&archive, work.path(), &wireshark, &|filter, out| {
+    let mut failures = compare_archives(&archives, work.path(), &wireshark, &|filter, out| {
         tshark_pcap(&capture, filter, out)
     });
     let bpf: Vec<String> = LAN_HOUR_BPF_FILTERS.iter().map(|f| f.to_string()).collect();
-    failures.extend(compare(&archive, work.path(), &bpf, &|filter, out| {
-        tcpdump_pcap(&capture, filter, out)
-    }));
+    failures.extend(compare_archives(
+        &archives,
+        work.path(),
+        &bpf,
+        &|filter, out| tcpdump_pcap(&capture, filter, out),
+    ));
+    // The rare-address queries did take the covering path, and only there.
+    let explained = |archive: &Path, filter: &str| {
+        let output = hindsight(&[
+            "query",
+            filter,
+            "--count",
+            "--explain",
+            "--archive",
+            archive.to_str().unwrap(),
+        ]);
+        ok(&output);
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let covered = explained(&archive, "host 172.30.100.1");
+    assert!(
+        covered.contains("1 after address index, 1 of them answered from covering postings"),
+        "{covered}"
+    );
+    let mixed = explained(&archive, "net 10.64.88.0/29");
+    assert!(
+        mixed.contains("0 of them answered from covering"),
+        "{mixed}"
+    );
+    let uncovered = explained(&uncovered, "host 172.30.100.1");
+    assert!(
+        uncovered.contains("0 of them answered from covering"),
+        "{uncovered}"
+    );
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",

@@ -31,6 +31,11 @@ use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, Writ
 /// value the granules of the segment holding the address (`GranuleSet::encode`). Big-endian ids keep one address's segments in id order, and 16-byte
 /// IPv4-mapped addresses make a CIDR range one contiguous key range.
 const CF_POSTINGS: &str = "postings";
+/// Column family of covering postings: the same keys as `postings`, for the
+/// addresses a segment holds only a few rows of; value their whole rows
+/// (`hindsight_model::CoveredRowsBuilder`). A query whose postings in a segment are
+/// all covered is answered without opening the segment.
+const CF_COVERING: &str = "covering";
 /// Column family of indexed-segment markers: key `segment id (8 bytes, big-endian)`,
 /// value the number of distinct addresses (u64 big-endian).
 const CF_SEGMENTS: &str = "segments";
@@ -80,7 +85,7 @@ impl AddressIndex {
         options.create_missing_column_families(true);
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_keep_log_file_num(4);
-        let families = [CF_POSTINGS, CF_SEGMENTS]
+        let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
             .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
         Ok(Self {
@@ -96,8 +101,12 @@ impl AddressIndex {
             return Ok(None);
         }
         let options = Options::default();
-        let db = DB::open_cf_for_read_only(&options, dir, [CF_POSTINGS, CF_SEGMENTS], false)
-            .map_err(rocks(dir))?;
+        // An index written before covering postings existed lacks their family.
+        let present = DB::list_cf(&options, dir).map_err(rocks(dir))?;
+        let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
+            .into_iter()
+            .filter(|name| present.iter().any(|p| p == name));
+        let db = DB::open_cf_for_read_only(&options, dir, families, false).map_err(rocks(dir))?;
         Ok(Some(Self {
             path: dir.to_owned(),
             db,
@@ -112,17 +121,25 @@ impl AddressIndex {
         })
     }
 
-    /// Writes the postings of segment `id` and its marker in one atomic batch.
+    /// Writes the postings of segment `id`, its covering postings (encoded rows of
+    /// rare addresses) and its marker in one atomic batch.
     pub fn add_segment(
         &self,
         id: SegmentId,
         postings_of_segment: &[(Addr16, GranuleSet)],
+        covered: &[(Addr16, Vec<u8>)],
     ) -> Result<()> {
         let postings = self.family(CF_POSTINGS)?;
         let segments = self.family(CF_SEGMENTS)?;
         let mut batch = WriteBatch::default();
         for (address, granules) in postings_of_segment {
             batch.put_cf(postings, posting_key(*address, id), granules.encode());
+        }
+        if !covered.is_empty() {
+            let covering = self.family(CF_COVERING)?;
+            for (address, rows) in covered {
+                batch.put_cf(covering, posting_key(*address, id), rows);
+            }
         }
         let addresses = postings_of_segment;
         batch.put_cf(
@@ -137,9 +154,11 @@ impl AddressIndex {
     pub fn remove_segment(&self, id: SegmentId, addresses: &[Addr16]) -> Result<()> {
         let postings = self.family(CF_POSTINGS)?;
         let segments = self.family(CF_SEGMENTS)?;
+        let covering = self.family(CF_COVERING)?;
         let mut batch = WriteBatch::default();
         for address in addresses {
             batch.delete_cf(postings, posting_key(*address, id));
+            batch.delete_cf(covering, posting_key(*address, id));
         }
         batch.delete_cf(segments, id.0.to_be_bytes());
         self.db.write(batch).map_err(rocks(&self.path))
@@ -168,13 +187,42 @@ impl AddressIndex {
         &self,
         ranges: &[(Addr16, Addr16)],
     ) -> Result<BTreeMap<SegmentId, GranuleSet>> {
-        let postings = self.family(CF_POSTINGS)?;
         let mut ids: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
+        self.scan(CF_POSTINGS, ranges, |id, value| {
+            let granules = GranuleSet::decode(value).ok_or("undecodable granule list")?;
+            ids.entry(id).or_default().union_with(&granules);
+            Ok(())
+        })?;
+        Ok(ids)
+    }
+
+    /// Calls `visit` with the segment id and value of every entry of `family` whose
+    /// address lies in one of `ranges`, in key order.
+    fn scan(
+        &self,
+        name: &'static str,
+        ranges: &[(Addr16, Addr16)],
+        mut visit: impl FnMut(SegmentId, &[u8]) -> std::result::Result<(), &'static str>,
+    ) -> Result<()> {
+        let Some(family) = self.db.cf_handle(name) else {
+            // Only the covering family may be missing (an older index), and
+            // then nothing is covered.
+            return if name == CF_COVERING {
+                Ok(())
+            } else {
+                self.family(name).map(|_| ())
+            };
+        };
+        let corrupt = |reason: String| IndexError::Corrupt {
+            path: self.path.clone(),
+            family: name,
+            reason,
+        };
         for &(low, high) in ranges {
             let start = posting_key(low, SegmentId(0));
             let end = posting_key(high, SegmentId(u64::MAX));
             let mode = IteratorMode::From(&start, Direction::Forward);
-            for item in self.db.iterator_cf(postings, mode) {
+            for item in self.db.iterator_cf(family, mode) {
                 let (key, value) = item.map_err(rocks(&self.path))?;
                 if key.as_ref() > end.as_slice() {
                     break;
@@ -183,31 +231,40 @@ impl AddressIndex {
                     .get(16..POSTING_KEY_LEN)
                     .and_then(|b| <[u8; 8]>::try_from(b).ok())
                 else {
-                    return Err(IndexError::Corrupt {
-                        path: self.path.clone(),
-                        family: CF_POSTINGS,
-                        reason: format!("key of {} bytes, expected {POSTING_KEY_LEN}", key.len()),
-                    });
+                    return Err(corrupt(format!(
+                        "key of {} bytes, expected {POSTING_KEY_LEN}",
+                        key.len()
+                    )));
                 };
-                let granules = GranuleSet::decode(&value).ok_or_else(|| IndexError::Corrupt {
-                    path: self.path.clone(),
-                    family: CF_POSTINGS,
-                    reason: "undecodable granule list".to_owned(),
-                })?;
-                ids.entry(SegmentId(u64::from_be_bytes(id)))
-                    .or_default()
-                    .union_with(&granules);
+                visit(SegmentId(u64::from_be_bytes(id)), &value)
+                    .map_err(|reason| corrupt(reason.to_owned()))?;
             }
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// Returns what the index knows of where addresses in `ranges` can occur: a
-    /// segment may hold them unless it is indexed and its postings lack them.
+    /// segment may hold them unless it is indexed and its postings lack them; and
+    /// for the segments where every posting in the ranges is covering, the rows.
     pub fn lookup(&self, ranges: &[(Addr16, Addr16)]) -> Result<AddressLookup> {
+        let mut holding: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
+        let mut postings_per_segment: BTreeMap<SegmentId, usize> = BTreeMap::new();
+        self.scan(CF_POSTINGS, ranges, |id, value| {
+            let granules = GranuleSet::decode(value).ok_or("undecodable granule list")?;
+            holding.entry(id).or_default().union_with(&granules);
+            *postings_per_segment.entry(id).or_default() += 1;
+            Ok(())
+        })?;
+        let mut covered: BTreeMap<SegmentId, Vec<Vec<u8>>> = BTreeMap::new();
+        self.scan(CF_COVERING, ranges, |id, value| {
+            covered.entry(id).or_default().push(value.to_vec());
+            Ok(())
+        })?;
+        covered.retain(|id, rows| postings_per_segment.get(id) == Some(&rows.len()));
         Ok(AddressLookup {
             indexed: self.indexed_segments()?,
-            holding: self.segments_with(ranges)?,
+            holding,
+            covered,
         })
     }
 
@@ -222,6 +279,7 @@ impl AddressIndex {
 pub struct AddressLookup {
     indexed: BTreeSet<SegmentId>,
     holding: BTreeMap<SegmentId, GranuleSet>,
+    covered: BTreeMap<SegmentId, Vec<Vec<u8>>>,
 }
 
 impl AddressLookup {
@@ -232,9 +290,16 @@ impl AddressLookup {
         !self.indexed.contains(&id) || self.holding.contains_key(&id)
     }
 
-    /// Returns the granules of each indexed segment where the addresses occur.
-    pub fn into_granules(self) -> BTreeMap<SegmentId, GranuleSet> {
-        self.holding
+    /// Returns the granules of each indexed segment where the addresses occur, and
+    /// the covering postings of the segments where all those addresses are covered
+    /// (one encoded posting per address; `hindsight_model::decode_covered_rows`).
+    pub fn into_parts(
+        self,
+    ) -> (
+        BTreeMap<SegmentId, GranuleSet>,
+        BTreeMap<SegmentId, Vec<Vec<u8>>>,
+    ) {
+        (self.holding, self.covered)
     }
 }
 
@@ -282,7 +347,9 @@ mod tests {
                     .push_row(u64::from(e) * 1000);
             }
             let addresses: Vec<(Addr16, GranuleSet)> = addresses.into_iter().collect();
-            index.add_segment(SegmentId(segment), &addresses).unwrap();
+            index
+                .add_segment(SegmentId(segment), &addresses, &[])
+                .unwrap();
             model.insert(SegmentId(segment), addresses);
         }
         let removed: Vec<Addr16> = model
@@ -329,7 +396,7 @@ mod tests {
         let writer = AddressIndex::open(dir.path()).unwrap();
         let granules: GranuleSet = [0, 2].into_iter().collect();
         writer
-            .add_segment(SegmentId(3), &[(v4(1, 2, 3, 4), granules.clone())])
+            .add_segment(SegmentId(3), &[(v4(1, 2, 3, 4), granules.clone())], &[])
             .unwrap();
         writer.sync().unwrap();
         let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();

@@ -211,7 +211,7 @@ impl Ingestor {
                 continue;
             }
             let reader = SegmentReader::open(&archive.segment_path(entry))?;
-            index.add_segment(entry.segment_id(), &reader.address_postings()?)?;
+            index.add_segment(entry.segment_id(), &reader.address_postings()?, &[])?;
             reindexed.push(entry.clone());
         }
         let batch_rows = options.segment.row_group_rows;

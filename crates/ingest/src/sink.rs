@@ -9,8 +9,9 @@
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::{FlowRecord, SegmentId};
 use hindsight_store::arrow::array::RecordBatch;
@@ -32,6 +33,9 @@ enum Command {
     /// Seal the open segment, if any, and acknowledge.
     Seal(Sender<Result<(), IngestError>>),
 }
+
+/// How often a seal waiting for its acknowledgement checks the sink is alive.
+const SEAL_POLL: Duration = Duration::from_millis(100);
 
 /// What the sink did over its life.
 #[derive(Debug, Default)]
@@ -86,9 +90,15 @@ impl SegmentSink {
     pub fn seal(&mut self) -> Result<(), IngestError> {
         let (ack, acked) = bounded(1);
         self.send(Command::Seal(ack))?;
-        match acked.recv() {
-            Ok(result) => result,
-            Err(_) => Err(self.stopped()),
+        // A sink thread that died (a bug: a panic) after the command was queued
+        // never drops it, so the acknowledgement is awaited while it lives.
+        loop {
+            match acked.recv_timeout(SEAL_POLL) {
+                Ok(result) => return result,
+                Err(RecvTimeoutError::Timeout)
+                    if self.thread.as_ref().is_some_and(|t| !t.is_finished()) => {}
+                Err(_) => return Err(self.stopped()),
+            }
         }
     }
 
@@ -227,7 +237,7 @@ fn seal(
     if sealed.table == Table::Packets {
         indexes
             .addresses
-            .add_segment(sealed.id, &sealed.addresses)?;
+            .add_segment(sealed.id, &sealed.addresses, &sealed.covered)?;
     }
     report.sealed.push(entry);
     Ok(())

@@ -8,8 +8,10 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod covering;
 mod flow;
 
+pub use covering::{CoveredRow, CoveredRowsBuilder, decode_covered_rows};
 pub use flow::{FlowRecord, FlowSource, FlowState};
 
 /// Link-layer header type, numbered as in the tcpdump.org `LINKTYPE_` registry

@@ -4,7 +4,10 @@
 //! Pruning goes from coarse to fine, as in Hyperion's multi-level index:
 //! 1. the catalog's per-segment time ranges against the query window;
 //! 2. the address postings (RocksDB) against the filter's address ranges, for the
-//!    segments the index covers (unindexed segments are always read);
+//!    segments the index covers (unindexed segments are always read); where every
+//!    posting of those ranges in a segment is a covering posting (an address with a
+//!    few rows there, kept whole in the index), the segment is not opened at all:
+//!    its candidate rows come from the index;
 //! 3. per row group, timestamp statistics, address min/max and Bloom filters;
 //! 4. per row, the time window and the filter itself.
 
@@ -12,7 +15,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use hindsight_index::AddressIndex;
-use hindsight_model::{Addr16, GranuleSet, PacketRecord, SegmentId};
+use hindsight_model::{
+    Addr16, CoveredRow, GranuleSet, PacketRecord, SegmentId, decode_covered_rows,
+};
 use hindsight_store::schema::{PacketBatchView, col};
 use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
@@ -46,12 +51,15 @@ pub struct SearchStats {
     pub segments_in_time: usize,
     /// Segments left after the address index.
     pub segments_planned: usize,
+    /// Planned segments answered from covering postings, without opening them.
+    pub segments_covered: usize,
     /// Row groups in the planned segments.
     pub row_groups_total: usize,
     /// Row groups left after statistics and Bloom filters.
     pub row_groups_read: usize,
     /// Rows selected in the row groups read (their address columns decoded when the
-    /// filter names addresses, every column otherwise).
+    /// filter names addresses, every column otherwise), plus the rows of covering
+    /// postings.
     pub rows_read: u64,
     /// Rows that matched (and were handed to the visitor).
     pub rows_matched: u64,
@@ -67,6 +75,9 @@ pub struct SearchPlan {
     /// For indexed segments under an address constraint: the granules (blocks of
     /// `GRANULE_ROWS` rows) holding those addresses; only they are read.
     pub granules: BTreeMap<SegmentId, GranuleSet>,
+    /// For segments where every posting of the address ranges is covering: those
+    /// postings (encoded rows, one per address), read instead of the segment.
+    pub covered: BTreeMap<SegmentId, Vec<Vec<u8>>>,
     /// Counts of the planning levels (the reading levels are filled by execution).
     pub stats: SearchStats,
 }
@@ -144,17 +155,21 @@ impl PacketSearch {
         stats.segments_in_time = segments.len();
         let address_ranges = request.filter.address_ranges();
         let mut granules = BTreeMap::new();
+        let mut covered = BTreeMap::new();
         if let (Some(ranges), Some(index)) = (&address_ranges, &self.index) {
             let lookup = index.lookup(ranges)?;
             segments.retain(|entry| lookup.may_hold(entry.segment_id()));
-            granules = lookup.into_granules();
+            (granules, covered) = lookup.into_parts();
+            covered.retain(|id, _| segments.iter().any(|entry| entry.segment_id() == *id));
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
         stats.segments_planned = segments.len();
+        stats.segments_covered = covered.len();
         Ok(SearchPlan {
             segments,
             address_ranges,
             granules,
+            covered,
             stats,
         })
     }
@@ -183,6 +198,23 @@ impl PacketSearch {
             return Ok(stats);
         }
         for entry in &plan.segments {
+            // A damaged covering posting falls back to the segment, which the
+            // granules still narrow.
+            let covered = plan.covered.get(&entry.segment_id());
+            if let Some(rows) = covered.and_then(|postings| covered_rows(postings)) {
+                stats.rows_read += rows.len() as u64;
+                for CoveredRow { record, data, .. } in &rows {
+                    if !request.time.contains(record.ts_nanos) || !request.filter.matches(record) {
+                        continue;
+                    }
+                    stats.rows_matched += 1;
+                    let go_on = visit(record, data).map_err(QueryError::Output)?;
+                    if !go_on || stats.rows_matched >= limit {
+                        return Ok(stats);
+                    }
+                }
+                continue;
+            }
             let reader = SegmentReader::open(&self.archive.segment_path(entry))?;
             stats.row_groups_total += reader.row_groups();
             let groups =
@@ -219,4 +251,17 @@ impl PacketSearch {
         }
         Ok(stats)
     }
+}
+
+/// Decodes the covering postings of one segment (one per address) into its
+/// candidate rows, in row order, each once (a packet between two of the addresses
+/// is in both postings); `None` if one is damaged.
+fn covered_rows(postings: &[Vec<u8>]) -> Option<Vec<CoveredRow>> {
+    let mut rows = Vec::new();
+    for posting in postings {
+        rows.extend(decode_covered_rows(posting)?);
+    }
+    rows.sort_by_key(|row| row.row);
+    rows.dedup_by_key(|row| row.row);
+    Some(rows)
 }

@@ -300,6 +300,8 @@ fn summarize_orphan(table: Table, id: SegmentId, path: &Path) -> Result<SealedSe
         size_bytes,
         crc32,
         addresses,
+        // Covering postings are built only while writing; granules suffice.
+        covered: Vec::new(),
     })
 }
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use hindsight_index::Expiry;
 use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
 use hindsight_model::DecodeStatus;
-use hindsight_store::Table;
+use hindsight_store::{SegmentOptions, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{human_bytes, human_rate};
@@ -38,6 +38,11 @@ pub struct Args {
     /// the index is compacted every hour, so k is the connections of about 62 minutes.
     #[arg(long, default_value_t = 0, value_name = "N")]
     keep_connections: u64,
+    /// Addresses with at most this many packets in a segment keep their whole
+    /// packets in the address index too (covering postings), so a query for them
+    /// opens no segment; 0 turns this off. Bounded to 2 bytes per packet.
+    #[arg(long, default_value_t = SegmentOptions::default().covering_rows, value_name = "PACKETS")]
+    covering_rows: u32,
     /// What the input files are.
     #[arg(long, value_enum, default_value = "pcap")]
     format: InputFormat,
@@ -69,6 +74,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         expiry: Expiry {
             keep_events: args.keep_connections,
             ..Expiry::OFF
+        },
+        segment: SegmentOptions {
+            covering_rows: args.covering_rows,
+            ..SegmentOptions::default()
         },
         ..IngestOptions::default()
     };

@@ -131,12 +131,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 fn explain(stats: &SearchStats, seconds: f64) {
     eprintln!(
-        "segments: {} in catalog, {} in time window, {} after address index\n\
+        "segments: {} in catalog, {} in time window, {} after address index, \
+         {} of them answered from covering postings\n\
          row groups: {} in planned segments, {} after statistics and Bloom filters\n\
          rows: {} decoded, {} matched, in {:.3} ms",
         stats.segments_total,
         stats.segments_in_time,
         stats.segments_planned,
+        stats.segments_covered,
         stats.row_groups_total,
         stats.row_groups_read,
         stats.rows_read,

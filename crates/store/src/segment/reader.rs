@@ -6,7 +6,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, RecordBatch};
-use foldhash::HashMap;
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -18,7 +17,7 @@ use parquet::file::statistics::Statistics;
 
 use crate::error::{Result, StoreError};
 use crate::schema::col;
-use crate::segment::writer::collect_postings;
+use crate::segment::postings::{CoveringLimits, PostingsCollector};
 
 /// An inclusive time range in ns since the epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,28 +327,21 @@ impl SegmentReader {
     /// destination address with the granules where it occurs), sorted, by scanning
     /// the two address columns; used to rebuild the index after a crash.
     pub fn address_postings(&self) -> Result<Vec<(Addr16, GranuleSet)>> {
-        let mut postings: HashMap<Addr16, GranuleSet> = HashMap::default();
-        for name in [col::SRC_ADDR, col::DST_ADDR] {
-            let groups = (0..self.row_groups()).collect();
-            let mut first_row = 0u64;
-            for batch in self.read(groups, Some(&[name]))? {
-                let batch = batch.map_err(|e| StoreError::Parquet {
-                    path: self.path.clone(),
-                    source: e.into(),
-                })?;
-                if let Some(values) = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<arrow::array::FixedSizeBinaryArray>()
-                {
-                    collect_postings(values, first_row, &mut postings);
-                }
-                first_row += batch.num_rows() as u64;
-            }
+        let mut postings = PostingsCollector::new(CoveringLimits {
+            rows: 0,
+            bytes_per_row: 0,
+        });
+        let groups = (0..self.row_groups()).collect();
+        let mut first_row = 0u64;
+        for batch in self.read(groups, Some(&[col::SRC_ADDR, col::DST_ADDR]))? {
+            let batch = batch.map_err(|e| StoreError::Parquet {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
+            postings.collect(&batch, first_row);
+            first_row += batch.num_rows() as u64;
         }
-        let mut sorted: Vec<(Addr16, GranuleSet)> = postings.into_iter().collect();
-        sorted.sort_unstable_by_key(|(address, _)| *address);
-        Ok(sorted)
+        Ok(postings.finish().granules)
     }
 }
 

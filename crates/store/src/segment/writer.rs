@@ -6,10 +6,9 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, AsArray, FixedSizeBinaryArray, RecordBatch};
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::{sort_to_indices, take_record_batch};
 use arrow::datatypes::TimestampNanosecondType;
-use foldhash::HashMap;
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
@@ -17,6 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use super::postings::{CoveringLimits, PostingsCollector};
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
 use crate::error::{Result, StoreError};
@@ -38,6 +38,11 @@ pub struct SegmentOptions {
     pub data_zstd_level: i32,
     /// False-positive probability of the address Bloom filters.
     pub bloom_fpp: f64,
+    /// Covering postings of packet segments: an address with at most this many
+    /// rows in a segment has its whole rows in the address index (0: none).
+    pub covering_rows: u32,
+    /// Budget of covering postings in bytes per packet of the segment.
+    pub covering_bytes_per_row: u32,
 }
 
 impl Default for SegmentOptions {
@@ -48,6 +53,8 @@ impl Default for SegmentOptions {
             zstd_level: 3,
             data_zstd_level: 1,
             bloom_fpp: 0.01,
+            covering_rows: 64,
+            covering_bytes_per_row: 2,
         }
     }
 }
@@ -139,6 +146,9 @@ pub struct SealedSegment {
     /// Every distinct source or destination address in the segment, sorted, with
     /// the granules (row ranges) where it occurs: the segment's address postings.
     pub addresses: Vec<(Addr16, GranuleSet)>,
+    /// The covering postings (see `postings.rs`): sorted addresses with their
+    /// encoded rows (`hindsight_model::decode_covered_rows`).
+    pub covered: Vec<(Addr16, Vec<u8>)>,
 }
 
 /// Writes one segment of a table. Batches go in with [`write`](Self::write); nothing is
@@ -152,7 +162,7 @@ pub struct SegmentWriter {
     rows: u64,
     min_ts_nanos: i64,
     max_ts_nanos: i64,
-    addresses: HashMap<Addr16, GranuleSet>,
+    postings: PostingsCollector,
 }
 
 impl std::fmt::Debug for SegmentWriter {
@@ -196,7 +206,14 @@ impl SegmentWriter {
             rows: 0,
             min_ts_nanos: i64::MAX,
             max_ts_nanos: i64::MIN,
-            addresses: HashMap::default(),
+            postings: PostingsCollector::new(CoveringLimits {
+                rows: if table == Table::Packets {
+                    options.covering_rows
+                } else {
+                    0
+                },
+                bytes_per_row: options.covering_bytes_per_row,
+            }),
         })
     }
 
@@ -252,14 +269,7 @@ impl SegmentWriter {
             self.min_ts_nanos = self.min_ts_nanos.min(first);
             self.max_ts_nanos = self.max_ts_nanos.max(last);
         }
-        for name in [col::SRC_ADDR, col::DST_ADDR] {
-            if let Some(addresses) = batch
-                .column_by_name(name)
-                .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
-            {
-                collect_postings(addresses, self.rows, &mut self.addresses);
-            }
-        }
+        self.postings.collect(&batch, self.rows);
         self.writer
             .write(&batch)
             .map_err(StoreError::parquet(&self.temp_path))?;
@@ -291,8 +301,7 @@ impl SegmentWriter {
             .map_err(StoreError::io("rename segment", &temp_path))?;
         let dir = self.final_path.parent().unwrap_or(Path::new("."));
         sync_dir(dir)?;
-        let mut addresses: Vec<(Addr16, GranuleSet)> = self.addresses.into_iter().collect();
-        addresses.sort_unstable_by_key(|(address, _)| *address);
+        let postings = self.postings.finish();
         Ok(SealedSegment {
             table: self.table,
             id: self.id,
@@ -302,7 +311,8 @@ impl SegmentWriter {
             max_ts_nanos: self.max_ts_nanos,
             size_bytes: len_bytes,
             crc32: crc.finalize(),
-            addresses,
+            addresses: postings.granules,
+            covered: postings.covered,
         })
     }
 
@@ -310,34 +320,6 @@ impl SegmentWriter {
     pub fn abort(self) {
         drop(self.writer);
         let _ignored = fs::remove_file(&self.temp_path);
-    }
-}
-
-/// Adds the granules of every non-null address of `addresses`, whose first row is
-/// row `first_row` of the segment, to `into`.
-pub(crate) fn collect_postings(
-    addresses: &FixedSizeBinaryArray,
-    first_row: u64,
-    into: &mut HashMap<Addr16, GranuleSet>,
-) {
-    // Consecutive packets mostly share addresses; skipping repeats within a granule
-    // saves most hashing.
-    let mut previous: Option<(&[u8], u64)> = None;
-    let granule_rows = u64::from(hindsight_model::GRANULE_ROWS);
-    for row in 0..addresses.len() {
-        if addresses.is_null(row) {
-            continue;
-        }
-        let value = addresses.value(row);
-        let segment_row = first_row + row as u64;
-        let granule = segment_row / granule_rows;
-        if previous == Some((value, granule)) {
-            continue;
-        }
-        previous = Some((value, granule));
-        if let Ok(bytes) = <[u8; 16]>::try_from(value) {
-            into.entry(Addr16(bytes)).or_default().push_row(segment_row);
-        }
     }
 }
 

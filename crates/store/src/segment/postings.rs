@@ -1,0 +1,147 @@
+//! The address postings of one segment, collected while it is written: for every
+//! distinct source or destination address, the granules (row ranges) where it
+//! occurs, and, for an address seen at most `covering_rows` times, its whole rows
+//! (a covering posting, `hindsight_model::CoveredRowsBuilder`), so the query for a
+//! rare address never opens the segment.
+//!
+//! Covering rows are bounded: an address stops being covered at its
+//! `covering_rows + 1`-th row, and the covering rows held at any time never exceed
+//! `max(COVERING_FLOOR_BYTES, covering_bytes_per_row × rows written)`; an address
+//! seen first when that budget is spent keeps granules only. Granules are always
+//! complete, so a query is exact whatever was covered.
+
+use arrow::array::{Array, FixedSizeBinaryArray, RecordBatch};
+use foldhash::HashMap;
+use hindsight_model::{Addr16, CoveredRowsBuilder, GRANULE_ROWS, GranuleSet};
+
+use crate::schema::{PacketBatchView, col};
+
+/// Covering rows a segment may hold regardless of its size.
+pub const COVERING_FLOOR_BYTES: u64 = 64 * 1024;
+
+/// Limits of covering postings; `rows: 0` turns them off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CoveringLimits {
+    /// An address with more rows than this in a segment is not covered.
+    pub rows: u32,
+    /// Budget of encoded covering bytes per row of the segment (with a floor of
+    /// [`COVERING_FLOOR_BYTES`]).
+    pub bytes_per_row: u32,
+}
+
+#[derive(Debug, Default)]
+struct Posting {
+    granules: GranuleSet,
+    /// `None` once the address has too many rows or the budget was spent.
+    covered: Option<CoveredRowsBuilder>,
+}
+
+/// Collects the postings of one segment, batch by batch.
+#[derive(Debug)]
+pub(crate) struct PostingsCollector {
+    limits: CoveringLimits,
+    postings: HashMap<Addr16, Posting>,
+    covered_bytes: u64,
+}
+
+/// The postings of a sealed segment, sorted by address.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SegmentPostings {
+    /// Every distinct address with the granules where it occurs.
+    pub granules: Vec<(Addr16, GranuleSet)>,
+    /// The addresses with a covering posting, and its encoded rows.
+    pub covered: Vec<(Addr16, Vec<u8>)>,
+}
+
+impl PostingsCollector {
+    pub(crate) fn new(limits: CoveringLimits) -> Self {
+        Self {
+            limits,
+            postings: HashMap::default(),
+            covered_bytes: 0,
+        }
+    }
+
+    /// Adds the addresses of `batch` (a `packets` or `flows` batch, or a projection
+    /// holding at least one address column), whose first row is row `first_row`
+    /// of the segment. Covering rows are taken only from full `packets` batches.
+    pub(crate) fn collect(&mut self, batch: &RecordBatch, first_row: u64) {
+        let covering = self.limits.rows > 0 && batch.column_by_name(col::DATA).is_some();
+        let view = covering.then(|| PacketBatchView::new(batch));
+        let budget = COVERING_FLOOR_BYTES
+            .max(u64::from(self.limits.bytes_per_row) * (first_row + batch.num_rows() as u64));
+        let columns = [col::SRC_ADDR, col::DST_ADDR].map(|name| {
+            batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+        });
+        let granule_rows = u64::from(GRANULE_ROWS);
+        // Consecutive packets mostly share addresses: a repeat within a granule of
+        // an address that is not covered needs no hashing.
+        let mut previous: [Option<(&[u8], u64)>; 2] = [None, None];
+        // Rows go in order, both columns of a row before the next, so that covering
+        // rows of an address seen as source and as destination stay ascending.
+        for row in 0..batch.num_rows() {
+            for (index, addresses) in columns.iter().enumerate() {
+                let Some(addresses) = addresses else { continue };
+                if addresses.is_null(row) {
+                    continue;
+                }
+                let value = addresses.value(row);
+                let segment_row = first_row + row as u64;
+                let granule = segment_row / granule_rows;
+                if previous[index] == Some((value, granule)) {
+                    continue;
+                }
+                let Ok(bytes) = <[u8; 16]>::try_from(value) else {
+                    continue;
+                };
+                let mut new = false;
+                let posting = self.postings.entry(Addr16(bytes)).or_insert_with(|| {
+                    new = true;
+                    Posting::default()
+                });
+                posting.granules.push_row(segment_row);
+                let Some(view) = &view else {
+                    previous[index] = Some((value, granule));
+                    continue;
+                };
+                if new && self.covered_bytes < budget {
+                    let rows = CoveredRowsBuilder::new();
+                    self.covered_bytes += rows.encoded_len() as u64;
+                    posting.covered = Some(rows);
+                }
+                match &mut posting.covered {
+                    // A packet sent to itself: its row is already there.
+                    Some(rows) if rows.last_row() == Some(segment_row) => {}
+                    Some(rows) if rows.rows() < self.limits.rows => {
+                        let before = rows.encoded_len();
+                        rows.push(segment_row, &view.record(row), view.data(row));
+                        self.covered_bytes += (rows.encoded_len() - before) as u64;
+                    }
+                    Some(rows) => {
+                        self.covered_bytes -= rows.encoded_len() as u64;
+                        posting.covered = None;
+                        previous[index] = Some((value, granule));
+                    }
+                    None => previous[index] = Some((value, granule)),
+                }
+            }
+        }
+    }
+
+    /// Returns the postings, sorted by address.
+    pub(crate) fn finish(self) -> SegmentPostings {
+        let mut granules = Vec::with_capacity(self.postings.len());
+        let mut covered = Vec::new();
+        for (address, posting) in self.postings {
+            if let Some(rows) = posting.covered {
+                covered.push((address, rows.finish()));
+            }
+            granules.push((address, posting.granules));
+        }
+        granules.sort_unstable_by_key(|(address, _)| *address);
+        covered.sort_unstable_by_key(|(address, _)| *address);
+        SegmentPostings { granules, covered }
+    }
+}
