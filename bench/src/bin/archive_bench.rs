@@ -31,6 +31,7 @@ struct Args {
     runs: usize,
     stenographer: bool,
     page_rows: Option<usize>,
+    covering_rows: Option<u32>,
 }
 
 fn parse_args() -> Args {
@@ -41,6 +42,7 @@ fn parse_args() -> Args {
         runs: 3,
         stenographer: false,
         page_rows: None,
+        covering_rows: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,9 +57,12 @@ fn parse_args() -> Args {
             "--source" => args.source = PathBuf::from(value),
             "--runs" => args.runs = value.parse().expect("--runs N"),
             "--page-rows" => args.page_rows = Some(value.parse().expect("--page-rows N")),
+            "--covering-rows" => {
+                args.covering_rows = Some(value.parse().expect("--covering-rows N"));
+            }
             other => {
                 panic!(
-                    "unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N --stenographer"
+                    "unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N --page-rows N --covering-rows N --stenographer"
                 )
             }
         }
@@ -145,6 +150,9 @@ fn main() {
         if let Some(rows) = args.page_rows {
             options.segment.page_rows = rows;
         }
+        if let Some(rows) = args.covering_rows {
+            options.segment.covering_rows = rows;
+        }
         let (mut ingestor, _) = Ingestor::open(&archive, options).expect("open archive");
         let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
         assert!(outcome.error.is_none(), "{:?}", outcome.error);
@@ -203,8 +211,13 @@ fn main() {
         per(header_bytes)
     );
     println!(
-        "| hindsight snap bytes (data column, 128 B snap) | {data_bytes} | {:.2} |\n",
+        "| hindsight snap bytes (data column, 128 B snap) | {data_bytes} | {:.2} |",
         per(data_bytes)
+    );
+    let index_bytes = directory_bytes(&archive.join("index"));
+    println!(
+        "| hindsight address index (RocksDB: postings and covering postings) | {index_bytes} | {:.2} |\n",
+        per(index_bytes)
     );
 
     // --- queries ---
@@ -400,6 +413,20 @@ fn hindsight_cli() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let cli = exe.parent()?.join("hindsight");
     cli.is_file().then_some(cli)
+}
+
+/// Returns the bytes of the files in `dir` and its subdirectories.
+fn directory_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(m) if m.is_dir() => directory_bytes(&entry.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 /// Returns (data column bytes, other columns bytes, total file bytes) over all segments.

@@ -415,8 +415,9 @@ impl ConnectionIndex {
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
         ];
-        let db = DB::open_cf_descriptors_read_only(&Options::default(), dir, families, false)
-            .map_err(rocks(dir))?;
+        let db =
+            DB::open_cf_descriptors_read_only(&crate::read_only_options(), dir, families, false)
+                .map_err(rocks(dir))?;
         let index = Self {
             path: dir.to_owned(),
             db,
@@ -566,11 +567,15 @@ impl ConnectionIndex {
         Ok(())
     }
 
-    /// Flushes the memtables to disk (for a clean shutdown; the WAL makes writes
-    /// durable anyway).
+    /// Flushes the memtables to table files (at a clean shutdown: the WAL makes
+    /// writes durable anyway, but every read-only open would replay it).
     pub fn flush(&self) -> Result<()> {
-        let connections = self.family(CF_CONNECTIONS)?;
-        self.db.flush_cf(connections).map_err(rocks(&self.path))
+        // Every family, so that no reader has to replay the write-ahead log.
+        for name in [CF_CONNECTIONS, CF_HISTOGRAM, CF_META] {
+            let family = self.family(name)?;
+            self.db.flush_cf(family).map_err(rocks(&self.path))?;
+        }
+        Ok(())
     }
 
     /// Returns one page of the connections of the addresses in `scan`, at most

@@ -100,7 +100,7 @@ impl AddressIndex {
         if !dir.join("CURRENT").exists() {
             return Ok(None);
         }
-        let options = Options::default();
+        let options = read_only_options();
         // An index written before covering postings existed lacks their family.
         let present = DB::list_cf(&options, dir).map_err(rocks(dir))?;
         let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
@@ -255,7 +255,7 @@ impl AddressIndex {
             *postings_per_segment.entry(id).or_default() += 1;
             Ok(())
         })?;
-        let mut covered: BTreeMap<SegmentId, Vec<Vec<u8>>> = BTreeMap::new();
+        let mut covered = CoveredPostings::new();
         self.scan(CF_COVERING, ranges, |id, value| {
             covered.entry(id).or_default().push(value.to_vec());
             Ok(())
@@ -272,14 +272,28 @@ impl AddressIndex {
     pub fn sync(&self) -> Result<()> {
         self.db.flush_wal(true).map_err(rocks(&self.path))
     }
+
+    /// Flushes the memtables to table files (at a clean shutdown): the WAL alone
+    /// makes writes durable, but every read-only open (each query) would replay it.
+    pub fn flush(&self) -> Result<()> {
+        for name in [CF_POSTINGS, CF_SEGMENTS, CF_COVERING] {
+            let family = self.family(name)?;
+            self.db.flush_cf(family).map_err(rocks(&self.path))?;
+        }
+        Ok(())
+    }
 }
+
+/// Covering postings by segment: one encoded posting per address
+/// (`hindsight_model::decode_covered_rows`).
+pub type CoveredPostings = BTreeMap<SegmentId, Vec<Vec<u8>>>;
 
 /// The answer of [`AddressIndex::lookup`] for one set of address ranges.
 #[derive(Debug)]
 pub struct AddressLookup {
     indexed: BTreeSet<SegmentId>,
     holding: BTreeMap<SegmentId, GranuleSet>,
-    covered: BTreeMap<SegmentId, Vec<Vec<u8>>>,
+    covered: CoveredPostings,
 }
 
 impl AddressLookup {
@@ -293,14 +307,19 @@ impl AddressLookup {
     /// Returns the granules of each indexed segment where the addresses occur, and
     /// the covering postings of the segments where all those addresses are covered
     /// (one encoded posting per address; `hindsight_model::decode_covered_rows`).
-    pub fn into_parts(
-        self,
-    ) -> (
-        BTreeMap<SegmentId, GranuleSet>,
-        BTreeMap<SegmentId, Vec<Vec<u8>>>,
-    ) {
+    pub fn into_parts(self) -> (BTreeMap<SegmentId, GranuleSet>, CoveredPostings) {
         (self.holding, self.covered)
     }
+}
+
+/// Options of a read-only open, which every query pays for: table files are
+/// opened on the calling thread (RocksDB's default starts 16 threads per column
+/// family to open them, which costs more than opening a few files).
+pub(crate) fn read_only_options() -> Options {
+    let mut options = Options::default();
+    options.set_max_file_opening_threads(1);
+    options.set_skip_stats_update_on_db_open(true);
+    options
 }
 
 fn posting_key(address: Addr16, id: SegmentId) -> [u8; POSTING_KEY_LEN] {
@@ -387,6 +406,57 @@ mod tests {
         let indexed = index.indexed_segments().unwrap();
         assert_eq!(indexed.len(), 39);
         assert!(!indexed.contains(&SegmentId(7)));
+    }
+
+    /// A segment is answered from covering postings only when every posting of the
+    /// query's ranges in it is covering; removal takes them away with the postings.
+    #[test]
+    fn covering_postings_answer_only_fully_covered_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = AddressIndex::open(dir.path()).unwrap();
+        let (rare, busy, other) = (v4(10, 0, 0, 1), v4(10, 0, 0, 2), v4(10, 0, 0, 3));
+        let granules: GranuleSet = [0].into_iter().collect();
+        index
+            .add_segment(
+                SegmentId(1),
+                &[
+                    (rare, granules.clone()),
+                    (busy, granules.clone()),
+                    (other, granules.clone()),
+                ],
+                &[
+                    (rare, b"rows of rare".to_vec()),
+                    (other, b"rows of other".to_vec()),
+                ],
+            )
+            .unwrap();
+        index
+            .add_segment(SegmentId(2), &[(busy, granules.clone())], &[])
+            .unwrap();
+        let covered = |ranges: &[(Addr16, Addr16)]| index.lookup(ranges).unwrap().into_parts().1;
+        assert_eq!(
+            covered(&[(rare, rare)]),
+            BTreeMap::from([(SegmentId(1), vec![b"rows of rare".to_vec()])])
+        );
+        assert_eq!(
+            covered(&[(rare, rare), (other, other)]),
+            BTreeMap::from([(
+                SegmentId(1),
+                vec![b"rows of rare".to_vec(), b"rows of other".to_vec()]
+            )])
+        );
+        assert!(covered(&[(rare, other)]).is_empty(), "busy is in the range");
+        assert!(covered(&[(busy, busy)]).is_empty());
+        index
+            .remove_segment(SegmentId(1), &[rare, busy, other])
+            .unwrap();
+        assert!(covered(&[(rare, rare)]).is_empty());
+        index.flush().unwrap();
+        drop(index);
+        let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();
+        let (holding, covering) = reader.lookup(&[(busy, busy)]).unwrap().into_parts();
+        assert_eq!(holding, BTreeMap::from([(SegmentId(2), granules)]));
+        assert!(covering.is_empty());
     }
 
     #[test]

@@ -217,7 +217,7 @@ fn run(
             writer.abort();
         }
     }
-    indexes.addresses.sync()?;
+    indexes.addresses.flush()?;
     indexes.connections.flush()?;
     Ok((report, archive))
 }

@@ -11,7 +11,7 @@
 //! 3. per row group, timestamp statistics, address min/max and Bloom filters;
 //! 4. per row, the time window and the filter itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use hindsight_index::AddressIndex;
@@ -160,7 +160,9 @@ impl PacketSearch {
             let lookup = index.lookup(ranges)?;
             segments.retain(|entry| lookup.may_hold(entry.segment_id()));
             (granules, covered) = lookup.into_parts();
-            covered.retain(|id, _| segments.iter().any(|entry| entry.segment_id() == *id));
+            let planned: BTreeSet<SegmentId> =
+                segments.iter().map(CatalogEntry::segment_id).collect();
+            covered.retain(|id, _| planned.contains(id));
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
         stats.segments_planned = segments.len();

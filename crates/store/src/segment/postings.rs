@@ -145,3 +145,84 @@ impl PostingsCollector {
         SegmentPostings { granules, covered }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use hindsight_model::{PacketHeaders, PacketRecord, decode_covered_rows};
+
+    use super::*;
+    use crate::schema::PacketBatchBuilder;
+
+    fn packet(row: u32, src: Addr16, dst: Addr16) -> PacketRecord {
+        PacketRecord {
+            ts_nanos: i64::from(row) * 1000,
+            wire_len: 100,
+            cap_len: 100,
+            headers: PacketHeaders {
+                src_addr: Some(src),
+                dst_addr: Some(dst),
+                ..PacketHeaders::default()
+            },
+            ..PacketRecord::default()
+        }
+    }
+
+    /// Rare addresses are covered with exactly their rows, busy ones are not, and
+    /// a flood of one-packet addresses stops at the byte budget.
+    #[test]
+    fn covering_follows_the_row_limit_and_the_byte_budget() {
+        let server = Addr16::from_v4_bytes([10, 0, 0, 1]);
+        let rare = Addr16::from_v4_bytes([10, 0, 0, 2]);
+        let mut builder = PacketBatchBuilder::with_capacity(1024, 64 * 1024);
+        let mut records = Vec::new();
+        for row in 0..20_000u32 {
+            // 5 packets between the server and `rare` (both directions), and a
+            // scan of the server to 19,995 distinct addresses.
+            let (src, dst) = if row % 4000 == 0 {
+                if row % 8000 == 0 {
+                    (server, rare)
+                } else {
+                    (rare, server)
+                }
+            } else {
+                let n = row.to_be_bytes();
+                (server, Addr16::from_v4_bytes([172, n[1], n[2], n[3]]))
+            };
+            records.push(packet(row, src, dst));
+        }
+        let mut collector = PostingsCollector::new(CoveringLimits {
+            rows: 8,
+            bytes_per_row: 4,
+        });
+        let mut first_row = 0u64;
+        for chunk in records.chunks(1000) {
+            for record in chunk {
+                builder.append(record, &[0xab; 40]);
+            }
+            let batch = builder.finish();
+            collector.collect(&batch, first_row);
+            first_row += batch.num_rows() as u64;
+        }
+        assert!(
+            collector.covered_bytes <= 4 * 20_000 + 200,
+            "{}",
+            collector.covered_bytes
+        );
+        let postings = collector.finish();
+        assert_eq!(postings.granules.len(), 2 + 19_995);
+        let covered: HashMap<Addr16, Vec<u8>> = postings.covered.into_iter().collect();
+        assert!(!covered.contains_key(&server), "the server has 20,000 rows");
+        let rows = decode_covered_rows(&covered[&rare]).unwrap();
+        let numbers: Vec<u64> = rows.iter().map(|r| r.row).collect();
+        assert_eq!(numbers, [0, 4000, 8000, 12_000, 16_000]);
+        for row in &rows {
+            assert_eq!(row.record, records[row.row as usize]);
+            assert_eq!(row.data, [0xab; 40]);
+        }
+        let scanned = covered.len() - 1;
+        assert!(
+            scanned > 100 && scanned < 19_995,
+            "{scanned} scanned addresses covered: the budget must stop the flood"
+        );
+    }
+}
