@@ -36,6 +36,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Run SQL over the `packets` table (Apache DataFusion).
     Sql(cmd::sql::Args),
+    /// Receive NetFlow v5/v9 and IPFIX over UDP into the flows table and the connection index.
+    Collect(cmd::collect::Args),
     /// List the connections of an address or network from the connection index.
     Flows(cmd::flows::Args),
     /// Show what the archive holds: segments, time span, packets, bytes.
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Query(args) => cmd::query::run(args),
         Command::Sql(args) => cmd::sql::run(args),
         Command::Flows(args) => cmd::flows::run(args),
+        Command::Collect(args) => cmd::collect::run(args),
         Command::Stats(args) => cmd::stats::run(args),
     };
     match result {

@@ -2,7 +2,8 @@
 //! assembled from decoded packets, as `hindsight ingest` reads a capture (a
 //! bidirectional flow table with idle and active timeouts and TCP close handling,
 //! bounded in memory by a maximum number of open flows), or read from flow logs
-//! ([`zeek`] conn.log).
+//! ([`zeek`] conn.log), or decoded from NetFlow v5/v9 and IPFIX export packets
+//! ([`netflow`]).
 //!
 //! Semantics (the `flows` format documentation has the full list):
 //! - A flow is keyed by protocol and the two (address, port) endpoints, either way
@@ -20,6 +21,7 @@
 //! - Packets without IP addresses (ARP, non-IP, undecodable) are not flows.
 //!   IP fragments after the first have no ports and count in a flow with ports 0.
 
+pub mod netflow;
 pub mod zeek;
 
 use std::cmp::Reverse;
@@ -352,7 +354,7 @@ impl FlowTable {
 fn finish(flow: OpenFlow) -> FlowRecord {
     let mut record = flow.record;
     record.state = state(&record, &flow.orig, &flow.resp);
-    record.uid = uid(&record);
+    record.uid = uid('P', &record);
     record
 }
 
@@ -395,10 +397,11 @@ fn state(record: &FlowRecord, orig: &TcpHistory, resp: &TcpHistory) -> FlowState
     FlowState::OTH
 }
 
-/// A Zeek-style uid for a record built from packets: `P` and 17 base-62 digits of
-/// a 128-bit FNV-1a hash of the 5-tuple and the start time, so the same capture
+/// A Zeek-style uid: `prefix` (`P` for records built from packets, `N` for
+/// NetFlow/IPFIX) and 17 base-62 digits of a 128-bit FNV-1a hash of the 5-tuple,
+/// the start time and (for exported records) the exporter, so the same input
 /// always gives the same uids.
-fn uid(record: &FlowRecord) -> String {
+pub(crate) fn uid(prefix: char, record: &FlowRecord) -> String {
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
     let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     let mut feed = |bytes: &[u8]| {
@@ -413,9 +416,12 @@ fn uid(record: &FlowRecord) -> String {
     feed(&record.dst_port.to_be_bytes());
     feed(&[record.proto]);
     feed(&record.first_ns.to_be_bytes());
+    if prefix != 'P' {
+        feed(&record.exporter.0);
+    }
     const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let mut text = String::with_capacity(18);
-    text.push('P');
+    text.push(prefix);
     for _ in 0..17 {
         text.push(char::from(DIGITS[(hash % 62) as usize]));
         hash /= 62;

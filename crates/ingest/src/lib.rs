@@ -379,6 +379,22 @@ impl Ingestor {
         })
     }
 
+    /// Hands connection records of an external flow source (a NetFlow/IPFIX
+    /// collector) to the archive: the `flows` table and the connection index. They
+    /// become durable and queryable at the next [`seal`](Self::seal).
+    pub fn push_flow_records(
+        &mut self,
+        records: impl IntoIterator<Item = FlowRecord>,
+    ) -> Result<(), IngestError> {
+        for record in records {
+            self.flow_out.push(record);
+            if self.flow_out.len() >= FLOW_BATCH {
+                self.flush_flows()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Reads a Zeek conn.log (TSV or JSON lines, plain or gzip) into the `flows`
     /// table and the connection index. Lines that cannot be read are counted and
     /// the first few reported with their line numbers; the rest of the file is read.

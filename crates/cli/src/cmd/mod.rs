@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod collect;
 pub mod flows;
 pub mod ingest;
 pub mod query;

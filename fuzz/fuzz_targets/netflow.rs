@@ -1,0 +1,36 @@
+//! Fuzzes the NetFlow v5/v9/IPFIX decoder: a sequence of datagrams (2-byte
+//! little-endian length, 1 byte choosing one of two exporters, then the payload)
+//! through one decoder, so that data sets meet the templates of earlier datagrams.
+//! Any input must give records or errors with an offset inside the datagram, never
+//! a panic.
+
+#![no_main]
+
+use std::net::SocketAddr;
+
+use hindsight_flow::netflow::NetflowDecoder;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let exporters: [SocketAddr; 2] = [
+        "192.0.2.1:2055".parse().unwrap(),
+        "[2001:db8::1]:4739".parse().unwrap(),
+    ];
+    let mut decoder = NetflowDecoder::new();
+    let mut out = Vec::new();
+    let mut at = data;
+    while at.len() >= 3 {
+        let len = usize::from(u16::from_le_bytes([at[0], at[1]])).min(at.len() - 3);
+        let exporter = exporters[usize::from(at[2] & 1)];
+        let payload = &at[3..3 + len];
+        let before = out.len();
+        if let Err(error) = decoder.decode(exporter, payload, &mut out) {
+            assert!(error.offset <= payload.len(), "{error}");
+        }
+        for record in &out[before..] {
+            assert!(!record.uid.is_empty());
+        }
+        at = &at[3 + len..];
+    }
+    assert_eq!(decoder.stats().records, out.len() as u64);
+});
