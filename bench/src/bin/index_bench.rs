@@ -225,9 +225,7 @@ fn main() {
     };
     for name in ["1k-10k", "10k-100k", ">100k"] {
         let addresses = by_bucket.get(name).cloned().unwrap_or_default();
-        for i in 0..addresses.len().min(100) {
-            queries.push(addresses[i]);
-        }
+        queries.extend(addresses.iter().take(100));
     }
     let rare = by_bucket.get("1-1k").cloned().unwrap_or_default();
     while queries.len() < 1000 && !rare.is_empty() {
