@@ -582,6 +582,18 @@ impl ConnectionIndex {
     /// `limit` entries, resuming after key `after` (a [`ConnPage::next`]).
     /// Entries older than the cutoff are not returned even before their compaction.
     pub fn scan(&self, scan: &ConnScan, after: Option<&[u8]>, limit: usize) -> Result<ConnPage> {
+        self.scan_where(scan, after, limit, &|_| true)
+    }
+
+    /// Like [`scan`](Self::scan), keeping only the entries `keep` accepts: a page
+    /// holds up to `limit` of those, and its cursor resumes after the last one.
+    pub fn scan_where(
+        &self,
+        scan: &ConnScan,
+        after: Option<&[u8]>,
+        limit: usize,
+        keep: &dyn Fn(&ConnEntry) -> bool,
+    ) -> Result<ConnPage> {
         let connections = self.family(CF_CONNECTIONS)?;
         let start_ns = scan.start_ns.max(self.cutoff.load(Ordering::Acquire));
         let mut page = ConnPage::default();
@@ -622,6 +634,10 @@ impl ConnectionIndex {
                     }
                     _ => break,
                 }
+            }
+            if !keep(&entry) {
+                iter.next();
+                continue;
             }
             if page.entries.len() == limit {
                 page.next = Some(last_key);

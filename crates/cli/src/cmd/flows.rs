@@ -1,5 +1,6 @@
-//! `hindsight flows --ip ADDR|CIDR --archive DIR`: the connections of an address
-//! or network, answered from the connection index alone (Diventi's lookup).
+//! `hindsight flows [FILTER] --ip ADDR|CIDR --archive DIR`: the connections of an
+//! address or network, answered from the connection index alone (Diventi's
+//! lookup), optionally narrowed by a filter in the query language.
 
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
@@ -7,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use hindsight_index::connections::scale_range;
 use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
-use hindsight_model::{FlowState, tcp_flags};
+use hindsight_model::{FlowState, PacketHeaders, PacketRecord, ip_proto, tcp_flags};
 use hindsight_query::filter::Filter;
 use hindsight_store::Archive;
 use serde_json::json;
@@ -31,9 +32,14 @@ pub enum FlowFormat {
 /// Arguments of `hindsight flows`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Keep the connections that match this filter (Wireshark or tcpdump syntax,
+    /// as for `query`), on their addresses, ports, protocol and TCP flags; `ip.src`
+    /// is the originator. Without --ip, the filter must name addresses.
+    #[arg(value_name = "FILTER")]
+    filter: Option<String>,
     /// The address or network whose connections to list: 10.1.2.3, 10.1.2.0/24, 2001:db8::/32.
     #[arg(long, value_name = "ADDR|CIDR")]
-    ip: String,
+    ip: Option<String>,
     #[command(flatten)]
     archive: ArchiveArg,
     #[command(flatten)]
@@ -52,18 +58,29 @@ pub struct Args {
 
 /// Runs `hindsight flows`.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let filter = Filter::parse(&format!("ip.addr == {}", args.ip)).map_err(|_| {
-        anyhow::anyhow!(
-            "--ip {:?} is not an IPv4 or IPv6 address or network",
-            args.ip
-        )
-    })?;
-    let Some(ranges) = filter.address_ranges() else {
-        bail!(
-            "--ip {:?} is not an IPv4 or IPv6 address or network",
-            args.ip
-        );
+    let filter = match &args.filter {
+        Some(text) => Some(Filter::parse(text)?),
+        None => None,
     };
+    let ranges = match (&args.ip, &filter) {
+        (Some(ip), _) => {
+            let not_an_address =
+                || anyhow::anyhow!("--ip {ip:?} is not an IPv4 or IPv6 address or network");
+            Filter::parse(&format!("ip.addr == {ip}"))
+                .map_err(|_| not_an_address())?
+                .address_ranges()
+                .ok_or_else(not_an_address)?
+        }
+        (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {
+            anyhow::anyhow!(
+                "the connection index is keyed by address: give --ip, or a filter that \
+                 names the addresses every connection must have (such as `host 10.1.2.3 \
+                 and port 53`)"
+            )
+        })?,
+        (None, None) => bail!("give --ip ADDR|CIDR, or a filter that names addresses"),
+    };
+    let keep = |entry: &ConnEntry| filter.as_ref().is_none_or(|f| f.matches(&as_packet(entry)));
     let time = args.window.range()?;
     let root = &args.archive.archive;
     let archive = Archive::open_reader(root)
@@ -92,7 +109,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 start_ns: time.start_nanos,
                 end_ns: time.end_nanos,
             };
-            let page = index.scan(&scan, after.take().as_deref(), left)?;
+            let page = index.scan_where(&scan, after.take().as_deref(), left, &keep)?;
             left -= page.entries.len();
             for entry in &page.entries {
                 writer.write(&mut out, entry)?;
@@ -113,6 +130,32 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The fields of a connection a filter can test, as a packet of it would have
+/// them: originator → responder, protocol, the union of TCP flags; ICMP type and
+/// code from NetFlow's destination port.
+fn as_packet(entry: &ConnEntry) -> PacketRecord {
+    let (src, src_port, dst, dst_port) = entry.oriented();
+    let proto = entry.proto;
+    let has_ports = matches!(proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP);
+    let icmp = matches!(proto, ip_proto::ICMP | ip_proto::ICMPV6);
+    PacketRecord {
+        ts_nanos: entry.ts_ns,
+        headers: PacketHeaders {
+            ip_version: Some(if src.is_v4() && dst.is_v4() { 4 } else { 6 }),
+            src_addr: Some(src),
+            dst_addr: Some(dst),
+            ip_proto: Some(proto),
+            src_port: has_ports.then_some(src_port),
+            dst_port: has_ports.then_some(dst_port),
+            tcp_flags: (proto == ip_proto::TCP).then_some(entry.summary.tcp_flags),
+            icmp_type: icmp.then_some((dst_port >> 8) as u8),
+            icmp_code: icmp.then_some(dst_port as u8),
+            ..PacketHeaders::default()
+        },
+        ..PacketRecord::default()
+    }
 }
 
 fn encode_cursor(key: &[u8]) -> String {
