@@ -277,7 +277,8 @@ fn the_connection_index_answers_by_address_and_network() {
     // Filters narrow the index's answer; each agrees with the same condition
     // evaluated on the archived records (the flows segments).
     let host = |r: &FlowRecord, a: &str| r.src.to_string() == a || r.dst.to_string() == a;
-    let cases: [(&str, &dyn Fn(&FlowRecord) -> bool); 4] = [
+    type Expected<'a> = &'a dyn Fn(&FlowRecord) -> bool;
+    let cases: [(&str, Expected); 4] = [
         ("host 10.64.94.199 and port 139", &|r| {
             host(r, "10.64.94.199") && (r.src_port == 139 || r.dst_port == 139)
         }),
