@@ -74,7 +74,8 @@ fn capture_flows(source: &Path) -> Vec<FlowRecord> {
 }
 
 /// Replicates `flows` `copies` times, one hour later each, renaming every address
-/// but the `KEPT` busiest into 10.128.0.0/9 per copy.
+/// but the `KEPT` busiest into 10.128.0.0/9 (the next `KEPT` every 40 copies, the
+/// others in every copy).
 fn replicate(flows: &[FlowRecord], copies: usize) -> Vec<FlowRecord> {
     let mut counts: HashMap<Addr16, usize> = HashMap::new();
     for r in flows {
@@ -94,7 +95,11 @@ fn replicate(flows: &[FlowRecord], copies: usize) -> Vec<FlowRecord> {
         if kept.contains(&address) {
             return address;
         }
-        let n = (copy as u32) * 64 + others.get(&address).copied().unwrap_or(63) % 64;
+        let rank = others.get(&address).copied().unwrap_or(63);
+        // The next busiest keep their name for 40 copies at a time (thousands
+        // of connections each), the rest are renamed in every copy.
+        let epoch = if rank < KEPT as u32 { copy / 40 } else { copy };
+        let n = (epoch as u32) * 64 + rank % 64;
         Addr16::from_v4_bytes([10, 128 | (n >> 16) as u8, (n >> 8) as u8, n as u8])
     };
     let mut out = Vec::with_capacity(flows.len() * copies);
