@@ -2,6 +2,7 @@
 //! subcommand under `cmd/`.
 
 mod cmd;
+mod config;
 mod output;
 mod timearg;
 

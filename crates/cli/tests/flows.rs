@@ -419,6 +419,37 @@ fn ingest_keeps_the_newest_connections_it_is_told_to() {
         left_on_disk,
         reader.catalog().entries_of(Table::Flows).count()
     );
+
+    // The same limit set once in the archive's config.toml, no flag: the same index.
+    let configured = work.path().join("configured");
+    std::fs::create_dir_all(&configured).unwrap();
+    std::fs::write(
+        configured.join("config.toml"),
+        "[connections]\nkeep = 1000\n",
+    )
+    .unwrap();
+    let configured_arg = configured.to_str().unwrap();
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--partition-secs",
+        "600",
+        "--archive",
+        configured_arg,
+        lan_hour().to_str().unwrap(),
+    ]));
+    let listed_configured = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "0.0.0.0/0",
+        "--format",
+        "jsonl",
+        "--limit",
+        "1000000",
+        "--archive",
+        configured_arg,
+    ]));
+    assert_eq!(listed_configured, listed);
 }
 
 /// Counts the data lines of a Zeek log (TSV: lines not starting with `#`).

@@ -4,6 +4,7 @@
 //! ARCHIVE/
 //!   HINDSIGHT            marker: says this directory is a hindsight archive (format version)
 //!   LOCK                 flock(2)ed by the one writer (ingest, serve)
+//!   config.toml          the archive's settings (optional; expiration of the connection index)
 //!   catalog.jsonl        the catalog of both tables (see catalog.rs)
 //!   packets/             sealed segments seg-<id>.parquet, and .seg-<id>.parquet.tmp while writing
 //!   flows/               the same for the flows table
@@ -30,6 +31,8 @@ use crate::segment::{TEMP_SUFFIX, parse_segment_file_name};
 const MARKER_FILE: &str = "HINDSIGHT";
 /// Contents of the marker file: product and archive layout version.
 const MARKER_CONTENTS: &str = "hindsight archive v1\n";
+/// Name of the archive's settings file (read by the commands that write it).
+pub const CONFIG_FILE: &str = "config.toml";
 /// Name of the writer lock file.
 const LOCK_FILE: &str = "LOCK";
 /// Name of the catalog file.
@@ -81,10 +84,11 @@ impl Archive {
         fs::create_dir_all(root).map_err(StoreError::io("create archive directory", root))?;
         let marker = root.join(MARKER_FILE);
         if !marker.exists() {
+            // A new archive may hold its settings file before anything else.
             let non_empty = fs::read_dir(root)
                 .map_err(StoreError::io("list archive directory", root))?
-                .next()
-                .is_some();
+                .flatten()
+                .any(|entry| entry.file_name() != CONFIG_FILE);
             if non_empty {
                 return Err(StoreError::NotAnArchive {
                     path: root.to_owned(),

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hindsight_flow::netflow::{NetflowDecoder, NetflowStats};
-use hindsight_index::Expiry;
 use hindsight_ingest::{IngestOptions, Ingestor};
 
 use crate::ArchiveArg;
@@ -26,9 +25,12 @@ pub struct Args {
     /// Seal (make durable and queryable) what was received every this many seconds.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     seal_secs: u64,
-    /// Keep at least the N newest connections in the connection index (see ingest).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    keep_connections: u64,
+    /// Keep at least the N newest connections in the connection index and never
+    /// more than N + k (Diventi's count-based expiration; 0 keeps everything).
+    /// Overrides `[connections] keep` of the archive's config.toml for this run;
+    /// see docs/ARCHITECTURE.md for k.
+    #[arg(long, value_name = "N")]
+    keep_connections: Option<u64>,
     /// Malformed export packets reported one by one before only counting them.
     #[arg(long, default_value_t = 20, value_name = "N")]
     report_errors: u64,
@@ -51,10 +53,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .context("cannot install the signal handlers")?;
     }
     let options = IngestOptions {
-        expiry: Expiry {
-            keep_events: args.keep_connections,
-            ..Expiry::OFF
-        },
+        expiry: crate::config::archive_expiry(&args.archive.archive, args.keep_connections)?,
         ..IngestOptions::default()
     };
     let root = &args.archive.archive;

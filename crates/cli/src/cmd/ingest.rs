@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use hindsight_index::Expiry;
 use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
 use hindsight_model::DecodeStatus;
 use hindsight_store::{SegmentOptions, Table};
@@ -33,11 +32,11 @@ pub struct Args {
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     partition_secs: i64,
     /// Keep at least the N newest connections in the connection index and never
-    /// more than N + k (Diventi's count-based expiration; 0 keeps everything). The
-    /// cutoff is recomputed every minute from a histogram of 1-minute intervals and
-    /// the index is compacted every hour, so k is the connections of about 62 minutes.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    keep_connections: u64,
+    /// more than N + k (Diventi's count-based expiration; 0 keeps everything).
+    /// Overrides `[connections] keep` of the archive's config.toml for this run;
+    /// see docs/ARCHITECTURE.md for k.
+    #[arg(long, value_name = "N")]
+    keep_connections: Option<u64>,
     /// Addresses with at most this many packets in a segment keep their whole
     /// packets in the address index too (covering postings), so a query for them
     /// opens no segment; 0 turns this off. Bounded to 2 bytes per packet.
@@ -71,10 +70,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         snaplen: args.snaplen,
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
         segment_max_rows: args.segment_packets,
-        expiry: Expiry {
-            keep_events: args.keep_connections,
-            ..Expiry::OFF
-        },
+        expiry: crate::config::archive_expiry(&args.archive.archive, args.keep_connections)?,
         segment: SegmentOptions {
             covering_rows: args.covering_rows,
             ..SegmentOptions::default()

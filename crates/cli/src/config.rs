@@ -1,0 +1,117 @@
+//! The archive's own settings, `ARCHIVE/config.toml`, read by every command that
+//! writes the archive (`ingest`, `collect`), so retention is set once per archive
+//! rather than on every command line:
+//!
+//! ```toml
+//! [connections]
+//! keep = 10000000                  # keep at least the N newest connections (0: all)
+//! histogram_granularity_secs = 60  # width of a timestamp-histogram interval
+//! cutoff_interval_secs = 60        # how often the cutoff is recomputed
+//! compaction_interval_secs = 3600  # how often every entry is compacted
+//! ```
+//!
+//! A command-line flag (`--keep-connections`) overrides the file for that run.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use hindsight_index::Expiry;
+use hindsight_store::archive::CONFIG_FILE;
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArchiveConfig {
+    #[serde(default)]
+    connections: Connections,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Connections {
+    keep: u64,
+    histogram_granularity_secs: u64,
+    cutoff_interval_secs: u64,
+    compaction_interval_secs: u64,
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Self {
+            keep: Expiry::OFF.keep_events,
+            histogram_granularity_secs: Expiry::OFF.histogram_granularity.as_secs(),
+            cutoff_interval_secs: Expiry::OFF.cutoff_interval.as_secs(),
+            compaction_interval_secs: Expiry::OFF.compaction_interval.as_secs(),
+        }
+    }
+}
+
+/// Returns the expiration settings of the archive at `root`: its `config.toml`
+/// (defaults where absent), with `keep_override` from the command line on top.
+pub fn archive_expiry(root: &Path, keep_override: Option<u64>) -> Result<Expiry> {
+    let path = root.join(CONFIG_FILE);
+    let config = match std::fs::read_to_string(&path) {
+        Ok(text) => toml::from_str::<ArchiveConfig>(&text)
+            .with_context(|| format!("{} is not a valid archive configuration", path.display()))?,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => ArchiveConfig::default(),
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot read {}", path.display()));
+        }
+    };
+    let c = config.connections;
+    for (name, secs) in [
+        ("histogram_granularity_secs", c.histogram_granularity_secs),
+        ("cutoff_interval_secs", c.cutoff_interval_secs),
+        ("compaction_interval_secs", c.compaction_interval_secs),
+    ] {
+        anyhow::ensure!(
+            secs > 0,
+            "{}: [connections] {name} must be positive",
+            path.display()
+        );
+    }
+    Ok(Expiry {
+        keep_events: keep_override.unwrap_or(c.keep),
+        histogram_granularity: Duration::from_secs(c.histogram_granularity_secs),
+        cutoff_interval: Duration::from_secs(c.cutoff_interval_secs),
+        compaction_interval: Duration::from_secs(c.compaction_interval_secs),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_come_from_the_file_and_the_flag_overrides_them() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(archive_expiry(dir.path(), None).unwrap(), Expiry::OFF);
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[connections]\nkeep = 500\ncompaction_interval_secs = 600\n",
+        )
+        .unwrap();
+        let expiry = archive_expiry(dir.path(), None).unwrap();
+        assert_eq!(expiry.keep_events, 500);
+        assert_eq!(expiry.compaction_interval, Duration::from_secs(600));
+        assert_eq!(expiry.cutoff_interval, Expiry::OFF.cutoff_interval);
+        assert_eq!(archive_expiry(dir.path(), Some(7)).unwrap().keep_events, 7);
+        std::fs::write(dir.path().join(CONFIG_FILE), "[connections]\nkeeep = 5\n").unwrap();
+        let error = format!("{:#}", archive_expiry(dir.path(), None).unwrap_err());
+        assert!(
+            error.contains("config.toml") && error.contains("keeep"),
+            "{error}"
+        );
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[connections]\ncutoff_interval_secs = 0\n",
+        )
+        .unwrap();
+        let error = format!("{:#}", archive_expiry(dir.path(), None).unwrap_err());
+        assert!(
+            error.contains("cutoff_interval_secs must be positive"),
+            "{error}"
+        );
+    }
+}
