@@ -151,16 +151,7 @@ impl ConnSummary {
             self.packets_out_scale,
             self.packets_in_scale,
         ]);
-        let mut rest = self.duration_ms;
-        loop {
-            let byte = (rest & 0x7f) as u8;
-            rest >>= 7;
-            if rest == 0 {
-                out.push(byte);
-                break;
-            }
-            out.push(byte | 0x80);
-        }
+        hindsight_model::put_varint(out, u64::from(self.duration_ms));
     }
 
     fn decode(bytes: &[u8]) -> Option<Self> {

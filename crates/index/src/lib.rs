@@ -187,13 +187,21 @@ impl AddressIndex {
         &self,
         ranges: &[(Addr16, Addr16)],
     ) -> Result<BTreeMap<SegmentId, GranuleSet>> {
-        let mut ids: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
+        Ok(self.postings_in(ranges)?.0)
+    }
+
+    /// Returns the granules of each segment holding an address in `ranges`, and
+    /// how many postings (addresses) each segment has there.
+    fn postings_in(&self, ranges: &[(Addr16, Addr16)]) -> Result<(Granules, PostingCounts)> {
+        let mut granules: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
+        let mut postings: BTreeMap<SegmentId, usize> = BTreeMap::new();
         self.scan(CF_POSTINGS, ranges, |id, value| {
-            let granules = GranuleSet::decode(value).ok_or("undecodable granule list")?;
-            ids.entry(id).or_default().union_with(&granules);
+            let decoded = GranuleSet::decode(value).ok_or("undecodable granule list")?;
+            granules.entry(id).or_default().union_with(&decoded);
+            *postings.entry(id).or_default() += 1;
             Ok(())
         })?;
-        Ok(ids)
+        Ok((granules, postings))
     }
 
     /// Calls `visit` with the segment id and value of every entry of `family` whose
@@ -247,14 +255,7 @@ impl AddressIndex {
     /// segment may hold them unless it is indexed and its postings lack them; and
     /// for the segments where every posting in the ranges is covering, the rows.
     pub fn lookup(&self, ranges: &[(Addr16, Addr16)]) -> Result<AddressLookup> {
-        let mut holding: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
-        let mut postings_per_segment: BTreeMap<SegmentId, usize> = BTreeMap::new();
-        self.scan(CF_POSTINGS, ranges, |id, value| {
-            let granules = GranuleSet::decode(value).ok_or("undecodable granule list")?;
-            holding.entry(id).or_default().union_with(&granules);
-            *postings_per_segment.entry(id).or_default() += 1;
-            Ok(())
-        })?;
+        let (holding, postings_per_segment) = self.postings_in(ranges)?;
         let mut covered = CoveredPostings::new();
         self.scan(CF_COVERING, ranges, |id, value| {
             covered.entry(id).or_default().push(value.to_vec());
@@ -283,6 +284,11 @@ impl AddressIndex {
         Ok(())
     }
 }
+
+/// Granules by segment.
+type Granules = BTreeMap<SegmentId, GranuleSet>;
+/// Number of postings (addresses) by segment.
+type PostingCounts = BTreeMap<SegmentId, usize>;
 
 /// Covering postings by segment: one encoded posting per address
 /// (`hindsight_model::decode_covered_rows`).

@@ -267,7 +267,8 @@ pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
     Some(rows)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+/// Appends `value` as an unsigned LEB128 varint (7 bits a byte, low bits first).
+pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     loop {
         let byte = (value & 0x7f) as u8;
         value >>= 7;

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 mod covering;
 mod flow;
 
-pub use covering::{CoveredRow, CoveredRowsBuilder, decode_covered_rows};
+pub use covering::{CoveredRow, CoveredRowsBuilder, decode_covered_rows, put_varint};
 pub use flow::{FlowRecord, FlowSource, FlowState};
 
 /// Link-layer header type, numbered as in the tcpdump.org `LINKTYPE_` registry
@@ -386,17 +386,9 @@ impl GranuleSet {
         let mut out = Vec::with_capacity(self.0.len() + 2);
         let mut previous = 0u32;
         for (i, &granule) in self.0.iter().enumerate() {
-            let mut gap = if i == 0 { granule } else { granule - previous };
+            let gap = if i == 0 { granule } else { granule - previous };
             previous = granule;
-            loop {
-                let byte = (gap & 0x7f) as u8;
-                gap >>= 7;
-                if gap == 0 {
-                    out.push(byte);
-                    break;
-                }
-                out.push(byte | 0x80);
-            }
+            put_varint(&mut out, u64::from(gap));
         }
         out
     }
