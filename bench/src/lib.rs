@@ -1,8 +1,19 @@
 //! Shared helpers of the benchmark binaries in `src/bin/`: medians, CPU time, quiet
 //! peer-tool runs.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
+use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
+
+const NANOS: i64 = 1_000_000_000;
+
+/// The capture every benchmark replicates: `../shared/data/lan-hour-2012.pcap`.
+pub fn default_source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap")
+}
 
 /// Returns the median of the samples (the upper median for an even count).
 pub fn median(mut samples: Vec<Duration>) -> Duration {
@@ -42,6 +53,69 @@ pub fn run_quiet_keeping_stdout(command: &mut Command) {
         "{command:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Writes `source` repeated with timestamps shifted by one hour per copy until at
+/// least `packets` packets; returns (path, packets, first ts).
+pub fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64) {
+    let path = work.join(format!("replicated-{packets}.pcap"));
+    let mut frames: Vec<(i64, u32, Vec<u8>)> = Vec::new();
+    let mut reader = CaptureReader::open(source).expect("open source capture");
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.expect("read source capture");
+        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
+    }
+    let first_ts = frames.first().map_or(0, |f| f.0);
+    let copies = packets.div_ceil(frames.len() as u64);
+    let total = copies * frames.len() as u64;
+    if !path.exists() {
+        let file = std::fs::File::create(&path).expect("create replicated capture");
+        let out = std::io::BufWriter::with_capacity(1 << 22, file);
+        let mut writer = PcapWriter::new(
+            out,
+            hindsight_model::LinkType::ETHERNET,
+            65_535,
+            TimestampPrecision::Micros,
+        )
+        .expect("pcap header");
+        for copy in 0..copies as i64 {
+            for (ts, wire_len, data) in &frames {
+                writer
+                    .write_frame(ts + copy * 3600 * NANOS, *wire_len, data)
+                    .expect("write frame");
+            }
+        }
+        writer.flush().expect("flush replicated capture");
+    }
+    (path, total, first_ts)
+}
+
+/// Returns the compressed bytes of the `data` column, of all other (header) columns,
+/// and the total file bytes of the packet segments in `dir`.
+pub fn segment_column_bytes(dir: &Path) -> (u64, u64, u64) {
+    let mut data = 0u64;
+    let mut headers = 0u64;
+    let mut total = 0u64;
+    for entry in std::fs::read_dir(dir).expect("segments") {
+        let path = entry.expect("dirent").path();
+        if path.extension().is_none_or(|e| e != "parquet") {
+            continue;
+        }
+        total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let reader = SerializedFileReader::new(std::fs::File::open(&path).expect("open"))
+            .expect("parquet footer");
+        for group in reader.metadata().row_groups() {
+            for column in group.columns() {
+                let size = u64::try_from(column.compressed_size()).unwrap_or(0);
+                if column.column_path().string() == "data" {
+                    data += size;
+                } else {
+                    headers += size;
+                }
+            }
+        }
+    }
+    (data, headers, total)
 }
 
 #[cfg(test)]

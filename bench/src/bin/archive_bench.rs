@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{cpu_seconds, median, run_quiet, run_quiet_keeping_stdout};
-use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
+use hindsight_bench::{
+    cpu_seconds, median, replicate, run_quiet, run_quiet_keeping_stdout, segment_column_bytes,
+};
+use hindsight_capture::CaptureReader;
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest};
 use hindsight_store::TimeRange;
-use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
 
 const NANOS: i64 = 1_000_000_000;
 
@@ -38,7 +39,7 @@ fn parse_args() -> Args {
     let mut args = Args {
         packets: 5_000_000,
         work: std::env::temp_dir().join("hindsight-bench"),
-        source: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap"),
+        source: hindsight_bench::default_source(),
         runs: 3,
         stenographer: false,
         page_rows: None,
@@ -68,41 +69,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-/// Writes `source` repeated with timestamps shifted by one hour per copy until at
-/// least `packets` packets; returns (path, packets, first ts).
-fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64) {
-    let path = work.join(format!("replicated-{packets}.pcap"));
-    let mut frames: Vec<(i64, u32, Vec<u8>)> = Vec::new();
-    let mut reader = CaptureReader::open(source).expect("open source capture");
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read source capture");
-        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
-    let first_ts = frames.first().map_or(0, |f| f.0);
-    let copies = packets.div_ceil(frames.len() as u64);
-    let total = copies * frames.len() as u64;
-    if !path.exists() {
-        let file = std::fs::File::create(&path).expect("create replicated capture");
-        let out = std::io::BufWriter::with_capacity(1 << 22, file);
-        let mut writer = PcapWriter::new(
-            out,
-            hindsight_model::LinkType::ETHERNET,
-            65_535,
-            TimestampPrecision::Micros,
-        )
-        .expect("pcap header");
-        for copy in 0..copies as i64 {
-            for (ts, wire_len, data) in &frames {
-                writer
-                    .write_frame(ts + copy * 3600 * NANOS, *wire_len, data)
-                    .expect("write frame");
-            }
-        }
-        writer.flush().expect("flush replicated capture");
-    }
-    (path, total, first_ts)
 }
 
 fn time_command(runs: usize, mut command: impl FnMut() -> Command) -> Duration {
@@ -184,7 +150,7 @@ fn main() {
     );
 
     // --- bytes per packet ---
-    let (data_bytes, header_bytes, segment_bytes) = segment_column_bytes(&archive);
+    let (data_bytes, header_bytes, segment_bytes) = segment_column_bytes(&archive.join("packets"));
     let zstd_path = args.work.join("replicated.pcap.zst");
     run_quiet(
         Command::new("zstd")
@@ -430,32 +396,6 @@ fn directory_bytes(dir: &Path) -> u64 {
 }
 
 /// Returns (data column bytes, other columns bytes, total file bytes) over all segments.
-fn segment_column_bytes(archive: &Path) -> (u64, u64, u64) {
-    let mut data = 0u64;
-    let mut headers = 0u64;
-    let mut total = 0u64;
-    for entry in std::fs::read_dir(archive.join("packets")).expect("segments") {
-        let path = entry.expect("dirent").path();
-        if path.extension().is_none_or(|e| e != "parquet") {
-            continue;
-        }
-        total += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let reader = SerializedFileReader::new(std::fs::File::open(&path).expect("open"))
-            .expect("parquet footer");
-        for group in reader.metadata().row_groups() {
-            for column in group.columns() {
-                let size = u64::try_from(column.compressed_size()).unwrap_or(0);
-                if column.column_path().string() == "data" {
-                    data += size;
-                } else {
-                    headers += size;
-                }
-            }
-        }
-    }
-    (data, headers, total)
-}
-
 fn num_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }

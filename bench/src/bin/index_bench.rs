@@ -41,7 +41,7 @@ fn parse_args() -> Args {
         copies: 400,
         runs: 3,
         work: std::env::temp_dir().join("hindsight-index-bench"),
-        source: Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap"),
+        source: hindsight_bench::default_source(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

@@ -197,10 +197,11 @@ impl FlowTable {
         let flags = headers.tcp_flags.unwrap_or(0);
         let bytes = u64::from(headers.ip_len.unwrap_or(wire_len));
 
-        if !self.flows.contains_key(&key) {
-            if self.flows.len() >= self.config.max_flows {
-                self.evict_one(out);
-            }
+        // One hash lookup per packet; the table is searched twice only when it is full.
+        if self.flows.len() >= self.config.max_flows && !self.flows.contains_key(&key) {
+            self.evict_one(out);
+        }
+        let flow = self.flows.entry(key).or_insert_with(|| {
             // The originator sends the first packet, unless it is a SYN-ACK.
             let syn_ack =
                 flags & (tcp_flags::SYN | tcp_flags::ACK) == (tcp_flags::SYN | tcp_flags::ACK);
@@ -220,24 +221,18 @@ impl FlowTable {
                 source: FlowSource::Packets,
                 ..FlowRecord::default()
             };
-            self.flows.insert(
-                key,
-                OpenFlow {
-                    record,
-                    orig: TcpHistory::default(),
-                    resp: TcpHistory::default(),
-                    closing_at: None,
-                    generation: self.next_generation,
-                },
-            );
-            let deadline = ts_ns.saturating_add(nanos(self.config.idle_timeout));
-            self.queue
-                .push(Reverse((deadline, self.next_generation, key)));
+            let generation = self.next_generation;
             self.next_generation += 1;
-        }
-        let Some(flow) = self.flows.get_mut(&key) else {
-            return;
-        };
+            let deadline = ts_ns.saturating_add(nanos(self.config.idle_timeout));
+            self.queue.push(Reverse((deadline, generation, key)));
+            OpenFlow {
+                record,
+                orig: TcpHistory::default(),
+                resp: TcpHistory::default(),
+                closing_at: None,
+                generation,
+            }
+        });
         let record = &mut flow.record;
         record.first_ns = record.first_ns.min(ts_ns);
         record.last_ns = record.last_ns.max(ts_ns);

@@ -29,7 +29,7 @@ use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
 use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
 use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord};
-use hindsight_store::schema::PacketBatchBuilder;
+use hindsight_store::schema::{MAX_BATCH_DATA_BYTES, PacketBatchBuilder};
 use hindsight_store::{
     Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, Table,
 };
@@ -259,7 +259,7 @@ impl Ingestor {
         match self.partition {
             // Late packets stay in the open segment; only time moving forward rolls it.
             Some(open) if partition > open => {
-                self.seal()?;
+                self.roll()?;
                 self.partition = Some(partition);
             }
             None => self.partition = Some(partition),
@@ -287,11 +287,13 @@ impl Ingestor {
         }
         self.counts.add_frame(frame, headers.status);
         self.segment_rows += 1;
-        if self.builder.len() >= self.options.segment.row_group_rows {
+        if self.builder.len() >= self.options.segment.row_group_rows
+            || self.builder.data_bytes() >= MAX_BATCH_DATA_BYTES
+        {
             self.flush_batch()?;
         }
         if self.segment_rows >= self.options.segment_max_rows {
-            self.seal()?;
+            self.roll()?;
         }
         Ok(headers.status)
     }
@@ -310,12 +312,26 @@ impl Ingestor {
         Ok(())
     }
 
+    /// Starts a new segment: the sink seals the open one after encoding it, while
+    /// this thread reads on. A failed seal stops the sink, and the next call that
+    /// hands it work returns the error.
+    fn roll(&mut self) -> Result<(), IngestError> {
+        self.flush_batch()?;
+        self.sink.roll()?;
+        self.segment_started();
+        Ok(())
+    }
+
+    fn segment_started(&mut self) {
+        self.partition = None;
+        self.segment_rows = 0;
+    }
+
     /// Seals the open segment: everything pushed so far becomes durable and queryable.
     pub fn seal(&mut self) -> Result<(), IngestError> {
         self.flush_batch()?;
         self.sink.seal()?;
-        self.partition = None;
-        self.segment_rows = 0;
+        self.segment_started();
         Ok(())
     }
 

@@ -30,8 +30,10 @@ enum Command {
     Write(RecordBatch),
     /// Index flow records and append them to the open flows segment.
     Flows(Vec<FlowRecord>),
-    /// Seal the open segment, if any, and acknowledge.
-    Seal(Sender<Result<(), IngestError>>),
+    /// Seal the open segments, if any, and acknowledge if asked to. A failed seal
+    /// without an acknowledgement stops the sink with the error, which the next
+    /// command's sender then receives.
+    Seal(Option<Sender<Result<(), IngestError>>>),
 }
 
 /// How often a seal waiting for its acknowledgement checks the sink is alive.
@@ -86,10 +88,16 @@ impl SegmentSink {
         self.send(Command::Flows(records))
     }
 
+    /// Asks the sink to seal the open segment once it has written what came
+    /// before, without waiting: reading goes on while the sink encodes.
+    pub fn roll(&mut self) -> Result<(), IngestError> {
+        self.send(Command::Seal(None))
+    }
+
     /// Seals the open segment and waits until it is catalogued and indexed.
     pub fn seal(&mut self) -> Result<(), IngestError> {
         let (ack, acked) = bounded(1);
-        self.send(Command::Seal(ack))?;
+        self.send(Command::Seal(Some(ack)))?;
         // A sink thread that died (a bug: a panic) after the command was queued
         // never drops it, so the acknowledgement is awaited while it lives.
         loop {
@@ -204,22 +212,36 @@ fn run(
                     }
                 }
                 let result = result.and_then(|()| expire_flows(&mut archive, indexes));
-                let failed = result.is_err();
-                let _receiver_gone = ack.send(result);
-                if failed {
-                    break;
+                match (ack, result) {
+                    (Some(ack), result) => {
+                        let failed = result.is_err();
+                        let _receiver_gone = ack.send(result);
+                        if failed {
+                            break;
+                        }
+                    }
+                    (None, Ok(())) => {}
+                    (None, Err(error)) => {
+                        abort([packets, flows]);
+                        return Err(error);
+                    }
                 }
             }
         }
     }
-    for open in [packets, flows] {
+    abort([packets, flows]);
+    indexes.addresses.flush()?;
+    indexes.connections.flush()?;
+    Ok((report, archive))
+}
+
+/// Removes the temporary files of segments left open.
+fn abort(open: [Open; 2]) {
+    for open in open {
         if let Some(writer) = open.writer {
             writer.abort();
         }
     }
-    indexes.addresses.flush()?;
-    indexes.connections.flush()?;
-    Ok((report, archive))
 }
 
 fn seal(

@@ -7,12 +7,14 @@
 use std::sync::{Arc, LazyLock};
 
 use arrow::array::{
-    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, BooleanBuilder,
-    FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch, TimestampNanosecondArray,
-    TimestampNanosecondBuilder, UInt8Array, UInt8Builder, UInt16Array, UInt16Builder, UInt32Array,
-    UInt32Builder,
+    Array, ArrayRef, ArrowPrimitiveType, BinaryArray, BooleanArray, FixedSizeBinaryArray,
+    PrimitiveArray, RecordBatch, TimestampNanosecondArray, UInt8Array, UInt16Array, UInt32Array,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{
+    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
+    UInt32Type,
+};
 use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecord};
 
 /// Column names of the `packets` table, in schema order.
@@ -113,156 +115,264 @@ pub fn packets_schema() -> SchemaRef {
     Arc::clone(&PACKETS_SCHEMA)
 }
 
+/// One nullable column being built: values (a default where null) and validity.
+/// Unlike Arrow's builders, it keeps its capacity from batch to batch, so
+/// building a batch never regrows a buffer.
+#[derive(Debug)]
+struct Nullable<T> {
+    values: Vec<T>,
+    valid: Vec<bool>,
+    nulls: usize,
+    /// The value stored where the column is null.
+    fill: T,
+}
+
+impl<T: Copy + Default> Nullable<T> {
+    fn with_capacity(capacity: usize) -> Self {
+        Self::filled_with(capacity, T::default())
+    }
+}
+
+impl<T: Copy> Nullable<T> {
+    fn filled_with(capacity: usize, fill: T) -> Self {
+        Self {
+            values: Vec::with_capacity(capacity),
+            valid: Vec::with_capacity(capacity),
+            nulls: 0,
+            fill,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, value: Option<T>) {
+        self.values.push(value.unwrap_or(self.fill));
+        self.valid.push(value.is_some());
+        self.nulls += usize::from(value.is_none());
+    }
+
+    /// Takes the values and the null buffer (none if every value is valid).
+    fn take(&mut self) -> (Vec<T>, Option<NullBuffer>) {
+        let capacity = self.values.capacity();
+        let values = std::mem::replace(&mut self.values, Vec::with_capacity(capacity));
+        let valid = std::mem::replace(&mut self.valid, Vec::with_capacity(capacity));
+        let nulls = (std::mem::take(&mut self.nulls) > 0).then(|| NullBuffer::from(valid));
+        (values, nulls)
+    }
+}
+
+/// A nullable fixed-width binary column of `N`-byte values.
+#[derive(Debug)]
+struct FixedBytes<const N: usize> {
+    values: Nullable<[u8; N]>,
+}
+
+impl<const N: usize> FixedBytes<N> {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            values: Nullable::filled_with(capacity, [0; N]),
+        }
+    }
+
+    fn array(&mut self) -> ArrayRef {
+        let (values, nulls) = self.values.take();
+        let bytes: Vec<u8> = values.into_flattened();
+        Arc::new(FixedSizeBinaryArray::new(
+            N as i32,
+            Buffer::from_vec(bytes),
+            nulls,
+        ))
+    }
+}
+
+/// Takes a vector leaving an empty one of the same capacity.
+fn take_vec<T>(values: &mut Vec<T>) -> Vec<T> {
+    let capacity = values.capacity();
+    std::mem::replace(values, Vec::with_capacity(capacity))
+}
+
+fn primitive<T: ArrowPrimitiveType>(
+    (values, nulls): (Vec<T::Native>, Option<NullBuffer>),
+) -> ArrayRef {
+    Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls))
+}
+
+/// Packet data a batch may hold: Arrow's `Binary` offsets are 32-bit, and one more
+/// frame (at most 256 KiB) must still fit.
+pub const MAX_BATCH_DATA_BYTES: usize = 1 << 30;
+
 /// Accumulates packet records column by column and emits Arrow record batches.
 #[derive(Debug)]
 pub struct PacketBatchBuilder {
-    ts: TimestampNanosecondBuilder,
-    iface: UInt32Builder,
-    link_type: UInt16Builder,
-    wire_len: UInt32Builder,
-    cap_len: UInt32Builder,
-    status: UInt8Builder,
-    eth_src: FixedSizeBinaryBuilder,
-    eth_dst: FixedSizeBinaryBuilder,
-    eth_type: UInt16Builder,
-    vlan_outer: UInt16Builder,
-    vlan_inner: UInt16Builder,
-    ip_version: UInt8Builder,
-    src_addr: FixedSizeBinaryBuilder,
-    dst_addr: FixedSizeBinaryBuilder,
-    ip_proto: UInt8Builder,
-    ip_ttl: UInt8Builder,
-    ip_id: UInt16Builder,
-    frag_offset: UInt16Builder,
-    more_fragments: BooleanBuilder,
-    dont_fragment: BooleanBuilder,
-    src_port: UInt16Builder,
-    dst_port: UInt16Builder,
-    tcp_flags: UInt16Builder,
-    icmp_type: UInt8Builder,
-    icmp_code: UInt8Builder,
-    data: BinaryBuilder,
-    rows: usize,
+    ts: Vec<i64>,
+    iface: Vec<u32>,
+    link_type: Vec<u16>,
+    wire_len: Vec<u32>,
+    cap_len: Vec<u32>,
+    status: Vec<u8>,
+    eth_src: FixedBytes<{ MAC_LEN as usize }>,
+    eth_dst: FixedBytes<{ MAC_LEN as usize }>,
+    eth_type: Nullable<u16>,
+    vlan_outer: Nullable<u16>,
+    vlan_inner: Nullable<u16>,
+    ip_version: Nullable<u8>,
+    src_addr: FixedBytes<{ ADDR_LEN as usize }>,
+    dst_addr: FixedBytes<{ ADDR_LEN as usize }>,
+    ip_proto: Nullable<u8>,
+    ip_ttl: Nullable<u8>,
+    ip_id: Nullable<u16>,
+    frag_offset: Nullable<u16>,
+    more_fragments: Nullable<bool>,
+    dont_fragment: Nullable<bool>,
+    src_port: Nullable<u16>,
+    dst_port: Nullable<u16>,
+    tcp_flags: Nullable<u16>,
+    icmp_type: Nullable<u8>,
+    icmp_code: Nullable<u8>,
+    data_offsets: Vec<i32>,
+    data: Vec<u8>,
 }
 
 impl PacketBatchBuilder {
-    /// Returns a builder with room for `capacity` rows and `data_capacity` bytes of packet data.
+    /// Returns a builder with room for `capacity` rows and `data_capacity` bytes of
+    /// packet data, kept from batch to batch.
     pub fn with_capacity(capacity: usize, data_capacity: usize) -> Self {
+        let mut data_offsets = Vec::with_capacity(capacity + 1);
+        data_offsets.push(0);
         Self {
-            ts: TimestampNanosecondBuilder::with_capacity(capacity).with_timezone("UTC"),
-            iface: UInt32Builder::with_capacity(capacity),
-            link_type: UInt16Builder::with_capacity(capacity),
-            wire_len: UInt32Builder::with_capacity(capacity),
-            cap_len: UInt32Builder::with_capacity(capacity),
-            status: UInt8Builder::with_capacity(capacity),
-            eth_src: FixedSizeBinaryBuilder::with_capacity(capacity, MAC_LEN),
-            eth_dst: FixedSizeBinaryBuilder::with_capacity(capacity, MAC_LEN),
-            eth_type: UInt16Builder::with_capacity(capacity),
-            vlan_outer: UInt16Builder::with_capacity(capacity),
-            vlan_inner: UInt16Builder::with_capacity(capacity),
-            ip_version: UInt8Builder::with_capacity(capacity),
-            src_addr: FixedSizeBinaryBuilder::with_capacity(capacity, ADDR_LEN),
-            dst_addr: FixedSizeBinaryBuilder::with_capacity(capacity, ADDR_LEN),
-            ip_proto: UInt8Builder::with_capacity(capacity),
-            ip_ttl: UInt8Builder::with_capacity(capacity),
-            ip_id: UInt16Builder::with_capacity(capacity),
-            frag_offset: UInt16Builder::with_capacity(capacity),
-            more_fragments: BooleanBuilder::with_capacity(capacity),
-            dont_fragment: BooleanBuilder::with_capacity(capacity),
-            src_port: UInt16Builder::with_capacity(capacity),
-            dst_port: UInt16Builder::with_capacity(capacity),
-            tcp_flags: UInt16Builder::with_capacity(capacity),
-            icmp_type: UInt8Builder::with_capacity(capacity),
-            icmp_code: UInt8Builder::with_capacity(capacity),
-            data: BinaryBuilder::with_capacity(capacity, data_capacity),
-            rows: 0,
+            ts: Vec::with_capacity(capacity),
+            iface: Vec::with_capacity(capacity),
+            link_type: Vec::with_capacity(capacity),
+            wire_len: Vec::with_capacity(capacity),
+            cap_len: Vec::with_capacity(capacity),
+            status: Vec::with_capacity(capacity),
+            eth_src: FixedBytes::with_capacity(capacity),
+            eth_dst: FixedBytes::with_capacity(capacity),
+            eth_type: Nullable::with_capacity(capacity),
+            vlan_outer: Nullable::with_capacity(capacity),
+            vlan_inner: Nullable::with_capacity(capacity),
+            ip_version: Nullable::with_capacity(capacity),
+            src_addr: FixedBytes::with_capacity(capacity),
+            dst_addr: FixedBytes::with_capacity(capacity),
+            ip_proto: Nullable::with_capacity(capacity),
+            ip_ttl: Nullable::with_capacity(capacity),
+            ip_id: Nullable::with_capacity(capacity),
+            frag_offset: Nullable::with_capacity(capacity),
+            more_fragments: Nullable::with_capacity(capacity),
+            dont_fragment: Nullable::with_capacity(capacity),
+            src_port: Nullable::with_capacity(capacity),
+            dst_port: Nullable::with_capacity(capacity),
+            tcp_flags: Nullable::with_capacity(capacity),
+            icmp_type: Nullable::with_capacity(capacity),
+            icmp_code: Nullable::with_capacity(capacity),
+            data_offsets,
+            data: Vec::with_capacity(data_capacity),
         }
     }
 
     /// Returns the number of rows appended since the last [`finish`](Self::finish).
     pub fn len(&self) -> usize {
-        self.rows
+        self.ts.len()
     }
 
     /// Returns true if no row was appended since the last [`finish`](Self::finish).
     pub fn is_empty(&self) -> bool {
-        self.rows == 0
+        self.ts.is_empty()
     }
 
     /// Appends one packet: its record and the bytes to keep (already cut to the snap length).
+    #[inline]
     pub fn append(&mut self, record: &PacketRecord, data: &[u8]) {
         let h = &record.headers;
-        self.ts.append_value(record.ts_nanos);
-        self.iface.append_value(record.iface);
-        self.link_type.append_value(record.link_type.0);
-        self.wire_len.append_value(record.wire_len);
-        self.cap_len.append_value(record.cap_len);
-        self.status.append_value(h.status as u8);
-        append_fixed(&mut self.eth_src, h.src_mac.as_ref().map(|m| &m[..]));
-        append_fixed(&mut self.eth_dst, h.dst_mac.as_ref().map(|m| &m[..]));
-        self.eth_type.append_option(h.eth_type);
-        self.vlan_outer.append_option(h.vlan_outer);
-        self.vlan_inner.append_option(h.vlan_inner);
-        self.ip_version.append_option(h.ip_version);
-        append_fixed(&mut self.src_addr, h.src_addr.as_ref().map(|a| &a.0[..]));
-        append_fixed(&mut self.dst_addr, h.dst_addr.as_ref().map(|a| &a.0[..]));
-        self.ip_proto.append_option(h.ip_proto);
-        self.ip_ttl.append_option(h.ip_ttl);
-        self.ip_id.append_option(h.ip_id);
-        self.frag_offset.append_option(h.frag_offset);
-        self.more_fragments.append_option(h.more_fragments);
-        self.dont_fragment.append_option(h.dont_fragment);
-        self.src_port.append_option(h.src_port);
-        self.dst_port.append_option(h.dst_port);
-        self.tcp_flags.append_option(h.tcp_flags);
-        self.icmp_type.append_option(h.icmp_type);
-        self.icmp_code.append_option(h.icmp_code);
-        self.data.append_value(data);
-        self.rows += 1;
+        self.ts.push(record.ts_nanos);
+        self.iface.push(record.iface);
+        self.link_type.push(record.link_type.0);
+        self.wire_len.push(record.wire_len);
+        self.cap_len.push(record.cap_len);
+        self.status.push(h.status as u8);
+        self.eth_src.values.push(h.src_mac);
+        self.eth_dst.values.push(h.dst_mac);
+        self.eth_type.push(h.eth_type);
+        self.vlan_outer.push(h.vlan_outer);
+        self.vlan_inner.push(h.vlan_inner);
+        self.ip_version.push(h.ip_version);
+        self.src_addr.values.push(h.src_addr.map(|a| a.0));
+        self.dst_addr.values.push(h.dst_addr.map(|a| a.0));
+        self.ip_proto.push(h.ip_proto);
+        self.ip_ttl.push(h.ip_ttl);
+        self.ip_id.push(h.ip_id);
+        self.frag_offset.push(h.frag_offset);
+        self.more_fragments.push(h.more_fragments);
+        self.dont_fragment.push(h.dont_fragment);
+        self.src_port.push(h.src_port);
+        self.dst_port.push(h.dst_port);
+        self.tcp_flags.push(h.tcp_flags);
+        self.icmp_type.push(h.icmp_type);
+        self.icmp_code.push(h.icmp_code);
+        self.data.extend_from_slice(data);
+        self.data_offsets.push(
+            i32::try_from(self.data.len())
+                .expect("callers finish a batch before MAX_BATCH_DATA_BYTES of packet data"),
+        );
+    }
+
+    /// Returns the bytes of packet data appended since the last [`finish`](Self::finish).
+    /// Callers finish a batch once it passes [`MAX_BATCH_DATA_BYTES`].
+    pub fn data_bytes(&self) -> usize {
+        self.data.len()
     }
 
     /// Returns the rows appended so far as a record batch and resets the builder.
     pub fn finish(&mut self) -> RecordBatch {
+        let ts = PrimitiveArray::<TimestampNanosecondType>::new(
+            ScalarBuffer::from(take_vec(&mut self.ts)),
+            None,
+        )
+        .with_timezone("UTC");
+        let (more_fragments, more_fragments_nulls) = self.more_fragments.take();
+        let (dont_fragment, dont_fragment_nulls) = self.dont_fragment.take();
+        let offsets = take_vec(&mut self.data_offsets);
+        self.data_offsets.push(0);
+        let data = BinaryArray::new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(take_vec(&mut self.data)),
+            None,
+        );
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(self.ts.finish()),
-            Arc::new(self.iface.finish()),
-            Arc::new(self.link_type.finish()),
-            Arc::new(self.wire_len.finish()),
-            Arc::new(self.cap_len.finish()),
-            Arc::new(self.status.finish()),
-            Arc::new(self.eth_src.finish()),
-            Arc::new(self.eth_dst.finish()),
-            Arc::new(self.eth_type.finish()),
-            Arc::new(self.vlan_outer.finish()),
-            Arc::new(self.vlan_inner.finish()),
-            Arc::new(self.ip_version.finish()),
-            Arc::new(self.src_addr.finish()),
-            Arc::new(self.dst_addr.finish()),
-            Arc::new(self.ip_proto.finish()),
-            Arc::new(self.ip_ttl.finish()),
-            Arc::new(self.ip_id.finish()),
-            Arc::new(self.frag_offset.finish()),
-            Arc::new(self.more_fragments.finish()),
-            Arc::new(self.dont_fragment.finish()),
-            Arc::new(self.src_port.finish()),
-            Arc::new(self.dst_port.finish()),
-            Arc::new(self.tcp_flags.finish()),
-            Arc::new(self.icmp_type.finish()),
-            Arc::new(self.icmp_code.finish()),
-            Arc::new(self.data.finish()),
+            Arc::new(ts),
+            primitive::<UInt32Type>((take_vec(&mut self.iface), None)),
+            primitive::<UInt16Type>((take_vec(&mut self.link_type), None)),
+            primitive::<UInt32Type>((take_vec(&mut self.wire_len), None)),
+            primitive::<UInt32Type>((take_vec(&mut self.cap_len), None)),
+            primitive::<UInt8Type>((take_vec(&mut self.status), None)),
+            self.eth_src.array(),
+            self.eth_dst.array(),
+            primitive::<UInt16Type>(self.eth_type.take()),
+            primitive::<UInt16Type>(self.vlan_outer.take()),
+            primitive::<UInt16Type>(self.vlan_inner.take()),
+            primitive::<UInt8Type>(self.ip_version.take()),
+            self.src_addr.array(),
+            self.dst_addr.array(),
+            primitive::<UInt8Type>(self.ip_proto.take()),
+            primitive::<UInt8Type>(self.ip_ttl.take()),
+            primitive::<UInt16Type>(self.ip_id.take()),
+            primitive::<UInt16Type>(self.frag_offset.take()),
+            Arc::new(BooleanArray::new(
+                BooleanBuffer::from(more_fragments),
+                more_fragments_nulls,
+            )),
+            Arc::new(BooleanArray::new(
+                BooleanBuffer::from(dont_fragment),
+                dont_fragment_nulls,
+            )),
+            primitive::<UInt16Type>(self.src_port.take()),
+            primitive::<UInt16Type>(self.dst_port.take()),
+            primitive::<UInt16Type>(self.tcp_flags.take()),
+            primitive::<UInt8Type>(self.icmp_type.take()),
+            primitive::<UInt8Type>(self.icmp_code.take()),
+            Arc::new(data),
         ];
-        self.rows = 0;
         RecordBatch::try_new(packets_schema(), columns)
             .expect("builder columns match the packets schema by construction")
-    }
-}
-
-fn append_fixed(builder: &mut FixedSizeBinaryBuilder, value: Option<&[u8]>) {
-    match value {
-        Some(bytes) => builder
-            .append_value(bytes)
-            .expect("fixed-size values have the column's width by construction"),
-        None => builder.append_null(),
     }
 }
 

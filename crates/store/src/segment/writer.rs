@@ -25,6 +25,16 @@ use crate::schema::col;
 /// Byte size at which a page of the `data` column is closed.
 const DATA_PAGE_BYTES: usize = 128 * 1024;
 
+/// Columns of packet segments with page-level statistics (a page index).
+const PAGE_INDEXED: [&str; 6] = [
+    col::TS,
+    col::SRC_ADDR,
+    col::DST_ADDR,
+    col::SRC_PORT,
+    col::DST_PORT,
+    col::IP_PROTO,
+];
+
 /// Tunables of segment files. The defaults are what `hindsight ingest` uses.
 #[derive(Clone, Debug)]
 pub struct SegmentOptions {
@@ -81,6 +91,18 @@ impl SegmentOptions {
             .set_column_dictionary_enabled(ts.clone(), false)
             .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED);
         if table == Table::Packets {
+            // Packet header columns are smaller without dictionaries: zstd of the
+            // plain values beats dictionary + RLE here (10.8 vs 11.9 B/packet on
+            // lan-hour) and skips the cost of interning every value.
+            // Page statistics (the page index) are kept for the columns filters
+            // name most; the others keep row-group statistics only.
+            builder = builder
+                .set_dictionary_enabled(false)
+                .set_statistics_enabled(EnabledStatistics::Chunk);
+            for name in PAGE_INDEXED {
+                builder = builder
+                    .set_column_statistics_enabled(ColumnPath::from(name), EnabledStatistics::Page);
+            }
             builder = builder
                 .set_column_compression(ColumnPath::from(col::DATA), data_zstd)
                 // Small pages of packet bytes: exporting one packet decompresses

@@ -1,0 +1,289 @@
+//! Where ingest spends its time: the ingest pipeline taken apart stage by stage on
+//! one thread, each stage timed alone on the same replicated capture, side by side
+//! with `tcpdump -r X -w /dev/null` (the raw read floor).
+//!
+//! | stage | what is timed |
+//! |---|---|
+//! | read | `CaptureReader` over the file, frames touched |
+//! | decode | `hindsight_decode::decode` of frames held in memory |
+//! | columns | `PacketBatchBuilder` append + finish, from decoded records |
+//! | flows | `FlowTable::push` from decoded headers |
+//! | encode | `SegmentWriter` write + seal of the built batches (Parquet, zstd, postings) |
+//! | ingest | `Ingestor::ingest_file`, all of it (two threads; CPU time reported) |
+//!
+//! Run with `cargo run --release -p hindsight-bench --bin ingest_stages -- [--packets N] [--runs N]`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hindsight_bench::{
+    cpu_seconds, default_source, median, replicate, run_quiet, segment_column_bytes,
+};
+use hindsight_capture::CaptureReader;
+use hindsight_flow::{FlowTable, FlowTableConfig};
+use hindsight_ingest::{IngestOptions, Ingestor};
+use hindsight_model::{LinkType, PacketHeaders, PacketRecord, SegmentId};
+use hindsight_store::arrow::array::RecordBatch;
+use hindsight_store::schema::PacketBatchBuilder;
+use hindsight_store::{SegmentOptions, SegmentWriter, Table};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+struct Args {
+    packets: u64,
+    runs: usize,
+    work: PathBuf,
+    /// Stages to run (all if empty).
+    stages: Vec<String>,
+    /// Segment options of the encode and ingest stages.
+    segment: SegmentOptions,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        packets: 5_000_000,
+        runs: 3,
+        work: std::env::temp_dir().join("hindsight-bench"),
+        stages: Vec::new(),
+        segment: SegmentOptions::default(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--packets" => args.packets = value.parse().expect("--packets N"),
+            "--runs" => args.runs = value.parse().expect("--runs N"),
+            "--work" => args.work = PathBuf::from(value),
+            "--stages" => args.stages = value.split(',').map(str::to_owned).collect(),
+            "--zstd-level" => args.segment.zstd_level = value.parse().expect("--zstd-level N"),
+            "--data-zstd-level" => {
+                args.segment.data_zstd_level = value.parse().expect("--data-zstd-level N");
+            }
+            other => panic!(
+                "unknown flag {other}; flags: --packets N --runs N --work DIR --stages tcpdump,read,decode,columns,flows,encode,ingest --zstd-level N --data-zstd-level N"
+            ),
+        }
+    }
+    args
+}
+
+/// One frame held in memory.
+struct Held {
+    ts_nanos: i64,
+    wire_len: u32,
+    link_type: LinkType,
+    data: Vec<u8>,
+}
+
+/// Times `runs` runs of `f`, returning the median wall time and the median CPU time.
+fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration) {
+    let mut wall = Vec::new();
+    let mut cpu = Vec::new();
+    for _ in 0..runs {
+        let cpu_before = cpu_seconds();
+        let started = Instant::now();
+        std::hint::black_box(f());
+        wall.push(started.elapsed());
+        cpu.push(Duration::from_secs_f64(cpu_seconds() - cpu_before));
+    }
+    (median(wall), median(cpu))
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.work).expect("create work dir");
+    let (capture, packets, _) = replicate(&default_source(), args.packets, &args.work);
+    println!(
+        "# ingest stages, {packets} packets, medians of {} runs",
+        args.runs
+    );
+    println!("| stage | wall s | CPU s | packets/s (CPU) | ns/packet (CPU) |");
+    println!("|---|---:|---:|---:|---:|");
+    let wanted = |stage: &str| args.stages.is_empty() || args.stages.iter().any(|s| s == stage);
+    let row = |stage: &str, (wall, cpu): (Duration, Duration)| {
+        // CPU time comes in 10 ms ticks.
+        let cpu_s = cpu.as_secs_f64().max(0.01);
+        println!(
+            "| {stage} | {:.3} | {:.2} | {:.0} | {:.0} |",
+            wall.as_secs_f64(),
+            cpu.as_secs_f64(),
+            packets as f64 / cpu_s,
+            cpu_s * 1e9 / packets as f64
+        );
+    };
+
+    // A child's CPU time is not this process's: tcpdump is single-threaded and
+    // reads from the page cache, so its wall time stands for its CPU time.
+    if wanted("tcpdump") {
+        let (tcpdump, _) = time(args.runs, || {
+            run_quiet(
+                Command::new("tcpdump")
+                    .arg("-r")
+                    .arg(&capture)
+                    .args(["-w", "/dev/null"]),
+            );
+        });
+        row(
+            "tcpdump -r X -w /dev/null (wall as CPU)",
+            (tcpdump, tcpdump),
+        );
+    }
+
+    if wanted("read") {
+        row(
+            "read",
+            time(args.runs, || {
+                let mut reader = CaptureReader::open(&capture).expect("open capture");
+                let mut bytes = 0u64;
+                while let Some(frame) = reader.next_frame() {
+                    bytes += frame.expect("read capture").data.len() as u64;
+                }
+                bytes
+            }),
+        );
+    }
+
+    // The in-memory stages work on frames held in memory, loaded only for them.
+    let in_memory = ["decode", "columns", "flows", "encode"]
+        .iter()
+        .any(|stage| wanted(stage));
+    let mut held = Vec::with_capacity(if in_memory { packets as usize } else { 0 });
+    let mut reader = CaptureReader::open(&capture).expect("open capture");
+    while let Some(frame) = reader.next_frame().filter(|_| in_memory) {
+        let frame = frame.expect("read capture");
+        held.push(Held {
+            ts_nanos: frame.ts_nanos,
+            wire_len: frame.wire_len,
+            link_type: frame.link_type,
+            data: frame.data.to_vec(),
+        });
+    }
+
+    if wanted("decode") {
+        row(
+            "decode",
+            time(args.runs, || {
+                held.iter()
+                    .map(|f| hindsight_decode::decode(f.link_type, &f.data).status as u64)
+                    .sum::<u64>()
+            }),
+        );
+    }
+    let decoded: Vec<PacketHeaders> = held
+        .iter()
+        .map(|f| hindsight_decode::decode(f.link_type, &f.data))
+        .collect();
+
+    let options = args.segment.clone();
+    let snaplen = IngestOptions::default().snaplen as usize;
+    let build = |keep: bool| {
+        let mut builder = PacketBatchBuilder::with_capacity(
+            options.row_group_rows,
+            options.row_group_rows * snaplen,
+        );
+        let mut batches = Vec::new();
+        for (frame, headers) in held.iter().zip(&decoded) {
+            let record = PacketRecord {
+                ts_nanos: frame.ts_nanos,
+                wire_len: frame.wire_len,
+                cap_len: frame.data.len() as u32,
+                link_type: frame.link_type,
+                iface: 0,
+                headers: *headers,
+            };
+            builder.append(&record, &frame.data[..frame.data.len().min(snaplen)]);
+            if builder.len() >= options.row_group_rows {
+                let batch = builder.finish();
+                // As in ingest, where the sink frees a batch once written.
+                if keep {
+                    batches.push(batch);
+                }
+            }
+        }
+        if !builder.is_empty() {
+            batches.push(builder.finish());
+        }
+        batches
+    };
+    if wanted("columns") {
+        row("columns", time(args.runs, || build(false).len()));
+    }
+    let batches: Vec<RecordBatch> = if in_memory { build(true) } else { Vec::new() };
+
+    if wanted("flows") {
+        row(
+            "flows",
+            time(args.runs, || {
+                let mut table = FlowTable::new(FlowTableConfig::default());
+                let mut out = Vec::new();
+                for (frame, headers) in held.iter().zip(&decoded) {
+                    table.push(frame.ts_nanos, headers, frame.wire_len, &mut out);
+                    out.clear();
+                }
+                table.flush(&mut out);
+                out.len()
+            }),
+        );
+    }
+
+    let segments = args.work.join("stages-segments");
+    let segment_rows = IngestOptions::default().segment_max_rows as usize;
+    if wanted("encode") {
+        row(
+            "encode",
+            time(args.runs, || {
+                let _ = std::fs::remove_dir_all(&segments);
+                std::fs::create_dir_all(&segments).expect("create segment dir");
+                let mut id = 0;
+                let mut writer: Option<SegmentWriter> = None;
+                let mut bytes = 0;
+                for batch in &batches {
+                    let open = writer.get_or_insert_with(|| {
+                        id += 1;
+                        SegmentWriter::create(&segments, Table::Packets, SegmentId(id), &options)
+                            .expect("create segment")
+                    });
+                    open.write(batch).expect("write batch");
+                    if open.rows() as usize >= segment_rows {
+                        bytes += writer
+                            .take()
+                            .expect("open")
+                            .seal()
+                            .expect("seal")
+                            .size_bytes;
+                    }
+                }
+                if let Some(open) = writer {
+                    bytes += open.seal().expect("seal").size_bytes;
+                }
+                bytes
+            }),
+        );
+        let (data, headers, _) = segment_column_bytes(&segments);
+        println!(
+            "| (encode output: header columns {:.2} B/packet, snap bytes {:.2} B/packet) | | | | |",
+            headers as f64 / packets as f64,
+            data as f64 / packets as f64
+        );
+    }
+    drop(batches);
+    drop(decoded);
+    drop(held);
+
+    let archive = args.work.join("stages-archive");
+    if wanted("ingest") {
+        row(
+            "ingest (all, two threads)",
+            time(args.runs, || {
+                let _ = std::fs::remove_dir_all(&archive);
+                let (mut ingestor, _) =
+                    Ingestor::open(&archive, IngestOptions::default()).expect("open archive");
+                let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
+                assert!(outcome.error.is_none(), "{:?}", outcome.error);
+                ingestor.finish().expect("finish")
+            }),
+        );
+    }
+}
