@@ -34,6 +34,11 @@ struct Args {
     runs: usize,
     work: PathBuf,
     source: PathBuf,
+    /// Only the insert figures, no queries and no peers.
+    insert_only: bool,
+    /// Expiration schedule of the insert run with expiration.
+    cutoff_interval: Duration,
+    compaction_interval: Duration,
 }
 
 fn parse_args() -> Args {
@@ -42,17 +47,33 @@ fn parse_args() -> Args {
         runs: 3,
         work: std::env::temp_dir().join("hindsight-index-bench"),
         source: hindsight_bench::default_source(),
+        insert_only: false,
+        cutoff_interval: Duration::from_millis(500),
+        compaction_interval: Duration::from_secs(2),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--insert-only" {
+            args.insert_only = true;
+            continue;
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--copies" => args.copies = value.parse().expect("--copies N"),
             "--runs" => args.runs = value.parse().expect("--runs N"),
             "--work" => args.work = PathBuf::from(value),
             "--source" => args.source = PathBuf::from(value),
+            "--cutoff-ms" => {
+                args.cutoff_interval = Duration::from_millis(value.parse().expect("--cutoff-ms N"));
+            }
+            "--compaction-ms" => {
+                args.compaction_interval =
+                    Duration::from_millis(value.parse().expect("--compaction-ms N"));
+            }
             other => {
-                panic!("unknown flag {other}; flags: --copies N --runs N --work DIR --source PCAP")
+                panic!(
+                    "unknown flag {other}; flags: --copies N --runs N --work DIR --source PCAP --insert-only --cutoff-ms N --compaction-ms N"
+                )
             }
         }
     }
@@ -172,8 +193,8 @@ fn main() {
     let expiry = Expiry {
         keep_events: events / 2,
         histogram_granularity: Duration::from_secs(60),
-        cutoff_interval: Duration::from_millis(500),
-        compaction_interval: Duration::from_secs(2),
+        cutoff_interval: args.cutoff_interval,
+        compaction_interval: args.compaction_interval,
     };
     let (mut plain, mut expiring) = (Vec::new(), Vec::new());
     let mut kept_entries = 0;
@@ -194,8 +215,10 @@ fn main() {
         rate(plain)
     );
     println!(
-        "| hindsight, expiration (N = {}, cutoff every 0.5 s, full compaction every 2 s) | {:.3} | {:.0} | {} entries left of {} |",
+        "| hindsight, expiration (N = {}, cutoff every {:?}, full compaction every {:?}) | {:.3} | {:.0} | {} entries left of {} |",
         expiry.keep_events,
+        expiry.cutoff_interval,
+        expiry.compaction_interval,
         expiring.as_secs_f64(),
         rate(expiring),
         kept_entries,
@@ -206,6 +229,10 @@ fn main() {
         (expiring.as_secs_f64() / plain.as_secs_f64() - 1.0) * 100.0,
         span_s / 3600.0
     );
+
+    if args.insert_only {
+        return;
+    }
 
     // --- queries ---
     let index = ConnectionIndex::open(&args.work.join("plain"), Expiry::OFF).expect("reopen");

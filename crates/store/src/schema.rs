@@ -116,8 +116,8 @@ pub fn packets_schema() -> SchemaRef {
 }
 
 /// One nullable column being built: values (a default where null) and validity.
-/// Unlike Arrow's builders, it keeps its capacity from batch to batch, so
-/// building a batch never regrows a buffer.
+/// Unlike Arrow's builders, which start each batch empty, it starts each batch
+/// with the capacity of the last, so building a batch does not regrow buffers.
 #[derive(Debug)]
 struct Nullable<T> {
     values: Vec<T>,
@@ -152,9 +152,8 @@ impl<T: Copy> Nullable<T> {
 
     /// Takes the values and the null buffer (none if every value is valid).
     fn take(&mut self) -> (Vec<T>, Option<NullBuffer>) {
-        let capacity = self.values.capacity();
-        let values = std::mem::replace(&mut self.values, Vec::with_capacity(capacity));
-        let valid = std::mem::replace(&mut self.valid, Vec::with_capacity(capacity));
+        let values = take_vec(&mut self.values);
+        let valid = take_vec(&mut self.valid);
         let nulls = (std::mem::take(&mut self.nulls) > 0).then(|| NullBuffer::from(valid));
         (values, nulls)
     }
@@ -184,7 +183,7 @@ impl<const N: usize> FixedBytes<N> {
     }
 }
 
-/// Takes a vector leaving an empty one of the same capacity.
+/// Takes a vector, leaving an empty one with the same capacity in its place.
 fn take_vec<T>(values: &mut Vec<T>) -> Vec<T> {
     let capacity = values.capacity();
     std::mem::replace(values, Vec::with_capacity(capacity))
@@ -234,7 +233,7 @@ pub struct PacketBatchBuilder {
 
 impl PacketBatchBuilder {
     /// Returns a builder with room for `capacity` rows and `data_capacity` bytes of
-    /// packet data, kept from batch to batch.
+    /// packet data; each batch starts with the capacity of the last.
     pub fn with_capacity(capacity: usize, data_capacity: usize) -> Self {
         let mut data_offsets = Vec::with_capacity(capacity + 1);
         data_offsets.push(0);
