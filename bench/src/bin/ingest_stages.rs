@@ -58,11 +58,14 @@ fn parse_args() -> Args {
             "--work" => args.work = PathBuf::from(value),
             "--stages" => args.stages = value.split(',').map(str::to_owned).collect(),
             "--zstd-level" => args.segment.zstd_level = value.parse().expect("--zstd-level N"),
+            "--encode-threads" => {
+                args.segment.encode_threads = value.parse().expect("--encode-threads N");
+            }
             "--data-zstd-level" => {
                 args.segment.data_zstd_level = value.parse().expect("--data-zstd-level N");
             }
             other => panic!(
-                "unknown flag {other}; flags: --packets N --runs N --work DIR --stages tcpdump,read,decode,columns,flows,encode,ingest --zstd-level N --data-zstd-level N"
+                "unknown flag {other}; flags: --packets N --runs N --work DIR --stages tcpdump,read,decode,columns,flows,encode,ingest --zstd-level N --data-zstd-level N --encode-threads N"
             ),
         }
     }

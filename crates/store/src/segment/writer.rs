@@ -6,14 +6,20 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::{sort_to_indices, take_record_batch};
-use arrow::datatypes::TimestampNanosecondType;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::{
+    ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory,
+    compute_leaves,
+};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 use super::postings::{CoveringLimits, PostingsCollector};
@@ -53,6 +59,8 @@ pub struct SegmentOptions {
     pub covering_rows: u32,
     /// Budget of covering postings in bytes per packet of the segment.
     pub covering_bytes_per_row: u32,
+    /// Threads that encode the columns of a row group (1: the writing thread alone).
+    pub encode_threads: usize,
 }
 
 impl Default for SegmentOptions {
@@ -65,6 +73,7 @@ impl Default for SegmentOptions {
             bloom_fpp: 0.01,
             covering_rows: 64,
             covering_bytes_per_row: 2,
+            encode_threads: 2,
         }
     }
 }
@@ -180,7 +189,7 @@ pub struct SegmentWriter {
     id: SegmentId,
     temp_path: PathBuf,
     final_path: PathBuf,
-    writer: ArrowWriter<ChecksummingFile>,
+    encoder: RowGroupEncoder,
     rows: u64,
     min_ts_nanos: i64,
     max_ts_nanos: i64,
@@ -217,14 +226,14 @@ impl SegmentWriter {
         let properties = options
             .writer_properties(table)
             .map_err(StoreError::parquet(&temp_path))?;
-        let writer = ArrowWriter::try_new(sink, table.schema(), Some(properties))
+        let encoder = RowGroupEncoder::new(sink, table.schema(), properties, options)
             .map_err(StoreError::parquet(&temp_path))?;
         Ok(Self {
             table,
             id,
             temp_path,
             final_path,
-            writer,
+            encoder,
             rows: 0,
             min_ts_nanos: i64::MAX,
             max_ts_nanos: i64::MIN,
@@ -256,7 +265,7 @@ impl SegmentWriter {
 
     /// Returns the bytes written to the file so far plus those buffered for the open row group.
     pub fn approximate_size_bytes(&self) -> u64 {
-        self.writer.bytes_written() as u64 + self.writer.in_progress_size() as u64
+        self.encoder.approximate_size_bytes()
     }
 
     /// Appends a batch of rows of the segment's table; rows are sorted by timestamp first if needed.
@@ -292,10 +301,11 @@ impl SegmentWriter {
             self.max_ts_nanos = self.max_ts_nanos.max(last);
         }
         self.postings.collect(&batch, self.rows);
-        self.writer
-            .write(&batch)
+        let rows = batch.num_rows() as u64;
+        self.encoder
+            .write(batch)
             .map_err(StoreError::parquet(&self.temp_path))?;
-        self.rows += batch.num_rows() as u64;
+        self.rows += rows;
         Ok(())
     }
 
@@ -304,8 +314,8 @@ impl SegmentWriter {
     pub fn seal(self) -> Result<SealedSegment> {
         let temp_path = self.temp_path;
         let sink = self
-            .writer
-            .into_inner()
+            .encoder
+            .finish()
             .map_err(StoreError::parquet(&temp_path))?;
         let ChecksummingFile {
             inner,
@@ -340,9 +350,174 @@ impl SegmentWriter {
 
     /// Abandons the segment and removes its temporary file.
     pub fn abort(self) {
-        drop(self.writer);
+        drop(self.encoder);
         let _ignored = fs::remove_file(&self.temp_path);
     }
+}
+
+/// Encodes row groups into the segment file. Batches are gathered until they make
+/// a row group (`row_group_rows`); the columns of a row group are then encoded by
+/// `encode_threads` threads, each taking whole columns (the costliest first, to
+/// the least loaded thread), and the encoded chunks are written in schema order. The
+/// file is the one `ArrowWriter` would write; only the encoding is spread.
+struct RowGroupEncoder {
+    file: SerializedFileWriter<ChecksummingFile>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    row_groups: usize,
+    row_group_rows: usize,
+    threads: usize,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    pending_bytes: usize,
+}
+
+/// One column of a row group to encode: its position, writer and values.
+type ColumnJob = (usize, ArrowColumnWriter, ArrowLeafColumn);
+
+impl RowGroupEncoder {
+    fn new(
+        sink: ChecksummingFile,
+        schema: SchemaRef,
+        properties: WriterProperties,
+        options: &SegmentOptions,
+    ) -> Result<Self, ParquetError> {
+        let (file, factory) =
+            ArrowWriter::try_new(sink, SchemaRef::clone(&schema), Some(properties))?
+                .into_serialized_writer()?;
+        Ok(Self {
+            file,
+            factory,
+            schema,
+            row_groups: 0,
+            row_group_rows: options.row_group_rows.max(1),
+            threads: options.encode_threads.max(1),
+            pending: Vec::new(),
+            pending_rows: 0,
+            pending_bytes: 0,
+        })
+    }
+
+    fn approximate_size_bytes(&self) -> u64 {
+        (self.file.bytes_written() + self.pending_bytes) as u64
+    }
+
+    /// Adds rows; encodes every full row group they complete.
+    fn write(&mut self, batch: RecordBatch) -> Result<(), ParquetError> {
+        self.pending_rows += batch.num_rows();
+        self.pending_bytes += batch.get_array_memory_size();
+        self.pending.push(batch);
+        if self.pending_rows >= self.row_group_rows {
+            self.flush(false)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes the pending rows as row groups of `row_group_rows`; the remainder
+    /// stays pending unless `all`.
+    fn flush(&mut self, all: bool) -> Result<(), ParquetError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let rows = match self.pending.as_slice() {
+            [one] => one.clone(),
+            _ => concat_batches(&self.schema, &self.pending)
+                .map_err(|e| ParquetError::ArrowError(e.to_string()))?,
+        };
+        self.pending.clear();
+        self.pending_rows = 0;
+        self.pending_bytes = 0;
+        let mut offset = 0;
+        while offset < rows.num_rows() {
+            let len = self.row_group_rows.min(rows.num_rows() - offset);
+            let group = rows.slice(offset, len);
+            if len < self.row_group_rows && !all {
+                self.pending_rows = len;
+                self.pending_bytes = group.get_array_memory_size();
+                self.pending.push(group);
+                break;
+            }
+            self.encode(&group)?;
+            offset += len;
+        }
+        Ok(())
+    }
+
+    /// Encodes one row group and appends it to the file.
+    fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
+        let writers = self.factory.create_column_writers(self.row_groups)?;
+        let mut leaves = Vec::with_capacity(writers.len());
+        for (field, column) in self.schema.fields().iter().zip(group.columns()) {
+            // Estimated cost: a per-value part (levels, statistics, encoding) and
+            // a per-byte part (compression), about 16 ns and 2 ns on lan-hour.
+            let cost = column.len() * 8 + column.get_buffer_memory_size();
+            for leaf in compute_leaves(field, column)? {
+                leaves.push((leaf, cost));
+            }
+        }
+        if leaves.len() != writers.len() {
+            return Err(ParquetError::General(format!(
+                "{} column writers for {} leaf columns",
+                writers.len(),
+                leaves.len()
+            )));
+        }
+        // Costliest columns first, each to the thread with the least cost so far.
+        let mut jobs: Vec<(ColumnJob, usize)> = writers
+            .into_iter()
+            .zip(leaves)
+            .enumerate()
+            .map(|(position, (writer, (leaf, cost)))| ((position, writer, leaf), cost))
+            .collect();
+        jobs.sort_by_key(|(_, cost)| std::cmp::Reverse(*cost));
+        let mut bins: Vec<(usize, Vec<ColumnJob>)> =
+            (0..self.threads).map(|_| (0, Vec::new())).collect();
+        for (job, cost) in jobs {
+            if let Some(bin) = bins.iter_mut().min_by_key(|(load, _)| *load) {
+                bin.0 += cost;
+                bin.1.push(job);
+            }
+        }
+        let mut bins = bins.into_iter().map(|(_, jobs)| jobs);
+        let first = bins.next().unwrap_or_default();
+        let mut chunks: Vec<(usize, ArrowColumnChunk)> = std::thread::scope(|scope| {
+            let others: Vec<_> = bins
+                .filter(|jobs| !jobs.is_empty())
+                .map(|jobs| scope.spawn(move || encode_columns(jobs)))
+                .collect();
+            let mut chunks = encode_columns(first)?;
+            for handle in others {
+                let encoded = handle.join().map_err(|_| {
+                    ParquetError::General("a column encoding thread panicked".to_owned())
+                })?;
+                chunks.extend(encoded?);
+            }
+            Ok::<_, ParquetError>(chunks)
+        })?;
+        chunks.sort_by_key(|(position, _)| *position);
+        let mut row_group = self.file.next_row_group()?;
+        for (_, chunk) in chunks {
+            chunk.append_to_row_group(&mut row_group)?;
+        }
+        row_group.close()?;
+        self.row_groups += 1;
+        Ok(())
+    }
+
+    /// Encodes what is pending, writes the footer and returns the file.
+    fn finish(mut self) -> Result<ChecksummingFile, ParquetError> {
+        self.flush(true)?;
+        self.file.into_inner()
+    }
+}
+
+fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, ArrowColumnChunk)>, ParquetError> {
+    jobs.into_iter()
+        .map(|(position, mut writer, leaf)| {
+            writer.write(&leaf)?;
+            Ok((position, writer.close()?))
+        })
+        .collect()
 }
 
 /// Makes a directory's entries (a rename, a new file) durable.
