@@ -359,7 +359,8 @@ impl SegmentWriter {
 /// a row group (`row_group_rows`); the columns of a row group are then encoded by
 /// `encode_threads` threads, each taking whole columns (the costliest first, to
 /// the least loaded thread), and the encoded chunks are written in schema order. The
-/// file is the one `ArrowWriter` would write; only the encoding is spread.
+/// row groups, pages and encodings are those `ArrowWriter` writes; only the work
+/// is spread.
 struct RowGroupEncoder {
     file: SerializedFileWriter<ChecksummingFile>,
     factory: ArrowRowGroupWriterFactory,
