@@ -509,6 +509,44 @@ fn time_windows_select_exactly_their_packets() {
     assert!(ours.iter().zip(expected).all(|(a, b)| a == b));
 }
 
+/// A query without a row limit decodes several segments at once; its output must
+/// be, byte for byte, the one of the sequential path (taken with a limit).
+#[test]
+fn segments_decoded_in_parallel_come_out_in_order() {
+    require_tool("tcpdump");
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    ingest_full_with(&lan_hour(), &archive, &["--partition-secs", "300"]);
+    let query = |filter: &str, out: &Path, limit: Option<&str>| {
+        let mut args = vec![
+            "query",
+            filter,
+            "--archive",
+            archive.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        if let Some(limit) = limit {
+            args.extend(["--limit", limit]);
+        }
+        ok(&hindsight(&args));
+        std::fs::read(out).unwrap()
+    };
+    for filter in ["tcp", "host 172.30.100.1 or udp"] {
+        let parallel = query(filter, &work.path().join("parallel.pcap"), None);
+        let sequential = query(
+            filter,
+            &work.path().join("sequential.pcap"),
+            Some("1000000000"),
+        );
+        assert!(parallel == sequential, "{filter}: outputs differ");
+        let ours = read_capture(&work.path().join("parallel.pcap"));
+        let theirs = tcpdump_pcap(&lan_hour(), filter, &work.path().join("tcpdump.pcap"));
+        assert!(ours.len() > 1000, "{filter}: {} packets", ours.len());
+        assert_eq!(ours, theirs, "{filter}");
+    }
+}
+
 #[test]
 fn bad_filters_point_at_the_column() {
     let work = tempfile::tempdir().unwrap();

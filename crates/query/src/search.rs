@@ -11,13 +11,15 @@
 //! 3. per row group, timestamp statistics, address min/max and Bloom filters;
 //! 4. per row, the time window and the filter itself.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
+use std::sync::{Mutex, mpsc};
 
 use hindsight_index::AddressIndex;
 use hindsight_model::{
     Addr16, CoveredRow, GranuleSet, PacketRecord, SegmentId, decode_covered_rows,
 };
+use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::{PacketBatchView, col};
 use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
@@ -199,59 +201,253 @@ impl PacketSearch {
         if limit == 0 {
             return Ok(stats);
         }
-        for entry in &plan.segments {
-            // A damaged covering posting falls back to the segment, which the
-            // granules still narrow.
-            let covered = plan.covered.get(&entry.segment_id());
-            if let Some(rows) = covered.and_then(|postings| covered_rows(postings)) {
-                stats.rows_read += rows.len() as u64;
-                for CoveredRow { record, data, .. } in &rows {
-                    if !request.time.contains(record.ts_nanos) || !request.filter.matches(record) {
-                        continue;
+        // A damaged covering posting falls back to the segment, which the granules
+        // still narrow.
+        let covered: Vec<Option<Vec<CoveredRow>>> = plan
+            .segments
+            .iter()
+            .map(|entry| {
+                plan.covered
+                    .get(&entry.segment_id())
+                    .and_then(|postings| covered_rows(postings))
+            })
+            .collect();
+        let files: Vec<&CatalogEntry> = plan
+            .segments
+            .iter()
+            .zip(&covered)
+            .filter(|(_, rows)| rows.is_none())
+            .map(|(entry, _)| entry)
+            .collect();
+        let read = SegmentRead {
+            search: self,
+            request,
+            plan,
+            columns: &columns,
+        };
+        let mut visitor = Visitor {
+            request,
+            visit,
+            stats: &mut stats,
+            limit,
+        };
+        // Without a row limit every planned segment is read to its end, so
+        // several are decoded at once; with one, reading ahead would be wasted.
+        let threads = if request.limit.is_none() && files.len() > 1 {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(READ_THREADS))
+        } else {
+            1
+        };
+        if threads < 2 {
+            let mut files = files.into_iter();
+            for rows in &covered {
+                let go_on = match rows {
+                    Some(rows) => visitor.covered(rows)?,
+                    None => match files.next() {
+                        Some(entry) => {
+                            let mut outcome = Ok(true);
+                            read.segment(entry, &mut |item| {
+                                outcome = item.and_then(|item| visitor.item(item));
+                                matches!(outcome, Ok(true))
+                            });
+                            outcome?
+                        }
+                        None => true,
+                    },
+                };
+                if !go_on {
+                    break;
+                }
+            }
+            return Ok(stats);
+        }
+        let (jobs, queue) = mpsc::channel::<(&CatalogEntry, mpsc::SyncSender<_>)>();
+        let queue = Mutex::new(queue);
+        std::thread::scope(|scope| {
+            // Owned here, so that the workers stop once the visiting ends, however.
+            let jobs = jobs;
+            for _ in 0..threads {
+                let (queue, read) = (&queue, &read);
+                scope.spawn(move || {
+                    loop {
+                        let job = queue.lock().map_or(None, |queue| queue.recv().ok());
+                        let Some((entry, batches)) = job else { break };
+                        read.segment(entry, &mut |item| batches.send(item).is_ok());
                     }
-                    stats.rows_matched += 1;
-                    let go_on = visit(record, data).map_err(QueryError::Output)?;
-                    if !go_on || stats.rows_matched >= limit {
-                        return Ok(stats);
+                });
+            }
+            // Each segment streams through its own small channel; `threads + 1`
+            // are in flight, visited in segment order.
+            let mut pending = files.into_iter();
+            let mut in_flight = VecDeque::new();
+            let mut submit = |in_flight: &mut VecDeque<_>| {
+                if let Some(entry) = pending.next() {
+                    let (batches, received) = mpsc::sync_channel(BATCHES_AHEAD);
+                    if jobs.send((entry, batches)).is_ok() {
+                        in_flight.push_back(received);
                     }
                 }
-                continue;
+            };
+            for _ in 0..=threads {
+                submit(&mut in_flight);
             }
-            let reader = SegmentReader::open(&self.archive.segment_path(entry))?;
-            stats.row_groups_total += reader.row_groups();
-            let groups =
-                reader.matching_row_groups(request.time, plan.address_ranges.as_deref())?;
-            stats.row_groups_read += groups.len();
-            if groups.is_empty() {
-                continue;
+            for rows in &covered {
+                let go_on = match rows {
+                    Some(rows) => visitor.covered(rows)?,
+                    None => {
+                        let Some(received) = in_flight.pop_front() else {
+                            break;
+                        };
+                        submit(&mut in_flight);
+                        let mut go_on = true;
+                        for item in received {
+                            go_on = visitor.item(item?)?;
+                            if !go_on {
+                                break;
+                            }
+                        }
+                        go_on
+                    }
+                };
+                if !go_on {
+                    break;
+                }
             }
-            let granules = plan.granules.get(&entry.segment_id());
-            let (batches, selected) = reader.read_granules(
-                groups,
-                granules,
-                Some(&columns),
-                plan.address_ranges.as_deref(),
-            )?;
-            stats.rows_read += selected;
-            for batch in batches {
-                let batch = batch.map_err(|e| QueryError::Execution {
+            Ok::<(), QueryError>(())
+        })?;
+        Ok(stats)
+    }
+}
+
+/// Threads that decode segments at once in a query without a row limit.
+const READ_THREADS: usize = 2;
+
+/// Decoded batches a segment may hold ready before the query visits them.
+const BATCHES_AHEAD: usize = 4;
+
+/// What reading a segment file yields, in order: its counts, then its batches.
+enum SegmentItem {
+    Opened {
+        row_groups_total: usize,
+        row_groups_read: usize,
+        rows_selected: u64,
+    },
+    Batch(RecordBatch),
+}
+
+/// Reads segment files for one query.
+struct SegmentRead<'a> {
+    search: &'a PacketSearch,
+    request: &'a SearchRequest,
+    plan: &'a SearchPlan,
+    columns: &'a [&'a str],
+}
+
+impl SegmentRead<'_> {
+    /// Reads one segment, handing its items to `emit` until it returns false.
+    fn segment(
+        &self,
+        entry: &CatalogEntry,
+        emit: &mut dyn FnMut(Result<SegmentItem, QueryError>) -> bool,
+    ) {
+        let opened = (|| {
+            let reader = SegmentReader::open(&self.search.archive.segment_path(entry))?;
+            let groups = reader
+                .matching_row_groups(self.request.time, self.plan.address_ranges.as_deref())?;
+            let row_groups_read = groups.len();
+            let batches = if groups.is_empty() {
+                None
+            } else {
+                Some(reader.read_granules(
+                    groups,
+                    self.plan.granules.get(&entry.segment_id()),
+                    Some(self.columns),
+                    self.plan.address_ranges.as_deref(),
+                )?)
+            };
+            Ok::<_, QueryError>((reader, row_groups_read, batches))
+        })();
+        let (reader, row_groups_read, batches) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                emit(Err(error));
+                return;
+            }
+        };
+        let rows_selected = batches.as_ref().map_or(0, |(_, selected)| *selected);
+        if !emit(Ok(SegmentItem::Opened {
+            row_groups_total: reader.row_groups(),
+            row_groups_read,
+            rows_selected,
+        })) {
+            return;
+        }
+        for batch in batches.into_iter().flat_map(|(batches, _)| batches) {
+            let item = batch
+                .map(SegmentItem::Batch)
+                .map_err(|e| QueryError::Execution {
                     message: format!("reading {}: {e}", reader.path().display()),
-                })?;
-                let view = PacketBatchView::new(&batch);
-                for row in 0..view.len() {
-                    let record = view.record(row);
-                    if !request.time.contains(record.ts_nanos) || !request.filter.matches(&record) {
-                        continue;
-                    }
-                    stats.rows_matched += 1;
-                    let go_on = visit(&record, view.data(row)).map_err(QueryError::Output)?;
-                    if !go_on || stats.rows_matched >= limit {
-                        return Ok(stats);
-                    }
-                }
+                });
+            let failed = item.is_err();
+            if !emit(item) || failed {
+                return;
             }
         }
-        Ok(stats)
+    }
+}
+
+/// Evaluates the time window and the filter on rows and hands matches on.
+struct Visitor<'a, 'v> {
+    request: &'a SearchRequest,
+    visit: &'v mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
+    stats: &'a mut SearchStats,
+    limit: u64,
+}
+
+impl Visitor<'_, '_> {
+    /// Visits the rows of a covering posting; false once the query is done.
+    fn covered(&mut self, rows: &[CoveredRow]) -> Result<bool, QueryError> {
+        self.stats.rows_read += rows.len() as u64;
+        for CoveredRow { record, data, .. } in rows {
+            if !self.row(record, data)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Takes one item of a segment file; false once the query is done.
+    fn item(&mut self, item: SegmentItem) -> Result<bool, QueryError> {
+        match item {
+            SegmentItem::Opened {
+                row_groups_total,
+                row_groups_read,
+                rows_selected,
+            } => {
+                self.stats.row_groups_total += row_groups_total;
+                self.stats.row_groups_read += row_groups_read;
+                self.stats.rows_read += rows_selected;
+                Ok(true)
+            }
+            SegmentItem::Batch(batch) => {
+                let view = PacketBatchView::new(&batch);
+                for row in 0..view.len() {
+                    if !self.row(&view.record(row), view.data(row))? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn row(&mut self, record: &PacketRecord, data: &[u8]) -> Result<bool, QueryError> {
+        if !self.request.time.contains(record.ts_nanos) || !self.request.filter.matches(record) {
+            return Ok(true);
+        }
+        self.stats.rows_matched += 1;
+        let go_on = (self.visit)(record, data).map_err(QueryError::Output)?;
+        Ok(go_on && self.stats.rows_matched < self.limit)
     }
 }
 
