@@ -28,9 +28,6 @@ use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::PacketBatchBuilder;
 use hindsight_store::{SegmentOptions, SegmentWriter, Table};
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 struct Args {
     packets: u64,
     runs: usize,

@@ -45,11 +45,6 @@ enum Command {
     Stats(cmd::stats::Args),
 }
 
-/// mimalloc: ingest hands large column buffers from the reading thread to the
-/// sink thread, a pattern glibc malloc serves with mmap, munmap and page zeroing.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
