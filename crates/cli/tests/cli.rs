@@ -46,14 +46,25 @@ fn ingest_full_with(capture: &Path, archive: &Path, options: &[&str]) {
 
 /// Exports the matches of `filter` to `out`, pcap or pcapng by its extension.
 fn hindsight_pcap(archive: &Path, filter: &str, out: &Path) -> Vec<PacketKey> {
-    ok(&hindsight(&[
+    hindsight_pcap_with(archive, filter, out, &[])
+}
+
+fn hindsight_pcap_with(
+    archive: &Path,
+    filter: &str,
+    out: &Path,
+    options: &[&str],
+) -> Vec<PacketKey> {
+    let mut args = vec![
         "query",
         filter,
         "--archive",
         archive.to_str().unwrap(),
         "-o",
         out.to_str().unwrap(),
-    ]));
+    ];
+    args.extend(options);
+    ok(&hindsight(&args));
     read_capture(out)
 }
 
@@ -517,30 +528,17 @@ fn segments_decoded_in_parallel_come_out_in_order() {
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
     ingest_full_with(&lan_hour(), &archive, &["--partition-secs", "300"]);
-    let query = |filter: &str, out: &Path, limit: Option<&str>| {
-        let mut args = vec![
-            "query",
-            filter,
-            "--archive",
-            archive.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ];
-        if let Some(limit) = limit {
-            args.extend(["--limit", limit]);
-        }
-        ok(&hindsight(&args));
-        std::fs::read(out).unwrap()
-    };
+    let (parallel, sequential) = (
+        work.path().join("parallel.pcap"),
+        work.path().join("sequential.pcap"),
+    );
     for filter in ["tcp", "host 172.30.100.1 or udp"] {
-        let parallel = query(filter, &work.path().join("parallel.pcap"), None);
-        let sequential = query(
-            filter,
-            &work.path().join("sequential.pcap"),
-            Some("1000000000"),
+        let ours = hindsight_pcap(&archive, filter, &parallel);
+        hindsight_pcap_with(&archive, filter, &sequential, &["--limit", "1000000000"]);
+        assert!(
+            std::fs::read(&parallel).unwrap() == std::fs::read(&sequential).unwrap(),
+            "{filter}: outputs differ"
         );
-        assert!(parallel == sequential, "{filter}: outputs differ");
-        let ours = read_capture(&work.path().join("parallel.pcap"));
         let theirs = tcpdump_pcap(&lan_hour(), filter, &work.path().join("tcpdump.pcap"));
         assert!(ours.len() > 1000, "{filter}: {} packets", ours.len());
         assert_eq!(ours, theirs, "{filter}");
