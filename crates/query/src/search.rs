@@ -240,25 +240,17 @@ impl PacketSearch {
         };
         if threads < 2 {
             let mut files = files.into_iter();
-            for rows in &covered {
-                let go_on = match rows {
-                    Some(rows) => visitor.covered(rows)?,
-                    None => match files.next() {
-                        Some(entry) => {
-                            let mut outcome = Ok(true);
-                            read.segment(entry, &mut |item| {
-                                outcome = item.and_then(|item| visitor.item(item));
-                                matches!(outcome, Ok(true))
-                            });
-                            outcome?
-                        }
-                        None => true,
-                    },
+            visitor.segments(&covered, |visitor| {
+                let Some(entry) = files.next() else {
+                    return Ok(false);
                 };
-                if !go_on {
-                    break;
-                }
-            }
+                let mut outcome = Ok(true);
+                read.segment(entry, &mut |item| {
+                    outcome = item.and_then(|item| visitor.item(item));
+                    matches!(outcome, Ok(true))
+                });
+                outcome
+            })?;
             return Ok(stats);
         }
         let (jobs, queue) = mpsc::channel::<(&CatalogEntry, mpsc::SyncSender<_>)>();
@@ -291,29 +283,18 @@ impl PacketSearch {
             for _ in 0..=threads {
                 submit(&mut in_flight);
             }
-            for rows in &covered {
-                let go_on = match rows {
-                    Some(rows) => visitor.covered(rows)?,
-                    None => {
-                        let Some(received) = in_flight.pop_front() else {
-                            break;
-                        };
-                        submit(&mut in_flight);
-                        let mut go_on = true;
-                        for item in received {
-                            go_on = visitor.item(item?)?;
-                            if !go_on {
-                                break;
-                            }
-                        }
-                        go_on
-                    }
+            visitor.segments(&covered, |visitor| {
+                let Some(received) = in_flight.pop_front() else {
+                    return Ok(false);
                 };
-                if !go_on {
-                    break;
+                submit(&mut in_flight);
+                for item in received {
+                    if !visitor.item(item?)? {
+                        return Ok(false);
+                    }
                 }
-            }
-            Ok::<(), QueryError>(())
+                Ok(true)
+            })
         })?;
         Ok(stats)
     }
@@ -405,6 +386,26 @@ struct Visitor<'a, 'v> {
 }
 
 impl Visitor<'_, '_> {
+    /// Visits the planned segments in order: those with covering postings from
+    /// `covered`, the others through `next_file`, which visits the next segment
+    /// file; each returns false once the query is done.
+    fn segments(
+        &mut self,
+        covered: &[Option<Vec<CoveredRow>>],
+        mut next_file: impl FnMut(&mut Self) -> Result<bool, QueryError>,
+    ) -> Result<(), QueryError> {
+        for rows in covered {
+            let go_on = match rows {
+                Some(rows) => self.covered(rows)?,
+                None => next_file(self)?,
+            };
+            if !go_on {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Visits the rows of a covering posting; false once the query is done.
     fn covered(&mut self, rows: &[CoveredRow]) -> Result<bool, QueryError> {
         self.stats.rows_read += rows.len() as u64;

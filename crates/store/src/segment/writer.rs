@@ -369,8 +369,6 @@ struct RowGroupEncoder {
     row_group_rows: usize,
     threads: usize,
     pending: Vec<RecordBatch>,
-    pending_rows: usize,
-    pending_bytes: usize,
 }
 
 /// One column of a row group to encode: its position, writer and values.
@@ -394,21 +392,23 @@ impl RowGroupEncoder {
             row_group_rows: options.row_group_rows.max(1),
             threads: options.encode_threads.max(1),
             pending: Vec::new(),
-            pending_rows: 0,
-            pending_bytes: 0,
         })
     }
 
     fn approximate_size_bytes(&self) -> u64 {
-        (self.file.bytes_written() + self.pending_bytes) as u64
+        let pending: usize = self
+            .pending
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum();
+        (self.file.bytes_written() + pending) as u64
     }
 
     /// Adds rows; encodes every full row group they complete.
     fn write(&mut self, batch: RecordBatch) -> Result<(), ParquetError> {
-        self.pending_rows += batch.num_rows();
-        self.pending_bytes += batch.get_array_memory_size();
         self.pending.push(batch);
-        if self.pending_rows >= self.row_group_rows {
+        let pending_rows: usize = self.pending.iter().map(RecordBatch::num_rows).sum();
+        if pending_rows >= self.row_group_rows {
             self.flush(false)?;
         }
         Ok(())
@@ -426,15 +426,11 @@ impl RowGroupEncoder {
                 .map_err(|e| ParquetError::ArrowError(e.to_string()))?,
         };
         self.pending.clear();
-        self.pending_rows = 0;
-        self.pending_bytes = 0;
         let mut offset = 0;
         while offset < rows.num_rows() {
             let len = self.row_group_rows.min(rows.num_rows() - offset);
             let group = rows.slice(offset, len);
             if len < self.row_group_rows && !all {
-                self.pending_rows = len;
-                self.pending_bytes = group.get_array_memory_size();
                 self.pending.push(group);
                 break;
             }
