@@ -6,6 +6,7 @@
 //! Bloom filters before decoding anything ([`reader`]). `docs/formats/segment.md`
 //! is the format reference.
 
+mod chunk;
 pub mod postings;
 pub mod reader;
 pub mod writer;

@@ -6,7 +6,7 @@ use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
@@ -20,8 +20,9 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
-use parquet::schema::types::ColumnPath;
+use parquet::schema::types::{ColumnDescPtr, ColumnPath};
 
+use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
 use super::postings::{CoveringLimits, PostingsCollector};
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
@@ -79,56 +80,60 @@ impl Default for SegmentOptions {
 }
 
 impl SegmentOptions {
+    /// How each column of a `packets` segment is written by the chunk encoder.
+    fn packet_chunk_options(&self, column: &str) -> ChunkOptions {
+        let data = column == col::DATA;
+        let address = column == col::SRC_ADDR || column == col::DST_ADDR;
+        ChunkOptions {
+            page_rows: self.page_rows,
+            // Small pages of packet bytes: exporting one packet decompresses one
+            // page of about a thousand packets, not eight thousand.
+            page_bytes: if data { DATA_PAGE_BYTES } else { 0 },
+            zstd_level: if data {
+                self.data_zstd_level
+            } else {
+                self.zstd_level
+            },
+            statistics: !data,
+            page_index: PAGE_INDEXED.contains(&column),
+            // Timestamps are nearly sorted: deltas beat plain values.
+            delta: column == col::TS,
+            bloom: address.then_some((self.row_group_rows as u64, self.bloom_fpp)),
+        }
+    }
+
+    /// Properties of the file writer: the footer's metadata for every table, and
+    /// how the `parquet` crate's column writers write `flows` columns (the chunk
+    /// encoder writes `packets` columns by `packet_chunk_options`).
     fn writer_properties(
         &self,
         table: Table,
     ) -> Result<WriterProperties, parquet::errors::ParquetError> {
-        let zstd = Compression::ZSTD(ZstdLevel::try_new(self.zstd_level)?);
-        let data_zstd = Compression::ZSTD(ZstdLevel::try_new(self.data_zstd_level)?);
-        let ts = ColumnPath::from(col::TS);
         let mut builder = WriterProperties::builder()
             .set_created_by(format!("hindsight {}", env!("CARGO_PKG_VERSION")))
             .set_key_value_metadata(Some(vec![
                 KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_owned()),
                 KeyValue::new(TABLE_KEY.to_owned(), table.name().to_owned()),
             ]))
-            .set_compression(zstd)
-            .set_max_row_group_row_count(Some(self.row_group_rows))
-            .set_data_page_row_count_limit(self.page_rows)
-            .set_statistics_enabled(EnabledStatistics::Page)
-            // Timestamps are nearly sorted: deltas beat a dictionary.
-            .set_column_dictionary_enabled(ts.clone(), false)
-            .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED);
-        if table == Table::Packets {
-            // Packet header columns are smaller without dictionaries: zstd of the
-            // plain values beats dictionary + RLE here (10.8 vs 11.9 B/packet on
-            // lan-hour) and skips the cost of interning every value.
-            // Page statistics (the page index) are kept for the columns filters
-            // name most; the others keep row-group statistics only.
+            .set_max_row_group_row_count(Some(self.row_group_rows));
+        if table == Table::Flows {
+            // The crate's zstd codec takes levels 1 to 22 only.
+            let zstd = Compression::ZSTD(ZstdLevel::try_new(self.zstd_level.clamp(1, 22))?);
+            let ts = ColumnPath::from(col::TS);
             builder = builder
-                .set_dictionary_enabled(false)
-                .set_statistics_enabled(EnabledStatistics::Chunk);
-            for name in PAGE_INDEXED {
+                .set_compression(zstd)
+                .set_data_page_row_count_limit(self.page_rows)
+                .set_statistics_enabled(EnabledStatistics::Page)
+                // Timestamps are nearly sorted: deltas beat a dictionary.
+                .set_column_dictionary_enabled(ts.clone(), false)
+                .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED);
+            for address in [col::SRC_ADDR, col::DST_ADDR] {
+                let path = ColumnPath::from(address);
                 builder = builder
-                    .set_column_statistics_enabled(ColumnPath::from(name), EnabledStatistics::Page);
+                    .set_column_bloom_filter_enabled(path.clone(), true)
+                    .set_column_bloom_filter_fpp(path.clone(), self.bloom_fpp)
+                    .set_column_bloom_filter_max_ndv(path, self.row_group_rows as u64);
             }
-            builder = builder
-                .set_column_compression(ColumnPath::from(col::DATA), data_zstd)
-                // Small pages of packet bytes: exporting one packet decompresses
-                // one page of about a thousand packets, not eight thousand.
-                .set_column_data_page_size_limit(ColumnPath::from(col::DATA), DATA_PAGE_BYTES)
-                .set_column_dictionary_enabled(ColumnPath::from(col::DATA), false)
-                .set_column_statistics_enabled(
-                    ColumnPath::from(col::DATA),
-                    EnabledStatistics::None,
-                );
-        }
-        for address in [col::SRC_ADDR, col::DST_ADDR] {
-            let path = ColumnPath::from(address);
-            builder = builder
-                .set_column_bloom_filter_enabled(path.clone(), true)
-                .set_column_bloom_filter_fpp(path.clone(), self.bloom_fpp)
-                .set_column_bloom_filter_max_ndv(path, self.row_group_rows as u64);
         }
         Ok(builder.build())
     }
@@ -226,7 +231,7 @@ impl SegmentWriter {
         let properties = options
             .writer_properties(table)
             .map_err(StoreError::parquet(&temp_path))?;
-        let encoder = RowGroupEncoder::new(sink, table.schema(), properties, options)
+        let encoder = RowGroupEncoder::new(sink, table, properties, options)
             .map_err(StoreError::parquet(&temp_path))?;
         Ok(Self {
             table,
@@ -358,36 +363,64 @@ impl SegmentWriter {
 /// Encodes row groups into the segment file. Batches are gathered until they make
 /// a row group (`row_group_rows`); the columns of a row group are then encoded by
 /// `encode_threads` threads, each taking whole columns (the costliest first, to
-/// the least loaded thread), and the encoded chunks are written in schema order. The
-/// row groups, pages and encodings are those `ArrowWriter` writes; only the work
-/// is spread.
+/// the least loaded thread), and the encoded chunks are written in schema order.
+/// `packets` columns go through the chunk encoder of `chunk.rs`; `flows`
+/// columns (few rows, strings worth a dictionary) through the `parquet` crate's
+/// Arrow column writers.
 struct RowGroupEncoder {
     file: SerializedFileWriter<ChecksummingFile>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
+    /// Per column: its descriptor and chunk options, if the chunk encoder writes it.
+    chunk_columns: Option<Vec<(ColumnDescPtr, ChunkOptions)>>,
     row_groups: usize,
     row_group_rows: usize,
     threads: usize,
     pending: Vec<RecordBatch>,
 }
 
-/// One column of a row group to encode: its position, writer and values.
-type ColumnJob = (usize, ArrowColumnWriter, ArrowLeafColumn);
+/// One column of a row group to encode, with its position.
+enum ColumnJob {
+    Arrow(usize, Box<ArrowColumnWriter>, ArrowLeafColumn),
+    Chunk(usize, ArrayRef, ColumnDescPtr, ChunkOptions),
+}
+
+/// One encoded column of a row group.
+enum EncodedColumn {
+    Arrow(ArrowColumnChunk),
+    Chunk(EncodedChunk),
+}
 
 impl RowGroupEncoder {
     fn new(
         sink: ChecksummingFile,
-        schema: SchemaRef,
+        table: Table,
         properties: WriterProperties,
         options: &SegmentOptions,
     ) -> Result<Self, ParquetError> {
+        let schema = table.schema();
         let (file, factory) =
             ArrowWriter::try_new(sink, SchemaRef::clone(&schema), Some(properties))?
                 .into_serialized_writer()?;
+        let chunk_columns = (table == Table::Packets).then(|| {
+            let descriptors = file.schema_descr();
+            schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(i, field)| {
+                    (
+                        descriptors.column(i),
+                        options.packet_chunk_options(field.name()),
+                    )
+                })
+                .collect()
+        });
         Ok(Self {
             file,
             factory,
             schema,
+            chunk_columns,
             row_groups: 0,
             row_group_rows: options.row_group_rows.max(1),
             threads: options.encode_threads.max(1),
@@ -440,16 +473,33 @@ impl RowGroupEncoder {
         Ok(())
     }
 
-    /// Encodes one row group and appends it to the file.
-    fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
+    /// The columns of one row group as encoding jobs, each with its estimated cost.
+    fn jobs(&self, group: &RecordBatch) -> Result<Vec<(ColumnJob, usize)>, ParquetError> {
+        // Estimated cost: a per-value part (levels, statistics, encoding) and a
+        // per-byte part (compression).
+        let cost = |column: &ArrayRef| column.len() * 8 + column.get_buffer_memory_size();
+        if let Some(chunk_columns) = &self.chunk_columns {
+            return Ok(group
+                .columns()
+                .iter()
+                .zip(chunk_columns)
+                .enumerate()
+                .map(|(position, (column, (descr, options)))| {
+                    let job = ColumnJob::Chunk(
+                        position,
+                        ArrayRef::clone(column),
+                        ColumnDescPtr::clone(descr),
+                        options.clone(),
+                    );
+                    (job, cost(column))
+                })
+                .collect());
+        }
         let writers = self.factory.create_column_writers(self.row_groups)?;
         let mut leaves = Vec::with_capacity(writers.len());
         for (field, column) in self.schema.fields().iter().zip(group.columns()) {
-            // Estimated cost: a per-value part (levels, statistics, encoding) and
-            // a per-byte part (compression), about 16 ns and 2 ns on lan-hour.
-            let cost = column.len() * 8 + column.get_buffer_memory_size();
             for leaf in compute_leaves(field, column)? {
-                leaves.push((leaf, cost));
+                leaves.push((leaf, cost(column)));
             }
         }
         if leaves.len() != writers.len() {
@@ -459,13 +509,20 @@ impl RowGroupEncoder {
                 leaves.len()
             )));
         }
-        // Costliest columns first, each to the thread with the least cost so far.
-        let mut jobs: Vec<(ColumnJob, usize)> = writers
+        Ok(writers
             .into_iter()
             .zip(leaves)
             .enumerate()
-            .map(|(position, (writer, (leaf, cost)))| ((position, writer, leaf), cost))
-            .collect();
+            .map(|(position, (writer, (leaf, cost)))| {
+                (ColumnJob::Arrow(position, Box::new(writer), leaf), cost)
+            })
+            .collect())
+    }
+
+    /// Encodes one row group and appends it to the file.
+    fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
+        let mut jobs = self.jobs(group)?;
+        // Costliest columns first, each to the thread with the least cost so far.
         jobs.sort_by_key(|(_, cost)| std::cmp::Reverse(*cost));
         let mut bins: Vec<(usize, Vec<ColumnJob>)> =
             (0..self.threads).map(|_| (0, Vec::new())).collect();
@@ -477,7 +534,7 @@ impl RowGroupEncoder {
         }
         let mut bins = bins.into_iter().map(|(_, jobs)| jobs);
         let first = bins.next().unwrap_or_default();
-        let mut chunks: Vec<(usize, ArrowColumnChunk)> = std::thread::scope(|scope| {
+        let mut chunks: Vec<(usize, EncodedColumn)> = std::thread::scope(|scope| {
             let others: Vec<_> = bins
                 .filter(|jobs| !jobs.is_empty())
                 .map(|jobs| scope.spawn(move || encode_columns(jobs)))
@@ -494,7 +551,12 @@ impl RowGroupEncoder {
         chunks.sort_by_key(|(position, _)| *position);
         let mut row_group = self.file.next_row_group()?;
         for (_, chunk) in chunks {
-            chunk.append_to_row_group(&mut row_group)?;
+            match chunk {
+                EncodedColumn::Arrow(chunk) => chunk.append_to_row_group(&mut row_group)?,
+                EncodedColumn::Chunk(chunk) => {
+                    row_group.append_column(&chunk.bytes, chunk.close)?
+                }
+            }
         }
         row_group.close()?;
         self.row_groups += 1;
@@ -508,11 +570,18 @@ impl RowGroupEncoder {
     }
 }
 
-fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, ArrowColumnChunk)>, ParquetError> {
+fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, EncodedColumn)>, ParquetError> {
+    let mut zstd = Compressors::default();
     jobs.into_iter()
-        .map(|(position, mut writer, leaf)| {
-            writer.write(&leaf)?;
-            Ok((position, writer.close()?))
+        .map(|job| match job {
+            ColumnJob::Arrow(position, mut writer, leaf) => {
+                writer.write(&leaf)?;
+                Ok((position, EncodedColumn::Arrow(writer.close()?)))
+            }
+            ColumnJob::Chunk(position, column, descr, options) => {
+                let chunk = encode_column(&column, descr, &options, &mut zstd)?;
+                Ok((position, EncodedColumn::Chunk(chunk)))
+            }
         })
         .collect()
 }
