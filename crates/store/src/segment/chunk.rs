@@ -58,8 +58,9 @@ pub(super) struct ChunkOptions {
     /// Page statistics: the column index. (The offset index, where each page
     /// starts, is always written.)
     pub page_index: bool,
-    /// `DELTA_BINARY_PACKED` values instead of `PLAIN` (integer columns only).
-    pub delta: bool,
+    /// The encoding of the values: `PLAIN` for any column; `BYTE_STREAM_SPLIT`
+    /// and `DELTA_BINARY_PACKED` for integer columns.
+    pub encoding: Encoding,
     /// A split-block Bloom filter of the values: (distinct values to size it for, false-positive probability).
     pub bloom: Option<(u64, f64)>,
 }
@@ -291,51 +292,53 @@ impl<T: Integer> Values for Ints<'_, T> {
         encoding: Encoding,
         out: &mut Vec<u8>,
     ) -> Result<Option<(T, T)>> {
-        let values = &self.0[rows.clone()];
-        let mut min_max: Option<(T, T)> = None;
-        let mut note = |v: T| {
-            min_max = Some(match min_max {
-                None => (v, v),
-                Some((lo, hi)) => (lo.min(v), hi.max(v)),
-            });
+        // The valid values, borrowed when the page has no nulls.
+        let gathered: Vec<T>;
+        let values: &[T] = match valid {
+            Some(valid) if valid.slice(rows.start, rows.len()).count_set_bits() < rows.len() => {
+                let mut kept = Vec::with_capacity(rows.len());
+                for_each_valid(rows, Some(valid), |row| kept.push(self.0[row]));
+                gathered = kept;
+                &gathered
+            }
+            _ => &self.0[rows],
         };
+        let min_max = values.iter().fold(None, |acc: Option<(T, T)>, &v| {
+            Some(acc.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
+        });
+        let start = out.len();
         match encoding {
             Encoding::PLAIN => {
-                let start = out.len();
-                match valid {
-                    None => {
-                        out.resize(start + values.len() * Self::WIDTH, 0);
-                        let mut lo = values.first().copied();
-                        let mut hi = lo;
-                        for (slot, &v) in out[start..].chunks_exact_mut(Self::WIDTH).zip(values) {
-                            Self::put(slot, v);
-                            lo = lo.map(|lo| lo.min(v));
-                            hi = hi.map(|hi| hi.max(v));
-                        }
-                        min_max = lo.zip(hi);
-                    }
-                    Some(_) => {
-                        let mut slot = [0u8; 8];
-                        for_each_valid(rows, valid, |row| {
-                            let v = self.0[row];
-                            Self::put(&mut slot[..Self::WIDTH], v);
-                            out.extend_from_slice(&slot[..Self::WIDTH]);
-                            note(v);
-                        });
+                out.resize(start + values.len() * Self::WIDTH, 0);
+                for (slot, &v) in out[start..].chunks_exact_mut(Self::WIDTH).zip(values) {
+                    Self::put(slot, v);
+                }
+            }
+            Encoding::BYTE_STREAM_SPLIT => {
+                // Byte k of every value, then byte k + 1 of every value...: the
+                // high bytes of small numbers become runs of zeros for zstd.
+                let n = values.len();
+                out.resize(start + n * Self::WIDTH, 0);
+                let streams = &mut out[start..];
+                let mut bytes = [0u8; 8];
+                for (i, &v) in values.iter().enumerate() {
+                    Self::put(&mut bytes[..Self::WIDTH], v);
+                    for (k, &byte) in bytes[..Self::WIDTH].iter().enumerate() {
+                        streams[k * n + i] = byte;
                     }
                 }
             }
             Encoding::DELTA_BINARY_PACKED => {
-                let mut bits = Vec::with_capacity(values.len());
-                for_each_valid(rows, valid, |row| {
-                    let v = self.0[row];
-                    bits.push(if T::INT64 {
-                        v.bits()
-                    } else {
-                        i64::from(v.bits() as i32)
-                    });
-                    note(v);
-                });
+                let bits: Vec<i64> = values
+                    .iter()
+                    .map(|&v| {
+                        if T::INT64 {
+                            v.bits()
+                        } else {
+                            i64::from(v.bits() as i32)
+                        }
+                    })
+                    .collect();
                 delta_binary_packed(&bits, T::INT64, out);
             }
             other => {
@@ -537,11 +540,14 @@ fn write_chunk<V: Values>(
         )));
     }
     let nullable = descr.max_def_level() > 0;
-    let encoding = if options.delta {
-        Encoding::DELTA_BINARY_PACKED
-    } else {
-        Encoding::PLAIN
-    };
+    let encoding = options.encoding;
+    let integer = matches!(V::PHYSICAL, PhysicalType::INT32 | PhysicalType::INT64);
+    if encoding != Encoding::PLAIN && !integer {
+        return Err(ParquetError::General(format!(
+            "column {}: {encoding} is for integer columns",
+            descr.path()
+        )));
+    }
     let rows = values.len();
     let mut sink = TrackedWrite::new(Vec::new());
     let mut pages = SerializedPageWriter::new(&mut sink);
@@ -867,7 +873,7 @@ mod tests {
             zstd_level: 3,
             statistics: true,
             page_index: true,
-            delta: false,
+            encoding: Encoding::PLAIN,
             bloom: Some((1000, 0.01)),
         }
     }
@@ -880,20 +886,45 @@ mod tests {
     }
 
     #[test]
-    fn delta_encoded_and_negative_level_pages_read_back_equal() {
+    fn integer_encodings_and_negative_levels_read_back_equal() {
         let batch = sample(10_007);
-        let ts = batch.project(&[0, 3, 4]).unwrap();
-        for level in [-5, 1, 3] {
-            let (read, _) = round_trip(
-                &ts,
-                &ChunkOptions {
-                    delta: true,
-                    zstd_level: level,
-                    ..options()
-                },
-            );
-            assert_eq!(read, ts, "zstd level {level}");
+        let integers = batch.project(&[0, 1, 2, 3, 4]).unwrap();
+        for encoding in [Encoding::DELTA_BINARY_PACKED, Encoding::BYTE_STREAM_SPLIT] {
+            for level in [-5, 1, 3] {
+                let (read, _) = round_trip(
+                    &integers,
+                    &ChunkOptions {
+                        encoding,
+                        zstd_level: level,
+                        ..options()
+                    },
+                );
+                assert_eq!(read, integers, "{encoding}, zstd level {level}");
+            }
         }
+    }
+
+    #[test]
+    fn integer_encodings_are_refused_for_other_types() {
+        let batch = sample(10);
+        let (file, _) = ArrowWriter::try_new(Vec::new(), batch.schema(), None)
+            .unwrap()
+            .into_serialized_writer()
+            .unwrap();
+        let options = ChunkOptions {
+            encoding: Encoding::BYTE_STREAM_SPLIT,
+            ..options()
+        };
+        let descr = file.schema_descr().column(6);
+        let error = encode_column(
+            batch.column(6),
+            descr,
+            &options,
+            &mut Compressors::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(error.to_string().contains("BYTE_STREAM_SPLIT"), "{error}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
-use arrow::datatypes::{SchemaRef, TimestampNanosecondType};
+use arrow::datatypes::{DataType, Field, SchemaRef, TimestampNanosecondType};
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::{
@@ -81,7 +81,8 @@ impl Default for SegmentOptions {
 
 impl SegmentOptions {
     /// How each column of a `packets` segment is written by the chunk encoder.
-    fn packet_chunk_options(&self, column: &str) -> ChunkOptions {
+    fn packet_chunk_options(&self, field: &Field) -> ChunkOptions {
+        let column = field.name().as_str();
         let data = column == col::DATA;
         let address = column == col::SRC_ADDR || column == col::DST_ADDR;
         ChunkOptions {
@@ -96,8 +97,16 @@ impl SegmentOptions {
             },
             statistics: !data,
             page_index: PAGE_INDEXED.contains(&column),
-            // Timestamps are nearly sorted: deltas beat plain values.
-            delta: column == col::TS,
+            encoding: match field.data_type() {
+                // Timestamps are nearly sorted: deltas beat plain values.
+                DataType::Timestamp(..) => Encoding::DELTA_BINARY_PACKED,
+                // Integers, mostly small: their bytes split into streams (all low
+                // bytes, then all next bytes...) compress 12% smaller and faster
+                // than plain values (9.56 vs 10.86 B/packet of header columns on
+                // lan-hour, encoding 423 vs 463 ns/packet).
+                data_type if data_type.is_integer() => Encoding::BYTE_STREAM_SPLIT,
+                _ => Encoding::PLAIN,
+            },
             bloom: address.then_some((self.row_group_rows as u64, self.bloom_fpp)),
         }
     }
@@ -408,12 +417,7 @@ impl RowGroupEncoder {
                 .fields()
                 .iter()
                 .enumerate()
-                .map(|(i, field)| {
-                    (
-                        descriptors.column(i),
-                        options.packet_chunk_options(field.name()),
-                    )
-                })
+                .map(|(i, field)| (descriptors.column(i), options.packet_chunk_options(field)))
                 .collect()
         });
         Ok(Self {
