@@ -512,7 +512,7 @@ impl ConnectionIndex {
         // In key order, each insert into the memtable's skip list starts where the
         // last one ended (RocksDB keeps that position): 1.8x the connections per
         // second of inserting in record order (index_bench --insert-only).
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        entries.sort_unstable_by_key(|(key, _)| *key);
         for (key, summary) in entries {
             batch.put_cf(connections, key, &values[summary]);
         }

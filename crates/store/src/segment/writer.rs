@@ -49,7 +49,8 @@ pub struct SegmentOptions {
     pub row_group_rows: usize,
     /// Rows per data page: the unit of page-index pruning.
     pub page_rows: usize,
-    /// zstd level of the header columns.
+    /// zstd level of the header columns (any level zstd accepts, negative ones
+    /// included; `flows` segments use it clamped to 1–22).
     pub zstd_level: i32,
     /// zstd level of the `data` column (packet bytes), which dominates the cost.
     pub data_zstd_level: i32,
