@@ -168,7 +168,7 @@ pub(super) fn encode_column(
         ),
         DataType::Boolean => write_chunk(&Bools(array.as_boolean()), valid, descr, options, zstd),
         DataType::FixedSizeBinary(_) => write_chunk(
-            &FixedBytes(array.as_fixed_size_binary()),
+            &FixedBytes::new(array.as_fixed_size_binary())?,
             valid,
             descr,
             options,
@@ -214,10 +214,10 @@ trait Values {
     }
 
     /// A key as the page index stores it (little-endian, or the bytes themselves).
-    fn key_bytes(key: Self::Key) -> Vec<u8>;
+    fn key_bytes(&self, key: Self::Key) -> Vec<u8>;
 
     /// Chunk statistics.
-    fn statistics(min_max: Option<(Self::Key, Self::Key)>, nulls: u64) -> Statistics;
+    fn statistics(&self, min_max: Option<(Self::Key, Self::Key)>, nulls: u64) -> Statistics;
 
     /// Adds the valid values to a Bloom filter.
     fn insert_into(&self, _valid: Option<&BooleanBuffer>, _bloom: &mut Sbbf) {}
@@ -350,13 +350,13 @@ impl<T: Integer> Values for Ints<'_, T> {
         Ok(min_max)
     }
 
-    fn key_bytes(key: T) -> Vec<u8> {
+    fn key_bytes(&self, key: T) -> Vec<u8> {
         let mut bytes = vec![0; Self::WIDTH];
         Self::put(&mut bytes, key);
         bytes
     }
 
-    fn statistics(min_max: Option<(T, T)>, nulls: u64) -> Statistics {
+    fn statistics(&self, min_max: Option<(T, T)>, nulls: u64) -> Statistics {
         let (min, max) = min_max.unzip();
         if T::INT64 {
             Statistics::int64(min.map(T::bits), max.map(T::bits), None, Some(nulls), false)
@@ -405,24 +405,50 @@ impl Values for Bools<'_> {
         Ok((count > 0).then_some((!any_false, any_true)))
     }
 
-    fn key_bytes(key: bool) -> Vec<u8> {
+    fn key_bytes(&self, key: bool) -> Vec<u8> {
         vec![u8::from(key)]
     }
 
-    fn statistics(min_max: Option<(bool, bool)>, nulls: u64) -> Statistics {
+    fn statistics(&self, min_max: Option<(bool, bool)>, nulls: u64) -> Statistics {
         let (min, max) = min_max.unzip();
         Statistics::boolean(min, max, None, Some(nulls), false)
     }
 }
 
-struct FixedBytes<'a>(&'a FixedSizeBinaryArray);
+/// Fixed-size binary values of at most 16 bytes (MACs, addresses), ordered as
+/// big-endian integers, which is their byte order.
+struct FixedBytes<'a> {
+    array: &'a FixedSizeBinaryArray,
+    width: usize,
+}
 
-impl<'a> Values for FixedBytes<'a> {
-    type Key = &'a [u8];
+impl<'a> FixedBytes<'a> {
+    const MAX_WIDTH: usize = 16;
+
+    fn new(array: &'a FixedSizeBinaryArray) -> Result<Self> {
+        let width = array.value_length() as usize;
+        if width > Self::MAX_WIDTH {
+            return Err(ParquetError::General(format!(
+                "no chunk encoder for fixed-size binary values of {width} bytes"
+            )));
+        }
+        Ok(Self { array, width })
+    }
+
+    #[inline]
+    fn key(value: &[u8]) -> u128 {
+        let mut bytes = [0u8; Self::MAX_WIDTH];
+        bytes[..value.len()].copy_from_slice(value);
+        u128::from_be_bytes(bytes)
+    }
+}
+
+impl Values for FixedBytes<'_> {
+    type Key = u128;
     const PHYSICAL: PhysicalType = PhysicalType::FIXED_LEN_BYTE_ARRAY;
 
     fn len(&self) -> usize {
-        self.0.len()
+        self.array.len()
     }
 
     fn encode(
@@ -431,35 +457,41 @@ impl<'a> Values for FixedBytes<'a> {
         valid: Option<&BooleanBuffer>,
         _encoding: Encoding,
         out: &mut Vec<u8>,
-    ) -> Result<Option<(&'a [u8], &'a [u8])>> {
-        let array: &'a FixedSizeBinaryArray = self.0;
-        let mut min_max: Option<(&'a [u8], &'a [u8])> = None;
-        for_each_valid(rows, valid, |row| {
-            let v = array.value(row);
-            out.extend_from_slice(v);
-            min_max = Some(match min_max {
-                None => (v, v),
-                Some((lo, hi)) => (lo.min(v), hi.max(v)),
+    ) -> Result<Option<(u128, u128)>> {
+        let (data, width) = (self.array.value_data(), self.width);
+        let start = out.len();
+        let all_valid =
+            valid.is_none_or(|v| v.slice(rows.start, rows.len()).count_set_bits() == rows.len());
+        if all_valid {
+            out.extend_from_slice(&data[rows.start * width..rows.end * width]);
+        } else {
+            for_each_valid(rows, valid, |row| {
+                out.extend_from_slice(&data[row * width..(row + 1) * width]);
             });
-        });
-        Ok(min_max)
+        }
+        Ok(out[start..]
+            .chunks_exact(width)
+            .map(Self::key)
+            .fold(None, |acc, k| {
+                Some(acc.map_or((k, k), |(lo, hi): (u128, u128)| (lo.min(k), hi.max(k))))
+            }))
     }
 
-    fn key_bytes(key: &[u8]) -> Vec<u8> {
-        key.to_vec()
+    fn key_bytes(&self, key: u128) -> Vec<u8> {
+        key.to_be_bytes()[..self.width].to_vec()
     }
 
-    fn statistics(min_max: Option<(&[u8], &[u8])>, nulls: u64) -> Statistics {
+    fn statistics(&self, min_max: Option<(u128, u128)>, nulls: u64) -> Statistics {
         let (min, max) = min_max.unzip();
-        let value = |v: &[u8]| FixedLenByteArray::from(v.to_vec());
+        let value = |k: u128| FixedLenByteArray::from(self.key_bytes(k));
         Statistics::fixed_len_byte_array(min.map(value), max.map(value), None, Some(nulls), false)
     }
 
     fn insert_into(&self, valid: Option<&BooleanBuffer>, bloom: &mut Sbbf) {
         // Consecutive repeats (a conversation's packets) are inserted once.
         let mut last: Option<&[u8]> = None;
-        for_each_valid(0..self.0.len(), valid, |row| {
-            let v = self.0.value(row);
+        for_each_valid(0..self.array.len(), valid, |row| {
+            let v = self.array.value(row);
             if last != Some(v) {
                 bloom.insert(v);
                 last = Some(v);
@@ -512,11 +544,11 @@ impl<'a> Values for Binary<'a> {
         (start + past + 1).min(end)
     }
 
-    fn key_bytes(key: &[u8]) -> Vec<u8> {
+    fn key_bytes(&self, key: &[u8]) -> Vec<u8> {
         key.to_vec()
     }
 
-    fn statistics(min_max: Option<(&[u8], &[u8])>, nulls: u64) -> Statistics {
+    fn statistics(&self, min_max: Option<(&[u8], &[u8])>, nulls: u64) -> Statistics {
         let (min, max) = min_max.unzip();
         let value = |v: &[u8]| parquet::data_type::ByteArray::from(v.to_vec());
         Statistics::byte_array(min.map(value), max.map(value), None, Some(nulls), false)
@@ -604,7 +636,12 @@ fn write_chunk<V: Values>(
         if let Some(index) = index.as_mut() {
             match min_max {
                 Some((lo, hi)) => {
-                    index.append(false, V::key_bytes(lo), V::key_bytes(hi), nulls as i64);
+                    index.append(
+                        false,
+                        values.key_bytes(lo),
+                        values.key_bytes(hi),
+                        nulls as i64,
+                    );
                 }
                 None => index.append(true, Vec::new(), Vec::new(), nulls as i64),
             }
@@ -626,7 +663,7 @@ fn write_chunk<V: Values>(
         .set_num_values(rows as i64)
         .set_data_page_offset(0);
     if options.statistics {
-        metadata = metadata.set_statistics(V::statistics(chunk_min_max, chunk_nulls));
+        metadata = metadata.set_statistics(values.statistics(chunk_min_max, chunk_nulls));
     }
     let column_index = match index {
         Some(mut index) => {
@@ -954,6 +991,22 @@ mod tests {
                 assert_eq!(s.null_count_opt(), Some(0));
             }
             other => panic!("u32 statistics {other:?}"),
+        }
+        // Addresses: byte-wise min and max of the valid values.
+        let addrs = batch.column(6).as_fixed_size_binary();
+        match group.column(6).statistics().unwrap() {
+            Statistics::FixedLenByteArray(s) => {
+                assert_eq!(
+                    s.min_opt().unwrap().data(),
+                    addrs.iter().flatten().min().unwrap()
+                );
+                assert_eq!(
+                    s.max_opt().unwrap().data(),
+                    addrs.iter().flatten().max().unwrap()
+                );
+                assert_eq!(s.null_count_opt(), Some(addrs.null_count() as u64));
+            }
+            other => panic!("address statistics {other:?}"),
         }
         // u8: nulls counted.
         assert_eq!(
