@@ -31,6 +31,7 @@ use arrow::datatypes::{
     UInt16Type, UInt32Type, UInt64Type,
 };
 use bytes::Bytes;
+use hindsight_model::put_varint;
 use parquet::basic::{
     BoundaryOrder, Compression, Encoding, EncodingMask, Type as PhysicalType, ZstdLevel,
 };
@@ -116,77 +117,49 @@ pub(super) fn encode_column(
         )));
     }
     let valid = valid.as_ref();
-    let chunk = match array.data_type() {
-        DataType::UInt8 => write_chunk(
-            &Ints(array.as_primitive::<UInt8Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::UInt16 => write_chunk(
-            &Ints(array.as_primitive::<UInt16Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::UInt32 => write_chunk(
-            &Ints(array.as_primitive::<UInt32Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::Int32 => write_chunk(
-            &Ints(array.as_primitive::<Int32Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::Int64 => write_chunk(
-            &Ints(array.as_primitive::<Int64Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::UInt64 => write_chunk(
-            &Ints(array.as_primitive::<UInt64Type>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::Timestamp(TimeUnit::Nanosecond, _) => write_chunk(
-            &Ints(array.as_primitive::<TimestampNanosecondType>().values()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::Boolean => write_chunk(&Bools(array.as_boolean()), valid, descr, options, zstd),
-        DataType::FixedSizeBinary(_) => write_chunk(
-            &FixedBytes::new(array.as_fixed_size_binary())?,
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
-        DataType::Binary => write_chunk(
-            &Binary(array.as_binary::<i32>()),
-            valid,
-            descr,
-            options,
-            zstd,
-        ),
+    let mut write =
+        |values: &dyn ChunkSource| values.write(valid, ColumnDescPtr::clone(&descr), options, zstd);
+    match array.data_type() {
+        DataType::UInt8 => write(&Ints(array.as_primitive::<UInt8Type>().values())),
+        DataType::UInt16 => write(&Ints(array.as_primitive::<UInt16Type>().values())),
+        DataType::UInt32 => write(&Ints(array.as_primitive::<UInt32Type>().values())),
+        DataType::Int32 => write(&Ints(array.as_primitive::<Int32Type>().values())),
+        DataType::Int64 => write(&Ints(array.as_primitive::<Int64Type>().values())),
+        DataType::UInt64 => write(&Ints(array.as_primitive::<UInt64Type>().values())),
+        DataType::Timestamp(TimeUnit::Nanosecond, _) => write(&Ints(
+            array.as_primitive::<TimestampNanosecondType>().values(),
+        )),
+        DataType::Boolean => write(&Bools(array.as_boolean())),
+        DataType::FixedSizeBinary(_) => write(&FixedBytes::new(array.as_fixed_size_binary())?),
+        DataType::Binary => write(&Binary(array.as_binary::<i32>())),
         other => Err(ParquetError::General(format!(
             "column {}: no chunk encoder for Arrow type {other}",
             descr.path()
         ))),
-    }?;
-    Ok(chunk)
+    }
+}
+
+/// Any [`Values`] behind one object type, so one call site serves every column type.
+trait ChunkSource {
+    fn write(
+        &self,
+        valid: Option<&BooleanBuffer>,
+        descr: ColumnDescPtr,
+        options: &ChunkOptions,
+        zstd: &mut Compressors,
+    ) -> Result<EncodedChunk>;
+}
+
+impl<V: Values> ChunkSource for V {
+    fn write(
+        &self,
+        valid: Option<&BooleanBuffer>,
+        descr: ColumnDescPtr,
+        options: &ChunkOptions,
+        zstd: &mut Compressors,
+    ) -> Result<EncodedChunk> {
+        write_chunk(self, valid, descr, options, zstd)
+    }
 }
 
 /// The values of one column as the chunk writer sees them.
@@ -221,6 +194,12 @@ trait Values {
 
     /// Adds the valid values to a Bloom filter.
     fn insert_into(&self, _valid: Option<&BooleanBuffer>, _bloom: &mut Sbbf) {}
+}
+
+/// Widens the range `(lo, hi)` (none yet: empty) to include `from..=to`.
+#[inline]
+fn widen<K: Ord + Copy>(range: Option<(K, K)>, (from, to): (K, K)) -> Option<(K, K)> {
+    Some(range.map_or((from, to), |(lo, hi)| (lo.min(from), hi.max(to))))
 }
 
 /// Calls `f` with each valid row of `rows`.
@@ -303,9 +282,7 @@ impl<T: Integer> Values for Ints<'_, T> {
             }
             _ => &self.0[rows],
         };
-        let min_max = values.iter().fold(None, |acc: Option<(T, T)>, &v| {
-            Some(acc.map_or((v, v), |(lo, hi)| (lo.min(v), hi.max(v))))
-        });
+        let min_max = values.iter().fold(None, |range, &v| widen(range, (v, v)));
         let start = out.len();
         match encoding {
             Encoding::PLAIN => {
@@ -472,9 +449,7 @@ impl Values for FixedBytes<'_> {
         Ok(out[start..]
             .chunks_exact(width)
             .map(Self::key)
-            .fold(None, |acc, k| {
-                Some(acc.map_or((k, k), |(lo, hi): (u128, u128)| (lo.min(k), hi.max(k))))
-            }))
+            .fold(None, |range, k| widen(range, (k, k))))
     }
 
     fn key_bytes(&self, key: u128) -> Vec<u8> {
@@ -524,10 +499,7 @@ impl<'a> Values for Binary<'a> {
             // Values are at most i32::MAX bytes: Arrow's offsets are i32.
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);
-            min_max = Some(match min_max {
-                None => (v, v),
-                Some((lo, hi)) => (lo.min(v), hi.max(v)),
-            });
+            min_max = widen(min_max, (v, v));
         });
         Ok(min_max)
     }
@@ -623,10 +595,7 @@ fn write_chunk<V: Values>(
         uncompressed_bytes += spec.uncompressed_size as u64;
         chunk_nulls += nulls;
         if let Some((lo, hi)) = min_max {
-            chunk_min_max = Some(match chunk_min_max {
-                None => (lo, hi),
-                Some((clo, chi)) => (clo.min(lo), chi.max(hi)),
-            });
+            chunk_min_max = widen(chunk_min_max, (lo, hi));
             if let Some((last_lo, last_hi)) = last_page {
                 ascending &= last_lo <= lo && last_hi <= hi;
                 descending &= last_lo >= lo && last_hi >= hi;
@@ -716,14 +685,14 @@ fn put_definition_levels(
     let set = bits.as_ref().map_or(len, BooleanBuffer::count_set_bits);
     if set == len || set == 0 {
         // One RLE run of the level (bit width 1: one byte).
-        put_uleb128(out, (len as u64) << 1);
+        put_varint(out, (len as u64) << 1);
         out.push(u8::from(set == len));
     } else if let Some(bits) = bits {
         // Bit-packed runs: groups of eight levels are exactly the validity bytes.
         // Runs are kept to 63 groups, as the reference writers do.
         let packed = bits.sliced();
         for run in packed.as_slice()[..len.div_ceil(8)].chunks(63) {
-            put_uleb128(out, ((run.len() as u64) << 1) | 1);
+            put_varint(out, ((run.len() as u64) << 1) | 1);
             out.extend_from_slice(run);
         }
     }
@@ -732,16 +701,8 @@ fn put_definition_levels(
     (len - set) as u64
 }
 
-fn put_uleb128(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 fn put_zigzag(out: &mut Vec<u8>, value: i64) {
-    put_uleb128(out, ((value << 1) ^ (value >> 63)) as u64);
+    put_varint(out, ((value << 1) ^ (value >> 63)) as u64);
 }
 
 /// Values per block and miniblocks per block of `DELTA_BINARY_PACKED`.
@@ -752,9 +713,9 @@ const DELTA_MINIBLOCKS: usize = 4;
 /// type's width: 64 bits if `int64`, else 32).
 fn delta_binary_packed(values: &[i64], int64: bool, out: &mut Vec<u8>) {
     let mini_len = DELTA_BLOCK / DELTA_MINIBLOCKS;
-    put_uleb128(out, DELTA_BLOCK as u64);
-    put_uleb128(out, DELTA_MINIBLOCKS as u64);
-    put_uleb128(out, values.len() as u64);
+    put_varint(out, DELTA_BLOCK as u64);
+    put_varint(out, DELTA_MINIBLOCKS as u64);
+    put_varint(out, values.len() as u64);
     put_zigzag(out, values.first().copied().unwrap_or(0));
     let delta = |pair: &[i64]| {
         if int64 {
