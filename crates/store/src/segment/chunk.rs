@@ -884,6 +884,29 @@ mod tests {
     }
 
     #[test]
+    fn arrays_sliced_at_odd_offsets_read_back_equal() {
+        // Row groups are slices of larger batches: validity bitmaps and boolean
+        // values then start mid-byte.
+        let batch = sample(9_000);
+        for (offset, len) in [(3, 5_000), (1_001, 7_777), (8_191, 809)] {
+            let slice = batch.slice(offset, len);
+            for encoding in [Encoding::PLAIN, Encoding::BYTE_STREAM_SPLIT] {
+                let ints = slice.project(&[1, 2, 3, 4]).unwrap();
+                let (read, _) = round_trip(
+                    &ints,
+                    &ChunkOptions {
+                        encoding,
+                        ..options()
+                    },
+                );
+                assert_eq!(read, ints, "{encoding} at {offset}");
+            }
+            let (read, _) = round_trip(&slice, &options());
+            assert_eq!(read, slice, "all columns at {offset}");
+        }
+    }
+
+    #[test]
     fn integer_encodings_and_negative_levels_read_back_equal() {
         let batch = sample(10_007);
         let integers = batch.project(&[0, 1, 2, 3, 4]).unwrap();
