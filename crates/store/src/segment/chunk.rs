@@ -10,12 +10,14 @@
 //! - data pages (v1) of `page_rows` rows (and at most `page_bytes` of values);
 //! - definition levels as bit-packed runs copied from the Arrow validity bitmap
 //!   (one RLE run when a page has no nulls or only nulls);
-//! - values `PLAIN`, or `DELTA_BINARY_PACKED` where asked (timestamps);
+//! - values `PLAIN`, or for integer columns `BYTE_STREAM_SPLIT` or
+//!   `DELTA_BINARY_PACKED` where asked;
 //! - each page compressed with zstd at any level zstd accepts (negative levels
 //!   included), through a compression context reused across pages;
 //! - chunk statistics, the page index (column and offset index) and
 //!   split-block Bloom filters, in the structures the `parquet` crate writes
-//!   to the footer.
+//!   to the footer (every chunk has an offset index: the file writer wants one
+//!   for all columns or none).
 //!
 //! The pages and page headers go through the crate's own `SerializedPageWriter`,
 //! and the chunk is spliced into the file with `append_column`, so the file is
