@@ -174,7 +174,8 @@ trait Values {
     fn len(&self) -> usize;
 
     /// Appends the encoding of the valid values among `rows` to `out` and returns
-    /// the smallest and largest of them (none if no row is valid).
+    /// the smallest and largest of them (none if no row is valid). `valid` is the
+    /// column's validity, given only when some row of `rows` is null.
     fn encode(
         &self,
         rows: Range<usize>,
@@ -276,13 +277,13 @@ impl<T: Integer> Values for Ints<'_, T> {
         // The valid values, borrowed when the page has no nulls.
         let gathered: Vec<T>;
         let values: &[T] = match valid {
-            Some(valid) if valid.slice(rows.start, rows.len()).count_set_bits() < rows.len() => {
+            Some(_) => {
                 let mut kept = Vec::with_capacity(rows.len());
-                for_each_valid(rows, Some(valid), |row| kept.push(self.0[row]));
+                for_each_valid(rows, valid, |row| kept.push(self.0[row]));
                 gathered = kept;
                 &gathered
             }
-            _ => &self.0[rows],
+            None => &self.0[rows],
         };
         let min_max = values.iter().fold(None, |range, &v| widen(range, (v, v)));
         let start = out.len();
@@ -439,9 +440,7 @@ impl Values for FixedBytes<'_> {
     ) -> Result<Option<(u128, u128)>> {
         let (data, width) = (self.array.value_data(), self.width);
         let start = out.len();
-        let all_valid =
-            valid.is_none_or(|v| v.slice(rows.start, rows.len()).count_set_bits() == rows.len());
-        if all_valid {
+        if valid.is_none() {
             out.extend_from_slice(&data[rows.start * width..rows.end * width]);
         } else {
             for_each_valid(rows, valid, |row| {
@@ -577,7 +576,10 @@ fn write_chunk<V: Values>(
         } else {
             0
         };
-        let min_max = values.encode(start..end, valid, encoding, &mut page)?;
+        // Encoders see the validity only for pages with a null, so pages without
+        // one take their fast paths without counting again.
+        let page_valid = valid.filter(|_| nulls > 0);
+        let min_max = values.encode(start..end, page_valid, encoding, &mut page)?;
         let compressed = zstd.compress(options.zstd_level, &page)?;
         let spec = pages.write_page(CompressedPage::new(
             Page::DataPage {
