@@ -11,7 +11,9 @@
 //! - definition levels as bit-packed runs copied from the Arrow validity bitmap
 //!   (one RLE run when a page has no nulls or only nulls);
 //! - values `PLAIN`, or for integer columns `BYTE_STREAM_SPLIT` or
-//!   `DELTA_BINARY_PACKED` where asked;
+//!   `DELTA_BINARY_PACKED` where asked, or for fixed-size binary columns
+//!   `RLE_DICTIONARY` (a dictionary page, then bit-packed indices; `PLAIN` past
+//!   65,536 distinct values in a chunk);
 //! - each page compressed with zstd at any level zstd accepts (negative levels
 //!   included), through a compression context reused across pages;
 //! - chunk statistics, the page index (column and offset index) and
@@ -62,7 +64,9 @@ pub(super) struct ChunkOptions {
     /// starts, is always written.)
     pub page_index: bool,
     /// The encoding of the values: `PLAIN` for any column; `BYTE_STREAM_SPLIT`
-    /// and `DELTA_BINARY_PACKED` for integer columns.
+    /// and `DELTA_BINARY_PACKED` for integer columns; `RLE_DICTIONARY` for
+    /// fixed-size binary columns (other types, or too many distinct values, are
+    /// then written `PLAIN`).
     pub encoding: Encoding,
     /// A split-block Bloom filter of the values: (distinct values to size it for, false-positive probability).
     pub bloom: Option<(u64, f64)>,
@@ -197,6 +201,79 @@ trait Values {
 
     /// Adds the valid values to a Bloom filter.
     fn insert_into(&self, _valid: Option<&BooleanBuffer>, _bloom: &mut Sbbf) {}
+
+    /// The chunk's dictionary: its distinct valid values and each row's index among
+    /// them. None where the type has no dictionary encoder or the chunk has more
+    /// than [`DICTIONARY_MAX_VALUES`] distinct values.
+    fn dictionary(&self, _valid: Option<&BooleanBuffer>) -> Option<Dictionary<Self::Key>> {
+        None
+    }
+}
+
+/// The most distinct values a chunk is dictionary-encoded with; a chunk with more
+/// is written `PLAIN`.
+const DICTIONARY_MAX_VALUES: usize = 1 << 16;
+
+/// A chunk's dictionary: see [`Values::dictionary`].
+struct Dictionary<K> {
+    /// The distinct values in the order of their first row.
+    keys: Vec<K>,
+    /// The dictionary page's values (`PLAIN`).
+    plain: Vec<u8>,
+    /// Each row's index into `keys` (0 for a null row).
+    indices: Vec<u32>,
+}
+
+impl<K: Ord + Copy> Dictionary<K> {
+    /// Appends the indices of the valid rows among `rows` (`RLE_DICTIONARY`: the bit
+    /// width, then bit-packed runs) and returns their smallest and largest value.
+    fn encode(
+        &self,
+        rows: Range<usize>,
+        valid: Option<&BooleanBuffer>,
+        scratch: &mut Vec<u32>,
+        out: &mut Vec<u8>,
+    ) -> Option<(K, K)> {
+        scratch.clear();
+        match valid {
+            None => scratch.extend_from_slice(&self.indices[rows]),
+            Some(_) => for_each_valid(rows, valid, |row| scratch.push(self.indices[row])),
+        }
+        let width = (32 - (self.keys.len().max(2) as u32 - 1).leading_zeros()) as u8;
+        out.push(width);
+        put_bit_packed(scratch, width, out);
+        // Page minimum and maximum over the indices seen: far fewer comparisons of
+        // wide keys than rows.
+        let mut seen = vec![false; self.keys.len()];
+        for &i in scratch.iter() {
+            seen[i as usize] = true;
+        }
+        seen.iter()
+            .zip(&self.keys)
+            .filter(|(seen, _)| **seen)
+            .fold(None, |range, (_, &k)| widen(range, (k, k)))
+    }
+}
+
+/// Appends `values` as bit-packed runs of the RLE/bit-packing hybrid (`width` bits
+/// each, the last group of eight padded with zeros); runs are kept to 63 groups,
+/// as the reference writers do.
+fn put_bit_packed(values: &[u32], width: u8, out: &mut Vec<u8>) {
+    for run in values.chunks(63 * 8) {
+        let groups = run.len().div_ceil(8);
+        put_varint(out, ((groups as u64) << 1) | 1);
+        let mut acc: u64 = 0;
+        let mut held = 0u32;
+        for j in 0..groups * 8 {
+            acc |= u64::from(run.get(j).copied().unwrap_or(0)) << held;
+            held += u32::from(width);
+            while held >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                held -= 8;
+            }
+        }
+    }
 }
 
 /// Widens the range `(lo, hi)` (none yet: empty) to include `from..=to`.
@@ -463,6 +540,45 @@ impl Values for FixedBytes<'_> {
         Statistics::fixed_len_byte_array(min.map(value), max.map(value), None, Some(nulls), false)
     }
 
+    fn dictionary(&self, valid: Option<&BooleanBuffer>) -> Option<Dictionary<u128>> {
+        let (data, width) = (self.array.value_data(), self.width);
+        let rows = self.array.len();
+        let mut positions: foldhash::HashMap<u128, u32> = foldhash::HashMap::default();
+        let mut keys = Vec::new();
+        let mut plain = Vec::new();
+        let mut indices = vec![0u32; rows];
+        // The last row's key and index: a conversation's packets repeat it.
+        let mut last: Option<(u128, u32)> = None;
+        let mut full = false;
+        for_each_valid(0..rows, valid, |row| {
+            if full {
+                return;
+            }
+            let value = &data[row * width..(row + 1) * width];
+            let key = Self::key(value);
+            let index = match last {
+                Some((k, i)) if k == key => i,
+                _ => {
+                    let next = keys.len() as u32;
+                    let index = *positions.entry(key).or_insert(next);
+                    if index == next {
+                        keys.push(key);
+                        plain.extend_from_slice(value);
+                        full = keys.len() > DICTIONARY_MAX_VALUES;
+                    }
+                    last = Some((key, index));
+                    index
+                }
+            };
+            indices[row] = index;
+        });
+        (!full).then_some(Dictionary {
+            keys,
+            plain,
+            indices,
+        })
+    }
+
     fn insert_into(&self, valid: Option<&BooleanBuffer>, bloom: &mut Sbbf) {
         // Consecutive repeats (a conversation's packets) are inserted once.
         let mut last: Option<&[u8]> = None;
@@ -545,17 +661,45 @@ fn write_chunk<V: Values>(
         )));
     }
     let nullable = descr.max_def_level() > 0;
-    let encoding = options.encoding;
     let integer = matches!(V::PHYSICAL, PhysicalType::INT32 | PhysicalType::INT64);
-    if encoding != Encoding::PLAIN && !integer {
-        return Err(ParquetError::General(format!(
-            "column {}: {encoding} is for integer columns",
-            descr.path()
-        )));
-    }
+    let dictionary = match options.encoding {
+        Encoding::RLE_DICTIONARY => values.dictionary(valid),
+        Encoding::PLAIN => None,
+        Encoding::BYTE_STREAM_SPLIT | Encoding::DELTA_BINARY_PACKED if integer => None,
+        other => {
+            return Err(ParquetError::General(format!(
+                "column {}: no chunk encoder for {other} of {}",
+                descr.path(),
+                V::PHYSICAL
+            )));
+        }
+    };
+    let encoding = match (&dictionary, options.encoding) {
+        (Some(_), _) => Encoding::RLE_DICTIONARY,
+        // Too many distinct values (or no dictionary encoder): plain values.
+        (None, Encoding::RLE_DICTIONARY) => Encoding::PLAIN,
+        (None, encoding) => encoding,
+    };
     let rows = values.len();
     let mut sink = TrackedWrite::new(Vec::new());
     let mut pages = SerializedPageWriter::new(&mut sink);
+    let (mut compressed_bytes, mut uncompressed_bytes) = (0u64, 0u64);
+    if let Some(dictionary) = &dictionary {
+        let compressed = zstd.compress(options.zstd_level, &dictionary.plain)?;
+        let spec = pages.write_page(CompressedPage::new(
+            Page::DictionaryPage {
+                buf: Bytes::from(compressed),
+                num_values: dictionary.keys.len() as u32,
+                encoding: Encoding::PLAIN,
+                is_sorted: false,
+            },
+            dictionary.plain.len(),
+        ))?;
+        compressed_bytes += spec.compressed_size as u64;
+        uncompressed_bytes += spec.uncompressed_size as u64;
+    }
+    let first_data_page = compressed_bytes;
+    let mut scratch = Vec::new();
     let mut offsets = OffsetIndexBuilder::new();
     let mut index = options
         .page_index
@@ -565,7 +709,6 @@ fn write_chunk<V: Values>(
     let (mut ascending, mut descending) = (true, true);
     let mut last_page: Option<(V::Key, V::Key)> = None;
     let mut chunk_nulls = 0u64;
-    let (mut compressed_bytes, mut uncompressed_bytes) = (0u64, 0u64);
     let mut page = Vec::new();
     let mut start = 0;
     while start < rows {
@@ -579,7 +722,10 @@ fn write_chunk<V: Values>(
         // Encoders see the validity only for pages with a null, so pages without
         // one take their fast paths without counting again.
         let page_valid = valid.filter(|_| nulls > 0);
-        let min_max = values.encode(start..end, page_valid, encoding, &mut page)?;
+        let min_max = match &dictionary {
+            Some(dictionary) => dictionary.encode(start..end, page_valid, &mut scratch, &mut page),
+            None => values.encode(start..end, page_valid, encoding, &mut page)?,
+        };
         let compressed = zstd.compress(options.zstd_level, &page)?;
         let spec = pages.write_page(CompressedPage::new(
             Page::DataPage {
@@ -625,6 +771,10 @@ fn write_chunk<V: Values>(
     let bytes = Bytes::from(sink.into_inner()?);
 
     let mut encodings = vec![encoding];
+    if dictionary.is_some() {
+        // The dictionary page's values.
+        encodings.push(Encoding::PLAIN);
+    }
     if nullable {
         encodings.push(Encoding::RLE);
     }
@@ -634,7 +784,8 @@ fn write_chunk<V: Values>(
         .set_total_compressed_size(compressed_bytes as i64)
         .set_total_uncompressed_size(uncompressed_bytes as i64)
         .set_num_values(rows as i64)
-        .set_data_page_offset(0);
+        .set_dictionary_page_offset(dictionary.is_some().then_some(0))
+        .set_data_page_offset(first_data_page as i64);
     if options.statistics {
         metadata = metadata.set_statistics(values.statistics(chunk_min_max, chunk_nulls));
     }
@@ -656,7 +807,14 @@ fn write_chunk<V: Values>(
     let bloom_filter = match options.bloom {
         Some((ndv, fpp)) => {
             let mut bloom = Sbbf::new_with_ndv_fpp(ndv.max(1), fpp)?;
-            values.insert_into(valid, &mut bloom);
+            match &dictionary {
+                Some(dictionary) => {
+                    for &key in &dictionary.keys {
+                        bloom.insert(values.key_bytes(key).as_slice());
+                    }
+                }
+                None => values.insert_into(valid, &mut bloom),
+            }
             bloom.fold_to_target_fpp(fpp);
             Some(bloom)
         }
@@ -774,6 +932,7 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
     use parquet::arrow::ArrowWriter;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::file::page_index::column_index::ColumnIndexMetaData;
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     use super::*;
@@ -905,8 +1064,14 @@ mod tests {
                 );
                 assert_eq!(read, ints, "{encoding} at {offset}");
             }
-            let (read, _) = round_trip(&slice, &options());
-            assert_eq!(read, slice, "all columns at {offset}");
+            for encoding in [Encoding::PLAIN, Encoding::RLE_DICTIONARY] {
+                let options = ChunkOptions {
+                    encoding,
+                    ..options()
+                };
+                let (read, _) = round_trip(&slice, &options);
+                assert_eq!(read, slice, "all columns, {encoding} at {offset}");
+            }
         }
     }
 
@@ -954,8 +1119,18 @@ mod tests {
 
     #[test]
     fn offsets_statistics_page_index_and_bloom_filters_are_those_of_the_data() {
+        for encoding in [Encoding::PLAIN, Encoding::RLE_DICTIONARY] {
+            check_metadata(&ChunkOptions {
+                encoding,
+                ..options()
+            });
+        }
+    }
+
+    /// Checks the footer of `sample(5_000)` written with `options` against the data.
+    fn check_metadata(options: &ChunkOptions) {
         let batch = sample(5_000);
-        let (_, bytes) = round_trip(&batch, &options());
+        let (_, bytes) = round_trip(&batch, options);
         let reader = SerializedFileReader::new_with_options(
             bytes,
             parquet::file::serialized_reader::ReadOptionsBuilder::new()
@@ -1022,6 +1197,83 @@ mod tests {
             .filter(|i| bloom.check(&i.to_be_bytes()[..]))
             .count();
         assert!(absent < 100, "{absent} false positives in 1000");
+        // Address pages: minimum and maximum of each page's valid values.
+        let Some(ColumnIndexMetaData::FIXED_LEN_BYTE_ARRAY(index)) =
+            metadata.column_index().map(|index| &index[0][6])
+        else {
+            panic!("no address column index");
+        };
+        for (page, rows) in addrs.iter().collect::<Vec<_>>().chunks(1000).enumerate() {
+            let valid = rows.iter().flatten();
+            assert_eq!(index.min_value(page), valid.clone().min().copied());
+            assert_eq!(index.max_value(page), valid.max().copied());
+        }
+    }
+
+    #[test]
+    fn dictionary_encoded_addresses_read_back_equal() {
+        let batch = sample(20_011);
+        let options = ChunkOptions {
+            encoding: Encoding::RLE_DICTIONARY,
+            ..options()
+        };
+        let (read, bytes) = round_trip(&batch, &options);
+        assert_eq!(read, batch);
+        let reader = SerializedFileReader::new(bytes).unwrap();
+        let addr = reader.metadata().row_group(0).column(6);
+        assert!(addr.dictionary_page_offset().unwrap() < addr.data_page_offset());
+        assert!(addr.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
+        let group = reader.get_row_group(0).unwrap();
+        let mut pages = group.get_column_page_reader(6).unwrap();
+        let first = pages.get_next_page().unwrap().unwrap();
+        assert_eq!(first.page_type(), parquet::basic::PageType::DICTIONARY_PAGE);
+        assert_eq!(first.num_values(), 50);
+        // Other types have no dictionary encoder: plain values.
+        let u32s = reader.metadata().row_group(0).column(3);
+        assert_eq!(u32s.dictionary_page_offset(), None);
+        assert!(u32s.encodings().all(|e| e == Encoding::PLAIN));
+    }
+
+    #[test]
+    fn dictionary_edge_cases_read_back_equal() {
+        let options = ChunkOptions {
+            encoding: Encoding::RLE_DICTIONARY,
+            ..options()
+        };
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "addr",
+            DataType::FixedSizeBinary(6),
+            true,
+        )]));
+        let column = |values: Vec<Option<[u8; 6]>>| {
+            RecordBatch::try_new(
+                Arc::clone(&schema),
+                vec![Arc::new(
+                    FixedSizeBinaryArray::try_from_sparse_iter_with_size(values.into_iter(), 6)
+                        .unwrap(),
+                )],
+            )
+            .unwrap()
+        };
+        let one = |i: u64| i.to_be_bytes()[2..].try_into().unwrap();
+        let cases = [
+            // One value throughout.
+            column((0..3000).map(|_| Some(one(7))).collect()),
+            // Only nulls.
+            column((0..3000).map(|_| None).collect()),
+            // A null page between valid ones.
+            column(
+                (0..3000)
+                    .map(|i| (!(1000..2000).contains(&i)).then(|| one(i % 3)))
+                    .collect(),
+            ),
+            // More distinct values than a dictionary holds: written plain.
+            column((0..70_000).map(|i| Some(one(i))).collect()),
+        ];
+        for batch in cases {
+            let (read, _) = round_trip(&batch, &options);
+            assert_eq!(read, batch);
+        }
     }
 
     #[test]
