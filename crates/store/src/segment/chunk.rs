@@ -214,6 +214,9 @@ trait Values {
 /// is written `PLAIN`.
 const DICTIONARY_MAX_VALUES: usize = 1 << 16;
 
+/// Slots of the dictionary builder's cache of recent keys.
+const DICTIONARY_CACHE: usize = 256;
+
 /// A chunk's dictionary: see [`Values::dictionary`].
 struct Dictionary<K> {
     /// The distinct values in the order of their first row.
@@ -494,6 +497,13 @@ impl<'a> FixedBytes<'a> {
 
     #[inline]
     fn key(value: &[u8]) -> u128 {
+        // Addresses and MACs without a call to memcpy.
+        if let Ok(bytes) = <[u8; 16]>::try_from(value) {
+            return u128::from_be_bytes(bytes);
+        }
+        if let Ok([a, b, c, d, e, f]) = <[u8; 6]>::try_from(value) {
+            return u128::from(u64::from_be_bytes([a, b, c, d, e, f, 0, 0])) << 64;
+        }
         let mut bytes = [0u8; Self::MAX_WIDTH];
         bytes[..value.len()].copy_from_slice(value);
         u128::from_be_bytes(bytes)
@@ -547,8 +557,9 @@ impl Values for FixedBytes<'_> {
         let mut keys = Vec::new();
         let mut plain = Vec::new();
         let mut indices = vec![0u32; rows];
-        // The last row's key and index: a conversation's packets repeat it.
-        let mut last: Option<(u128, u32)> = None;
+        // A direct-mapped cache of keys seen: a row group holds a few dozen
+        // distinct addresses, so nearly every row is found here without hashing.
+        let mut cache = [(0u128, u32::MAX); DICTIONARY_CACHE];
         let mut full = false;
         for_each_valid(0..rows, valid, |row| {
             if full {
@@ -556,8 +567,11 @@ impl Values for FixedBytes<'_> {
             }
             let value = &data[row * width..(row + 1) * width];
             let key = Self::key(value);
-            let index = match last {
-                Some((k, i)) if k == key => i,
+            let folded = (key as u64) ^ ((key >> 64) as u64);
+            let slot =
+                (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % DICTIONARY_CACHE;
+            let index = match cache[slot] {
+                (k, i) if k == key && i != u32::MAX => i,
                 _ => {
                     let next = keys.len() as u32;
                     let index = *positions.entry(key).or_insert(next);
@@ -566,7 +580,7 @@ impl Values for FixedBytes<'_> {
                         plain.extend_from_slice(value);
                         full = keys.len() > DICTIONARY_MAX_VALUES;
                     }
-                    last = Some((key, index));
+                    cache[slot] = (key, index);
                     index
                 }
             };
