@@ -397,12 +397,13 @@ fn state(record: &FlowRecord, orig: &TcpHistory, resp: &TcpHistory) -> FlowState
 /// the start time and (for exported records) the exporter, so the same input
 /// always gives the same uids.
 pub(crate) fn uid(prefix: char, record: &FlowRecord) -> String {
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
     let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes {
             hash ^= u128::from(b);
-            hash = hash.wrapping_mul(PRIME);
+            // The FNV-128 prime is 2^88 + 0x13b: a shift and a small product
+            // instead of a full 128-bit multiplication.
+            hash = (hash << 88).wrapping_add(hash.wrapping_mul(0x13b));
         }
     };
     feed(&record.src.0);
@@ -414,12 +415,25 @@ pub(crate) fn uid(prefix: char, record: &FlowRecord) -> String {
     if prefix != 'P' {
         feed(&record.exporter.0);
     }
+    base62_digits(prefix, hash)
+}
+
+/// `prefix` and the 17 lowest base-62 digits of `value`, least significant first.
+fn base62_digits(prefix: char, value: u128) -> String {
     const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    // Two 128-bit divisions split the digits into 64-bit pieces of 10 and 7
+    // digits (62^10 < 2^64), instead of one 128-bit division per digit.
+    const POW10: u128 = 62u128.pow(10);
+    const POW7: u128 = 62u128.pow(7);
+    let low = (value % POW10) as u64;
+    let high = ((value / POW10) % POW7) as u64;
     let mut text = String::with_capacity(18);
     text.push(prefix);
-    for _ in 0..17 {
-        text.push(char::from(DIGITS[(hash % 62) as usize]));
-        hash /= 62;
+    for (mut piece, digits) in [(low, 10), (high, 7)] {
+        for _ in 0..digits {
+            text.push(char::from(DIGITS[(piece % 62) as usize]));
+            piece /= 62;
+        }
     }
     text
 }

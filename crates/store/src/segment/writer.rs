@@ -70,7 +70,7 @@ impl Default for SegmentOptions {
         Self {
             row_group_rows: 64 * 1024,
             page_rows: 8 * 1024,
-            zstd_level: 3,
+            zstd_level: 1,
             data_zstd_level: 1,
             bloom_fpp: 0.01,
             covering_rows: 64,
