@@ -94,6 +94,7 @@ struct TcpHistory {
 
 #[derive(Clone, Debug)]
 struct OpenFlow {
+    key: FlowKey,
     record: FlowRecord,
     orig: TcpHistory,
     resp: TcpHistory,
@@ -108,10 +109,18 @@ struct OpenFlow {
 #[derive(Debug)]
 pub struct FlowTable {
     config: FlowTableConfig,
-    flows: HashMap<FlowKey, OpenFlow>,
-    /// (deadline, generation, key), earliest deadline first. Entries are re-queued
-    /// lazily: when one comes due, the flow's real deadline is checked.
-    queue: BinaryHeap<Reverse<(i64, u64, FlowKey)>>,
+    /// The slot of each open flow.
+    flows: HashMap<FlowKey, usize>,
+    /// Open flows by slot; `None` slots are listed in `free`.
+    slots: Vec<Option<OpenFlow>>,
+    free: Vec<usize>,
+    /// The key and slot of the last packet's flow: most packets follow one of
+    /// their own flow (73% on lan-hour), and then need no hash lookup.
+    last: Option<(FlowKey, usize)>,
+    /// (deadline, generation, slot), earliest deadline first. Entries are re-queued
+    /// lazily: when one comes due, the flow's real deadline is checked; an entry
+    /// whose slot holds another generation is stale.
+    queue: BinaryHeap<Reverse<(i64, u64, usize)>>,
     now: i64,
     next_generation: u64,
     stats: FlowTableStats,
@@ -127,6 +136,9 @@ impl FlowTable {
         Self {
             config,
             flows: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            last: None,
             queue: BinaryHeap::new(),
             now: i64::MIN,
             next_generation: 0,
@@ -197,42 +209,14 @@ impl FlowTable {
         let flags = headers.tcp_flags.unwrap_or(0);
         let bytes = u64::from(headers.ip_len.unwrap_or(wire_len));
 
-        // One hash lookup per packet; the table is searched twice only when it is full.
-        if self.flows.len() >= self.config.max_flows && !self.flows.contains_key(&key) {
-            self.evict_one(out);
-        }
-        let flow = self.flows.entry(key).or_insert_with(|| {
-            // The originator sends the first packet, unless it is a SYN-ACK.
-            let syn_ack =
-                flags & (tcp_flags::SYN | tcp_flags::ACK) == (tcp_flags::SYN | tcp_flags::ACK);
-            let (orig, orig_port, resp, resp_port) = if proto == ip_proto::TCP && syn_ack {
-                (dst, dst_port, src, src_port)
-            } else {
-                (src, src_port, dst, dst_port)
-            };
-            let record = FlowRecord {
-                first_ns: ts_ns,
-                last_ns: ts_ns,
-                src: orig,
-                dst: resp,
-                src_port: orig_port,
-                dst_port: resp_port,
-                proto,
-                source: FlowSource::Packets,
-                ..FlowRecord::default()
-            };
-            let generation = self.next_generation;
-            self.next_generation += 1;
-            let deadline = ts_ns.saturating_add(nanos(self.config.idle_timeout));
-            self.queue.push(Reverse((deadline, generation, key)));
-            OpenFlow {
-                record,
-                orig: TcpHistory::default(),
-                resp: TcpHistory::default(),
-                closing_at: None,
-                generation,
-            }
-        });
+        let slot = match self.last {
+            Some((last, slot)) if last == key => slot,
+            _ => self.slot_of(key, ts_ns, flags, (src, src_port), out),
+        };
+        self.last = Some((key, slot));
+        let Some(flow) = self.slots.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
         let record = &mut flow.record;
         record.first_ns = record.first_ns.min(ts_ns);
         record.last_ns = record.last_ns.max(ts_ns);
@@ -264,9 +248,84 @@ impl FlowTable {
             if closed && flow.closing_at.is_none() {
                 let at = ts_ns.saturating_add(nanos(self.config.close_linger));
                 flow.closing_at = Some(at);
-                self.queue.push(Reverse((at, flow.generation, key)));
+                self.queue.push(Reverse((at, flow.generation, slot)));
             }
         }
+    }
+
+    /// The slot of the flow `key`, opened by this packet if it is new (closing
+    /// the flow due first if the table is full).
+    fn slot_of(
+        &mut self,
+        key: FlowKey,
+        ts_ns: i64,
+        flags: u16,
+        (src, src_port): (Addr16, u16),
+        out: &mut Vec<FlowRecord>,
+    ) -> usize {
+        if let Some(&slot) = self.flows.get(&key) {
+            return slot;
+        }
+        if self.flows.len() >= self.config.max_flows {
+            self.evict_one(out);
+        }
+        let proto = key.proto;
+        let (dst, dst_port) = if (key.a, key.port_a) == (src, src_port) {
+            (key.b, key.port_b)
+        } else {
+            (key.a, key.port_a)
+        };
+        // The originator sends the first packet, unless it is a SYN-ACK.
+        let syn_ack =
+            flags & (tcp_flags::SYN | tcp_flags::ACK) == (tcp_flags::SYN | tcp_flags::ACK);
+        let (orig, orig_port, resp, resp_port) = if proto == ip_proto::TCP && syn_ack {
+            (dst, dst_port, src, src_port)
+        } else {
+            (src, src_port, dst, dst_port)
+        };
+        let record = FlowRecord {
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            src: orig,
+            dst: resp,
+            src_port: orig_port,
+            dst_port: resp_port,
+            proto,
+            source: FlowSource::Packets,
+            ..FlowRecord::default()
+        };
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let flow = OpenFlow {
+            key,
+            record,
+            orig: TcpHistory::default(),
+            resp: TcpHistory::default(),
+            closing_at: None,
+            generation,
+        };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot] = Some(flow);
+                slot
+            }
+            None => {
+                self.slots.push(Some(flow));
+                self.slots.len() - 1
+            }
+        };
+        self.flows.insert(key, slot);
+        let deadline = ts_ns.saturating_add(nanos(self.config.idle_timeout));
+        self.queue.push(Reverse((deadline, generation, slot)));
+        slot
+    }
+
+    /// The open flow in `slot` if it is of `generation`.
+    fn flow(&self, slot: usize, generation: u64) -> Option<&OpenFlow> {
+        self.slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .filter(|flow| flow.generation == generation)
     }
 
     /// Returns when `flow` is due to end, by its last packet, first packet and close.
@@ -288,45 +347,43 @@ impl FlowTable {
 
     /// Ends the flows whose deadline has passed at `self.now`.
     fn expire(&mut self, out: &mut Vec<FlowRecord>) {
-        while let Some(&Reverse((due, generation, key))) = self.queue.peek() {
+        while let Some(&Reverse((due, generation, slot))) = self.queue.peek() {
             if due > self.now {
                 break;
             }
             self.queue.pop();
-            let Some(flow) = self.flows.get(&key) else {
+            let Some(flow) = self.flow(slot, generation) else {
                 continue;
             };
-            if flow.generation != generation {
-                continue;
-            }
             let deadline = self.deadline(flow);
             if deadline > self.now {
                 // Still active: look again at its real deadline.
-                self.queue.push(Reverse((deadline, generation, key)));
+                self.queue.push(Reverse((deadline, generation, slot)));
                 continue;
             }
-            self.end(key, out);
+            self.end(slot, out);
         }
     }
 
     /// Closes the flow whose queued deadline is earliest (an approximation of the
     /// least recently used).
     fn evict_one(&mut self, out: &mut Vec<FlowRecord>) {
-        while let Some(Reverse((_, generation, key))) = self.queue.pop() {
-            if self
-                .flows
-                .get(&key)
-                .is_some_and(|flow| flow.generation == generation)
-            {
+        while let Some(Reverse((_, generation, slot))) = self.queue.pop() {
+            if self.flow(slot, generation).is_some() {
                 self.stats.evicted += 1;
-                self.end(key, out);
+                self.end(slot, out);
                 return;
             }
         }
     }
 
-    fn end(&mut self, key: FlowKey, out: &mut Vec<FlowRecord>) {
-        if let Some(flow) = self.flows.remove(&key) {
+    fn end(&mut self, slot: usize, out: &mut Vec<FlowRecord>) {
+        if let Some(flow) = self.slots.get_mut(slot).and_then(Option::take) {
+            self.flows.remove(&flow.key);
+            self.free.push(slot);
+            if self.last.is_some_and(|(_, last)| last == slot) {
+                self.last = None;
+            }
             out.push(finish(flow));
             self.stats.records += 1;
         }
@@ -336,10 +393,13 @@ impl FlowTable {
     /// order of first packet.
     pub fn flush(&mut self, out: &mut Vec<FlowRecord>) {
         let start = out.len();
-        for (_, flow) in self.flows.drain() {
+        for flow in self.slots.drain(..).flatten() {
             out.push(finish(flow));
             self.stats.records += 1;
         }
+        self.flows.clear();
+        self.free.clear();
+        self.last = None;
         out[start..].sort_by_key(|r| (r.first_ns, r.src, r.src_port, r.dst, r.dst_port));
         self.queue.clear();
     }
