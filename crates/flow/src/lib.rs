@@ -74,13 +74,25 @@ pub struct FlowTableStats {
 
 /// The flow key: protocol and the two endpoints. For paired protocols the
 /// endpoints are in canonical order (smaller first); for ICMP they are as sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct FlowKey {
     proto: u8,
     a: Addr16,
     b: Addr16,
     port_a: u16,
     port_b: u16,
+}
+
+// Three writes: the addresses, then protocol and ports in one word.
+impl std::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.a.hash(state);
+        self.b.hash(state);
+        state.write_u64(
+            u64::from(self.proto) << 32 | u64::from(self.port_a) << 16 | u64::from(self.port_b),
+        );
+    }
 }
 
 /// Per-direction TCP history, for the connection state.
