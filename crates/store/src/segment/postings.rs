@@ -16,6 +16,9 @@ use hindsight_model::{Addr16, CoveredRowsBuilder, GRANULE_ROWS, GranuleSet};
 
 use crate::schema::{PacketBatchView, col};
 
+/// Slots of the collector's cache of recently seen addresses.
+const SEEN_SLOTS: usize = 64;
+
 /// Covering rows a segment may hold regardless of its size.
 pub const COVERING_FLOOR_BYTES: u64 = 64 * 1024;
 
@@ -76,26 +79,28 @@ impl PostingsCollector {
                 .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
         });
         let granule_rows = u64::from(GRANULE_ROWS);
-        // Consecutive packets mostly share addresses: a repeat within a granule of
-        // an address that is not covered needs no hashing.
-        let mut previous: [Option<(&[u8], u64)>; 2] = [None, None];
+        // Packets mostly repeat the addresses of recent ones: a repeat within a
+        // granule of an address that is not covered needs no hashing. A
+        // direct-mapped cache holds (address, granule) of such addresses.
+        let mut seen = [(0u128, u64::MAX); SEEN_SLOTS];
         // Rows go in order, both columns of a row before the next, so that covering
         // rows of an address seen as source and as destination stay ascending.
         for row in 0..batch.num_rows() {
-            for (index, addresses) in columns.iter().enumerate() {
-                let Some(addresses) = addresses else { continue };
+            for addresses in columns.iter().flatten() {
                 if addresses.is_null(row) {
                     continue;
                 }
-                let value = addresses.value(row);
-                let segment_row = first_row + row as u64;
-                let granule = segment_row / granule_rows;
-                if previous[index] == Some((value, granule)) {
-                    continue;
-                }
-                let Ok(bytes) = <[u8; 16]>::try_from(value) else {
+                let Ok(bytes) = <[u8; 16]>::try_from(addresses.value(row)) else {
                     continue;
                 };
+                let segment_row = first_row + row as u64;
+                let granule = segment_row / granule_rows;
+                let key = u128::from_ne_bytes(bytes);
+                let folded = (key as u64) ^ ((key >> 64) as u64);
+                let slot = (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SEEN_SLOTS;
+                if seen[slot] == (key, granule) {
+                    continue;
+                }
                 let mut new = false;
                 let posting = self.postings.entry(Addr16(bytes)).or_insert_with(|| {
                     new = true;
@@ -103,7 +108,7 @@ impl PostingsCollector {
                 });
                 posting.granules.push_row(segment_row);
                 let Some(view) = &view else {
-                    previous[index] = Some((value, granule));
+                    seen[slot] = (key, granule);
                     continue;
                 };
                 if new && self.covered_bytes < budget {
@@ -122,9 +127,9 @@ impl PostingsCollector {
                     Some(rows) => {
                         self.covered_bytes -= rows.encoded_len() as u64;
                         posting.covered = None;
-                        previous[index] = Some((value, granule));
+                        seen[slot] = (key, granule);
                     }
-                    None => previous[index] = Some((value, granule)),
+                    None => seen[slot] = (key, granule),
                 }
             }
         }
@@ -224,5 +229,42 @@ mod tests {
             scanned > 100 && scanned < 19_995,
             "{scanned} scanned addresses covered: the budget must stop the flood"
         );
+    }
+
+    /// A conversation in consecutive rows, both directions: every row of a covered
+    /// address is in its posting, though repeats within a granule are skipped for
+    /// addresses that are not covered.
+    #[test]
+    fn repeated_addresses_keep_every_covered_row() {
+        let (a, b) = (
+            Addr16::from_v4_bytes([10, 0, 0, 1]),
+            Addr16::from_v4_bytes([10, 0, 0, 2]),
+        );
+        let busy = Addr16::from_v4_bytes([10, 0, 0, 3]);
+        let records: Vec<PacketRecord> = (0..40u32)
+            .map(|row| match row {
+                0..6 if row % 2 == 0 => packet(row, a, b),
+                0..6 => packet(row, b, a),
+                _ => packet(row, busy, busy),
+            })
+            .collect();
+        let mut builder = PacketBatchBuilder::with_capacity(64, 4096);
+        for record in &records {
+            builder.append(record, &[0xcd; 20]);
+        }
+        let mut collector = PostingsCollector::new(CoveringLimits {
+            rows: 8,
+            bytes_per_row: 64,
+        });
+        collector.collect(&builder.finish(), 0);
+        let postings = collector.finish();
+        let covered: HashMap<Addr16, Vec<u8>> = postings.covered.into_iter().collect();
+        for address in [a, b] {
+            let rows = decode_covered_rows(&covered[&address]).unwrap();
+            let numbers: Vec<u64> = rows.iter().map(|r| r.row).collect();
+            assert_eq!(numbers, [0, 1, 2, 3, 4, 5], "{address:?}");
+        }
+        assert!(!covered.contains_key(&busy), "34 rows, over the limit of 8");
+        assert_eq!(postings.granules.len(), 3);
     }
 }
