@@ -159,8 +159,13 @@ impl<T: Copy> Nullable<T> {
     /// Takes the values and the null buffer (none if every value is valid).
     fn take(&mut self) -> (Vec<T>, Option<NullBuffer>) {
         let values = take_vec(&mut self.values);
-        let valid = take_vec(&mut self.valid);
-        let nulls = (std::mem::take(&mut self.nulls) > 0).then(|| NullBuffer::from(valid));
+        // The validity is packed into bits, so its vector stays for the next batch.
+        let nulls = match std::mem::take(&mut self.nulls) {
+            0 => None,
+            all if all == self.valid.len() => Some(NullBuffer::new_null(all)),
+            _ => Some(NullBuffer::from(self.valid.as_slice())),
+        };
+        self.valid.clear();
         (values, nulls)
     }
 }

@@ -137,7 +137,10 @@ pub(super) fn encode_column(
         )),
         DataType::Boolean => write(&Bools(array.as_boolean())),
         DataType::FixedSizeBinary(_) => write(&FixedBytes::new(array.as_fixed_size_binary())?),
-        DataType::Binary => write(&Binary(array.as_binary::<i32>())),
+        DataType::Binary => write(&Binary {
+            array: array.as_binary::<i32>(),
+            bounds: options.statistics || options.page_index,
+        }),
         other => Err(ParquetError::General(format!(
             "column {}: no chunk encoder for Arrow type {other}",
             descr.path()
@@ -606,14 +609,19 @@ impl Values for FixedBytes<'_> {
     }
 }
 
-struct Binary<'a>(&'a BinaryArray);
+struct Binary<'a> {
+    array: &'a BinaryArray,
+    /// Whether minima and maxima are wanted (statistics or the page index): for
+    /// packet bytes they are not, and comparing them costs.
+    bounds: bool,
+}
 
 impl<'a> Values for Binary<'a> {
     type Key = &'a [u8];
     const PHYSICAL: PhysicalType = PhysicalType::BYTE_ARRAY;
 
     fn len(&self) -> usize {
-        self.0.len()
+        self.array.len()
     }
 
     fn encode(
@@ -623,14 +631,18 @@ impl<'a> Values for Binary<'a> {
         _encoding: Encoding,
         out: &mut Vec<u8>,
     ) -> Result<Option<(&'a [u8], &'a [u8])>> {
-        let array: &'a BinaryArray = self.0;
+        let array: &'a BinaryArray = self.array;
+        let offsets = array.value_offsets();
+        out.reserve(offsets[rows.end].as_usize() - offsets[rows.start].as_usize() + 4 * rows.len());
         let mut min_max: Option<(&'a [u8], &'a [u8])> = None;
         for_each_valid(rows, valid, |row| {
             let v = array.value(row);
             // Values are at most i32::MAX bytes: Arrow's offsets are i32.
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);
-            min_max = widen(min_max, (v, v));
+            if self.bounds {
+                min_max = widen(min_max, (v, v));
+            }
         });
         Ok(min_max)
     }
@@ -641,7 +653,7 @@ impl<'a> Values for Binary<'a> {
             return end;
         }
         // The first row past `page_bytes` of values closes the page.
-        let offsets = self.0.value_offsets();
+        let offsets = self.array.value_offsets();
         let limit = offsets[start].as_usize() + options.page_bytes;
         let past = offsets[start + 1..=end].partition_point(|&o| o.as_usize() < limit);
         (start + past + 1).min(end)
