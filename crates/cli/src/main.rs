@@ -46,7 +46,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let code = run();
+    exit_now(code)
+}
+
+fn run() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version go to stdout with status 0; usage errors to stderr.
+            let _ = error.print();
+            return if error.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     let result = match cli.command {
         Command::Ingest(args) => cmd::ingest::run(args),
         Command::Query(args) => cmd::query::run(args),
@@ -69,6 +85,26 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Ends the process once everything the command owned is dropped (archives
+/// closed, files synced) and standard output is flushed, without running the
+/// exit handlers: those only free the static option tables of RocksDB's C++
+/// library, about a quarter of a millisecond that every short query would pay.
+fn exit_now(code: ExitCode) -> ExitCode {
+    use std::io::Write;
+    if io::stdout().flush().is_err() || io::stderr().flush().is_err() {
+        return code;
+    }
+    let status = if code == ExitCode::SUCCESS {
+        0
+    } else if code == ExitCode::from(2) {
+        2
+    } else {
+        1
+    };
+    // SAFETY: `_exit` ends the process; nothing of this process runs after it.
+    unsafe { libc::_exit(status) }
 }
 
 /// Returns true if the error is a closed pipe (`hindsight query ... | head`): not a failure.
