@@ -101,12 +101,20 @@ impl AddressIndex {
             return Ok(None);
         }
         let options = read_only_options();
-        // An index written before covering postings existed lacks their family.
-        let present = DB::list_cf(&options, dir).map_err(rocks(dir))?;
-        let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
-            .into_iter()
-            .filter(|name| present.iter().any(|p| p == name));
-        let db = DB::open_cf_for_read_only(&options, dir, families, false).map_err(rocks(dir))?;
+        let all = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING];
+        let db = match DB::open_cf_for_read_only(&options, dir, all, false) {
+            Ok(db) => db,
+            Err(_) => {
+                // An index written before covering postings existed lacks their
+                // family: open the families it has (listing them reads the
+                // manifest once more, so only in this case).
+                let present = DB::list_cf(&options, dir).map_err(rocks(dir))?;
+                let families = all
+                    .into_iter()
+                    .filter(|name| present.iter().any(|p| p == name));
+                DB::open_cf_for_read_only(&options, dir, families, false).map_err(rocks(dir))?
+            }
+        };
         Ok(Some(Self {
             path: dir.to_owned(),
             db,
@@ -480,5 +488,26 @@ mod tests {
             .segments_with(&[(v4(1, 2, 3, 4), v4(1, 2, 3, 4))])
             .unwrap();
         assert_eq!(found, BTreeMap::from([(SegmentId(3), granules)]));
+    }
+
+    #[test]
+    fn read_only_open_reads_an_index_without_covering_postings() {
+        // An index written before covering postings existed has no such family.
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = AddressIndex::open(dir.path()).unwrap();
+        let granules: GranuleSet = [1].into_iter().collect();
+        writer
+            .add_segment(SegmentId(7), &[(v4(10, 0, 0, 1), granules.clone())], &[])
+            .unwrap();
+        writer.db.drop_cf(CF_COVERING).unwrap();
+        writer.sync().unwrap();
+        drop(writer);
+        let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();
+        let range = [(v4(10, 0, 0, 1), v4(10, 0, 0, 1))];
+        assert_eq!(
+            reader.segments_with(&range).unwrap(),
+            BTreeMap::from([(SegmentId(7), granules)])
+        );
+        assert!(reader.lookup(&range).unwrap().may_hold(SegmentId(7)));
     }
 }
