@@ -234,7 +234,7 @@ fn main() {
             ratio(tcpdump, ours)
         ));
         if let Some(cli) = &cli {
-            let (process, exported) = time_counting(args.runs.max(5), &args.work, || {
+            let (process, exported) = time_counting(args.runs.max(21), &args.work, || {
                 let mut c = Command::new(cli);
                 c.args(["query", &filter, "--format", "pcap", "--archive"])
                     .arg(&archive);
@@ -329,7 +329,7 @@ fn stenographer(args: &Args, capture: &Path, ours: &[(&str, Duration)]) {
     println!("| query | hindsight ms (in process) | peer | peer ms | speed-up |");
     println!("|---|---:|---|---:|---:|");
     for &(address, ours) in ours {
-        let (steno, steno_matches) = time_counting(args.runs.max(5), &args.work, || {
+        let (steno, steno_matches) = time_counting(args.runs.max(21), &args.work, || {
             let mut c = Command::new(&script);
             c.args(["query", &format!("host {address}")]);
             c
