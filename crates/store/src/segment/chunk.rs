@@ -49,6 +49,8 @@ use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
+use super::RecentKeys;
+
 /// How one column chunk is written.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct ChunkOptions {
@@ -268,17 +270,27 @@ fn put_bit_packed(values: &[u32], width: u8, out: &mut Vec<u8>) {
     for run in values.chunks(63 * 8) {
         let groups = run.len().div_ceil(8);
         put_varint(out, ((groups as u64) << 1) | 1);
-        let mut acc: u64 = 0;
-        let mut held = 0u32;
-        for j in 0..groups * 8 {
-            acc |= u64::from(run.get(j).copied().unwrap_or(0)) << held;
-            held += u32::from(width);
-            while held >= 8 {
-                out.push(acc as u8);
-                acc >>= 8;
-                held -= 8;
-            }
+        let padded = (0..groups * 8).map(|j| u64::from(run.get(j).copied().unwrap_or(0)));
+        put_packed(padded, u32::from(width), out);
+    }
+}
+
+/// Appends `values`, `width` bits each (at most 64), packed least significant bit
+/// first; a last partial byte is padded with zeros.
+fn put_packed(values: impl IntoIterator<Item = u64>, width: u32, out: &mut Vec<u8>) {
+    let mut acc: u128 = 0;
+    let mut held = 0u32;
+    for value in values {
+        acc |= u128::from(value) << held;
+        held += width;
+        while held >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            held -= 8;
         }
+    }
+    if held > 0 {
+        out.push(acc as u8);
     }
 }
 
@@ -560,9 +572,9 @@ impl Values for FixedBytes<'_> {
         let mut keys = Vec::new();
         let mut plain = Vec::new();
         let mut indices = vec![0u32; rows];
-        // A direct-mapped cache of keys seen: a row group holds a few dozen
-        // distinct addresses, so nearly every row is found here without hashing.
-        let mut cache = [(0u128, u32::MAX); DICTIONARY_CACHE];
+        // A row group holds a few dozen distinct addresses, so nearly every row
+        // is found in the cache without hashing.
+        let mut cache = RecentKeys::<u32, DICTIONARY_CACHE>::new();
         let mut full = false;
         for_each_valid(0..rows, valid, |row| {
             if full {
@@ -570,12 +582,9 @@ impl Values for FixedBytes<'_> {
             }
             let value = &data[row * width..(row + 1) * width];
             let key = Self::key(value);
-            let folded = (key as u64) ^ ((key >> 64) as u64);
-            let slot =
-                (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % DICTIONARY_CACHE;
-            let index = match cache[slot] {
-                (k, i) if k == key && i != u32::MAX => i,
-                _ => {
+            let index = match cache.get(key) {
+                Some(index) => index,
+                None => {
                     let next = keys.len() as u32;
                     let index = *positions.entry(key).or_insert(next);
                     if index == next {
@@ -583,7 +592,7 @@ impl Values for FixedBytes<'_> {
                         plain.extend_from_slice(value);
                         full = keys.len() > DICTIONARY_MAX_VALUES;
                     }
-                    cache[slot] = (key, index);
+                    cache.insert(key, index);
                     index
                 }
             };
@@ -931,18 +940,8 @@ fn delta_binary_packed(values: &[i64], int64: bool, out: &mut Vec<u8>) {
             let width = 64 - max.leading_zeros();
             out[widths_at + i] = width as u8;
             // A miniblock is always mini_len values wide; the tail is zero padding.
-            let mut acc: u128 = 0;
-            let mut held = 0u32;
-            for j in 0..mini_len {
-                let v = mini.get(j).map_or(0, |&d| relative(d));
-                acc |= u128::from(v) << held;
-                held += width;
-                while held >= 8 {
-                    out.push(acc as u8);
-                    acc >>= 8;
-                    held -= 8;
-                }
-            }
+            let padded = (0..mini_len).map(|j| mini.get(j).map_or(0, |&d| relative(d)));
+            put_packed(padded, width, out);
         }
     }
 }

@@ -48,9 +48,65 @@ pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
     digits.parse().ok().map(SegmentId)
 }
 
+/// A direct-mapped cache of recently seen 128-bit keys (addresses, MACs), each
+/// with a value: the segment writer's per-row lookups (dictionary indices,
+/// postings) mostly repeat a few keys, and find them here without hashing.
+/// `N` (the slots) is a power of two.
+#[derive(Debug)]
+struct RecentKeys<V, const N: usize> {
+    slots: [Option<(u128, V)>; N],
+}
+
+impl<V: Copy, const N: usize> RecentKeys<V, N> {
+    fn new() -> Self {
+        const { assert!(N.is_power_of_two()) };
+        Self { slots: [None; N] }
+    }
+
+    #[inline]
+    fn slot(key: u128) -> usize {
+        let folded = (key as u64) ^ ((key >> 64) as u64);
+        (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - N.ilog2())) as usize
+    }
+
+    /// The value cached for `key`, if `key` holds its slot.
+    #[inline]
+    fn get(&self, key: u128) -> Option<V> {
+        match self.slots[Self::slot(key)] {
+            Some((k, value)) if k == key => Some(value),
+            _ => None,
+        }
+    }
+
+    /// Caches `value` for `key`, in place of whatever held its slot.
+    #[inline]
+    fn insert(&mut self, key: u128, value: V) {
+        self.slots[Self::slot(key)] = Some((key, value));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_keys_hold_the_last_key_of_each_slot() {
+        let mut cache = RecentKeys::<u32, 8>::new();
+        assert_eq!(cache.get(0), None);
+        cache.insert(0, 7);
+        assert_eq!(cache.get(0), Some(7));
+        cache.insert(0, 9);
+        assert_eq!(cache.get(0), Some(9));
+        // Nine keys in eight slots: at least one was displaced, the last stays.
+        for key in 1..=9u128 {
+            cache.insert(key << 64 | key, key as u32);
+        }
+        assert_eq!(cache.get(9 << 64 | 9), Some(9));
+        let held = (1..=9u128)
+            .filter(|&k| cache.get(k << 64 | k) == Some(k as u32))
+            .count();
+        assert!(held < 9, "{held}");
+    }
 
     #[test]
     fn segment_file_names_round_trip() {

@@ -14,6 +14,7 @@ use arrow::array::{Array, FixedSizeBinaryArray, RecordBatch};
 use foldhash::HashMap;
 use hindsight_model::{Addr16, CoveredRowsBuilder, GRANULE_ROWS, GranuleSet};
 
+use super::RecentKeys;
 use crate::schema::{PacketBatchView, col};
 
 /// Slots of the collector's cache of recently seen addresses.
@@ -80,9 +81,9 @@ impl PostingsCollector {
         });
         let granule_rows = u64::from(GRANULE_ROWS);
         // Packets mostly repeat the addresses of recent ones: a repeat within a
-        // granule of an address that is not covered needs no hashing. A
-        // direct-mapped cache holds (address, granule) of such addresses.
-        let mut seen = [(0u128, u64::MAX); SEEN_SLOTS];
+        // granule of an address that is not covered needs no hashing. The cache
+        // holds the granule last recorded for such addresses.
+        let mut seen = RecentKeys::<u64, SEEN_SLOTS>::new();
         // Rows go in order, both columns of a row before the next, so that covering
         // rows of an address seen as source and as destination stay ascending.
         for row in 0..batch.num_rows() {
@@ -96,9 +97,7 @@ impl PostingsCollector {
                 let segment_row = first_row + row as u64;
                 let granule = segment_row / granule_rows;
                 let key = u128::from_ne_bytes(bytes);
-                let folded = (key as u64) ^ ((key >> 64) as u64);
-                let slot = (folded.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % SEEN_SLOTS;
-                if seen[slot] == (key, granule) {
+                if seen.get(key) == Some(granule) {
                     continue;
                 }
                 let mut new = false;
@@ -108,7 +107,7 @@ impl PostingsCollector {
                 });
                 posting.granules.push_row(segment_row);
                 let Some(view) = &view else {
-                    seen[slot] = (key, granule);
+                    seen.insert(key, granule);
                     continue;
                 };
                 if new && self.covered_bytes < budget {
@@ -127,9 +126,9 @@ impl PostingsCollector {
                     Some(rows) => {
                         self.covered_bytes -= rows.encoded_len() as u64;
                         posting.covered = None;
-                        seen[slot] = (key, granule);
+                        seen.insert(key, granule);
                     }
-                    None => seen[slot] = (key, granule),
+                    None => seen.insert(key, granule),
                 }
             }
         }
