@@ -465,6 +465,28 @@ struct Held {
     fill: Fill,
 }
 
+impl Held {
+    /// Appends a record if it fits.
+    #[inline]
+    fn write(&mut self, ts_ns: i64, wire_len: u32, iface: u16, data: &[u8]) -> bool {
+        let start = self.fill.len;
+        let Some(out) = self.data.get_mut(start..start + RECORD_HEADER + data.len()) else {
+            return false;
+        };
+        let (header, rest) = out.split_at_mut(RECORD_HEADER);
+        // `data` fits in a chunk, so its length fits in 32 bits.
+        header.copy_from_slice(&record_header(ts_ns, wire_len, data.len() as u32, iface));
+        rest.copy_from_slice(data);
+        let fill = &mut self.fill;
+        fill.len = (start + RECORD_HEADER + data.len()).next_multiple_of(RECORD_ALIGN);
+        fill.packets += 1;
+        fill.bytes += data.len() as u64;
+        fill.first_ns = fill.first_ns.min(ts_ns);
+        fill.last_ns = fill.last_ns.max(ts_ns);
+        true
+    }
+}
+
 /// A producer: fills one chunk at a time. Publishes what it holds when dropped.
 #[derive(Debug)]
 pub struct Producer {
@@ -480,6 +502,27 @@ impl Producer {
     /// closed.
     #[inline]
     pub fn push(&mut self, ts_ns: i64, wire_len: u32, data: &[u8]) -> Result<(), RingError> {
+        let written = self
+            .chunk
+            .as_mut()
+            .is_some_and(|held| held.write(ts_ns, wire_len, self.iface, data));
+        if !written {
+            return self.push_cold(ts_ns, wire_len, data);
+        }
+        if self
+            .chunk
+            .as_ref()
+            .is_some_and(|held| held.fill.packets.is_multiple_of(HOLD_CHECK_EVERY))
+        {
+            self.publish_if_stale();
+        }
+        Ok(())
+    }
+
+    /// The rare part of a push: a packet larger than a chunk, a full chunk, or
+    /// none held.
+    #[cold]
+    fn push_cold(&mut self, ts_ns: i64, wire_len: u32, data: &[u8]) -> Result<(), RingError> {
         let max_data = self.shared.config.chunk_bytes - RECORD_HEADER;
         let data = match data.get(..max_data) {
             Some(cut) if cut.len() < data.len() => {
@@ -491,51 +534,30 @@ impl Producer {
             }
             _ => data,
         };
-        let record = (RECORD_HEADER + data.len()).next_multiple_of(RECORD_ALIGN);
-        let fits = self
+        if self
             .chunk
-            .as_ref()
-            .is_some_and(|held| held.fill.len + record <= held.data.len());
-        if !fits {
-            self.publish();
-            let (seq, data) = self.shared.acquire()?;
-            self.chunk = Some(Held {
-                seq,
-                data,
-                fill: Fill {
-                    len: 0,
-                    packets: 0,
-                    bytes: 0,
-                    first_ns: ts_ns,
-                    last_ns: ts_ns,
-                    since: Instant::now(),
-                },
-            });
+            .as_mut()
+            .is_some_and(|held| held.write(ts_ns, wire_len, self.iface, data))
+        {
+            return Ok(());
         }
-        let Some(held) = self.chunk.as_mut() else {
-            return Err(RingError::Closed);
+        self.publish();
+        let (seq, memory) = self.shared.acquire()?;
+        let mut held = Held {
+            seq,
+            data: memory,
+            fill: Fill {
+                len: 0,
+                packets: 0,
+                bytes: 0,
+                first_ns: ts_ns,
+                last_ns: ts_ns,
+                since: Instant::now(),
+            },
         };
-        let start = held.fill.len;
-        if let Some(out) = held.data.get_mut(start..start + RECORD_HEADER + data.len()) {
-            let (header, rest) = out.split_at_mut(RECORD_HEADER);
-            // `data` is shorter than a chunk, so its length fits in 32 bits.
-            header.copy_from_slice(&record_header(
-                ts_ns,
-                wire_len,
-                data.len() as u32,
-                self.iface,
-            ));
-            rest.copy_from_slice(data);
-        }
-        let fill = &mut held.fill;
-        fill.len = start + record;
-        fill.packets += 1;
-        fill.bytes += data.len() as u64;
-        fill.first_ns = fill.first_ns.min(ts_ns);
-        fill.last_ns = fill.last_ns.max(ts_ns);
-        if fill.packets.is_multiple_of(HOLD_CHECK_EVERY) {
-            self.publish_if_stale();
-        }
+        // A packet cut to `max_data` fits an empty chunk.
+        held.write(ts_ns, wire_len, self.iface, data);
+        self.chunk = Some(held);
         Ok(())
     }
 
