@@ -1,0 +1,218 @@
+//! Triggers and dumps through the public interface, on the real lan-hour capture
+//! replayed into a capture ring; `tcpdump -r` is the oracle of what a dump holds.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use hindsight_capture::CaptureReader;
+use hindsight_model::LinkType;
+use hindsight_query::Filter;
+use hindsight_ring::{Ring, RingConfig};
+use hindsight_trigger::{Analyzer, DumpLimits, DumpRequest, DumpTemplate, TriggerError, dump};
+
+fn lan_hour() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap")
+}
+
+/// (timestamp ns, wire length, bytes) of every frame of a capture file.
+fn frames(path: &Path) -> Vec<(i64, u32, Vec<u8>)> {
+    let mut reader = CaptureReader::open(path).unwrap();
+    let mut out = Vec::new();
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.unwrap();
+        out.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
+    }
+    out
+}
+
+/// The capture, replayed into a ring large enough to hold it, then closed.
+fn ring_with_lan_hour() -> Ring {
+    let ring = Ring::new(RingConfig {
+        chunks: 16,
+        ..RingConfig::default()
+    })
+    .unwrap();
+    let mut producer = ring.producer(0);
+    for (ts, wire_len, data) in frames(&lan_hour()) {
+        producer.push(ts, wire_len, &data).unwrap();
+    }
+    drop(producer);
+    ring.close();
+    assert_eq!(ring.stats().overwritten, 0);
+    ring
+}
+
+#[test]
+fn a_trigger_dumps_what_tcpdump_selects_in_the_window() {
+    let ring = ring_with_lan_hour();
+    let trigger = Filter::parse("ip.addr == 172.30.100.1").unwrap();
+    let mut analyzer = Analyzer::from_oldest(
+        &ring,
+        trigger,
+        LinkType::ETHERNET,
+        Duration::from_secs(3600),
+    );
+    let hit = analyzer
+        .next_trigger(Duration::from_secs(10))
+        .unwrap()
+        .expect("the capture has packets of 172.30.100.1");
+    let template = DumpTemplate::new("host $src").unwrap();
+    let filter_text = template.render_text(&hit.headers).unwrap();
+    let src = hit.headers.src_addr.unwrap().to_string();
+    assert_eq!(filter_text, format!("host {src}"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dump.pcap");
+    let (before, after) = (Duration::from_secs(120), Duration::from_secs(300));
+    let report = dump(
+        &ring,
+        &DumpRequest {
+            at_ns: hit.ts_ns,
+            before,
+            after,
+            filter: template.render(&hit.headers).unwrap(),
+            link_type: LinkType::ETHERNET,
+        },
+        &out,
+        DumpLimits::default(),
+    )
+    .unwrap();
+
+    // The oracle: tcpdump's selection of the same host, cut to the same window.
+    let selected = dir.path().join("tcpdump.pcap");
+    let status = Command::new("tcpdump")
+        .args(["-r"])
+        .arg(lan_hour())
+        .args(["-w"])
+        .arg(&selected)
+        .arg(&filter_text)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let from = hit.ts_ns - before.as_nanos() as i64;
+    let to = hit.ts_ns + after.as_nanos() as i64;
+    let expected: Vec<_> = frames(&selected)
+        .into_iter()
+        .filter(|(ts, _, _)| (from..=to).contains(ts))
+        .collect();
+    let dumped = frames(&out);
+    assert!(
+        expected.len() > 10,
+        "{} packets in the window",
+        expected.len()
+    );
+    assert_eq!(dumped.len(), expected.len());
+    assert_eq!(dumped, expected);
+    assert_eq!(report.packets, expected.len() as u64);
+    assert_eq!(report.left_out, 0);
+    assert!(
+        dumped.iter().any(|(ts, _, _)| *ts < hit.ts_ns),
+        "packets from before the trigger"
+    );
+}
+
+#[test]
+fn a_dump_keeps_to_its_byte_budget() {
+    let ring = ring_with_lan_hour();
+    let all = frames(&lan_hour());
+    let (first, last) = (all[0].0, all[all.len() - 1].0);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dump.pcap");
+    let report = dump(
+        &ring,
+        &DumpRequest {
+            at_ns: first,
+            before: Duration::ZERO,
+            after: Duration::from_nanos((last - first) as u64),
+            filter: Filter::match_all(),
+            link_type: LinkType::ETHERNET,
+        },
+        &out,
+        DumpLimits {
+            max_bytes: 100_000,
+            ..DumpLimits::default()
+        },
+    )
+    .unwrap();
+    assert!(report.bytes <= 100_000);
+    assert_eq!(report.packets + report.left_out, all.len() as u64);
+    assert_eq!(frames(&out).len() as u64, report.packets);
+}
+
+#[test]
+fn the_holdoff_makes_one_trigger_per_event() {
+    let ring = ring_with_lan_hour();
+    let filter = "tcp.flags.syn == 1 && tcp.flags.ack == 0";
+    let holdoff = Duration::from_secs(60);
+    let mut analyzer = Analyzer::from_oldest(
+        &ring,
+        Filter::parse(filter).unwrap(),
+        LinkType::ETHERNET,
+        holdoff,
+    );
+    let mut fired = Vec::new();
+    while let Ok(next) = analyzer.next_trigger(Duration::from_secs(10)) {
+        fired.push(
+            next.expect("a closed ring ends, it does not time out")
+                .ts_ns,
+        );
+    }
+    // The oracle: tcpdump's SYNs, thinned by the same rule.
+    let output = Command::new("tcpdump")
+        .args(["-nn", "-tt", "--time-stamp-precision=nano", "-r"])
+        .arg(lan_hour())
+        .arg("tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn")
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let mut expected = Vec::new();
+    let mut matches = 0u64;
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        let stamp = line.split_whitespace().next().unwrap();
+        let (s, ns) = stamp.split_once('.').unwrap();
+        let ts = s.parse::<i64>().unwrap() * 1_000_000_000 + ns.parse::<i64>().unwrap();
+        matches += 1;
+        if expected
+            .last()
+            .is_none_or(|&last: &i64| ts - last >= holdoff.as_nanos() as i64)
+        {
+            expected.push(ts);
+        }
+    }
+    assert!(expected.len() > 1);
+    assert_eq!(fired, expected);
+    assert_eq!(analyzer.suppressed(), matches - expected.len() as u64);
+}
+
+#[test]
+fn templates_name_their_faults() {
+    let err = DumpTemplate::new("host $source").unwrap_err();
+    assert!(
+        matches!(err, TriggerError::UnknownPlaceholder { column: 6, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("$source"), "{err}");
+    let err = DumpTemplate::new("host $src and (").unwrap_err();
+    assert!(matches!(err, TriggerError::Filter { .. }), "{err}");
+    // FlowScope's spellings, and both filter syntaxes.
+    let template = DumpTemplate::new("ip.addr == $srcIP && tcp.port == $dstPort").unwrap();
+    let headers = hindsight_model::PacketHeaders {
+        src_addr: Some(std::net::Ipv4Addr::new(10, 1, 2, 3).into()),
+        dst_port: Some(443),
+        ..Default::default()
+    };
+    assert_eq!(
+        template.render_text(&headers).unwrap(),
+        "ip.addr == 10.1.2.3 && tcp.port == 443"
+    );
+    // A trigger packet without ports cannot fill `$dport`.
+    let template = DumpTemplate::new("host $src and port $dport").unwrap();
+    let err = template
+        .render_text(&hindsight_model::PacketHeaders {
+            src_addr: headers.src_addr,
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("$dport"), "{err}");
+}
