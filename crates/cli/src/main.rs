@@ -43,6 +43,8 @@ enum Command {
     Flows(cmd::flows::Args),
     /// Show what the archive holds: segments, time span, packets, bytes.
     Stats(cmd::stats::Args),
+    /// Capture live from an interface into the archive; dump pcaps around triggers.
+    Record(cmd::record::Args),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn run() -> ExitCode {
         Command::Flows(args) => cmd::flows::run(args),
         Command::Collect(args) => cmd::collect::run(args),
         Command::Stats(args) => cmd::stats::run(args),
+        Command::Record(args) => cmd::record::run(args),
     };
     match result {
         Ok(code) => code,

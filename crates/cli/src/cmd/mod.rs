@@ -4,6 +4,7 @@ pub mod collect;
 pub mod flows;
 pub mod ingest;
 pub mod query;
+pub mod record;
 pub mod sql;
 pub mod stats;
 

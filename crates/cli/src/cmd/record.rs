@@ -1,0 +1,154 @@
+//! `hindsight record -i IFACE --archive DIR [--trigger FILTER --dump TEMPLATE]`:
+//! live capture into the capture ring, archived behind it; a trigger writes a
+//! pcap of the window around each matching packet (FlowScope).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hindsight_ingest::{IngestOptions, Ingestor};
+use hindsight_live::{RecordConfig, Recorder, TriggerConfig};
+use hindsight_query::Filter;
+use hindsight_ring::RingConfig;
+use hindsight_trigger::DumpTemplate;
+
+use crate::ArchiveArg;
+use crate::cmd::human_bytes;
+
+/// Arguments of `hindsight record`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Interface to capture on (`any` for all).
+    #[arg(long, short = 'i', value_name = "IFACE")]
+    interface: String,
+    #[command(flatten)]
+    archive: ArchiveArg,
+    /// Memory of the capture ring, MiB (in 2 MiB chunks).
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    ring_mib: usize,
+    /// Bytes captured per packet into the ring (the archive keeps 128 of them).
+    #[arg(long, short = 's', default_value_t = 262_144, value_name = "BYTES")]
+    snaplen: u32,
+    /// Kernel capture buffer, MiB.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    kernel_buffer_mib: u32,
+    /// Seal (make durable and queryable) what was archived every this many seconds.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    seal_secs: u64,
+    /// Trigger filter (either syntax): a matching packet starts a dump.
+    #[arg(long, value_name = "FILTER")]
+    trigger: Option<String>,
+    /// Dump filter, with `$src`, `$dst`, `$sport`, `$dport`, `$proto` taken from
+    /// the trigger packet.
+    #[arg(long, default_value = "host $src", value_name = "TEMPLATE")]
+    dump: String,
+    /// Seconds of traffic before the trigger packet in a dump.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    before: f64,
+    /// Seconds of traffic after the trigger packet in a dump (also the hold-off:
+    /// matches within it do not trigger again).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    after: f64,
+    /// Directory of the dumps (default: `dumps` in the archive).
+    #[arg(long, value_name = "DIR")]
+    dumps: Option<PathBuf>,
+    /// Most bytes of packets in one dump, MiB.
+    #[arg(long, default_value_t = 256, value_name = "MIB")]
+    max_dump_mib: u64,
+    /// Stop after this many seconds (default: at SIGINT or SIGTERM).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+}
+
+fn seconds(name: &str, value: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .with_context(|| format!("--{name} {value}: expected a number of seconds ≥ 0"))
+}
+
+/// Records until SIGINT, SIGTERM or `--duration`, then drains the ring, seals and
+/// prints what was done.
+pub fn run(args: Args) -> Result<ExitCode> {
+    anyhow::ensure!(args.seal_secs > 0, "--seal-secs must be positive");
+    let trigger = match &args.trigger {
+        Some(text) => {
+            let filter = Filter::parse(text).map_err(|e| anyhow::anyhow!("--trigger: {e}"))?;
+            let dump = DumpTemplate::new(&args.dump).map_err(|e| anyhow::anyhow!("--dump: {e}"))?;
+            let dir = args
+                .dumps
+                .clone()
+                .unwrap_or_else(|| args.archive.archive.join("dumps"));
+            Some(TriggerConfig {
+                filter,
+                dump,
+                before: seconds("before", args.before)?,
+                after: seconds("after", args.after)?,
+                dir,
+                max_dump_bytes: args.max_dump_mib << 20,
+            })
+        }
+        None => None,
+    };
+    let duration = args.duration.map(|d| seconds("duration", d)).transpose()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install the signal handlers")?;
+    }
+    let root = &args.archive.archive;
+    let options = IngestOptions {
+        expiry: crate::config::archive_expiry(root, None)?,
+        ..IngestOptions::default()
+    };
+    let (ingestor, _opened) = Ingestor::open(root, options)
+        .with_context(|| format!("cannot open archive {}", root.display()))?;
+    // After the archive is opened: a new archive must start as an empty directory.
+    if let Some(trigger) = &trigger {
+        std::fs::create_dir_all(&trigger.dir).with_context(|| {
+            format!("cannot create the dump directory {}", trigger.dir.display())
+        })?;
+    }
+    let config = RecordConfig {
+        interface: args.interface.clone(),
+        snaplen: args.snaplen,
+        kernel_buffer: args.kernel_buffer_mib.saturating_mul(1 << 20),
+        ring: RingConfig::with_memory(args.ring_mib << 20),
+        seal_every: Duration::from_secs(args.seal_secs),
+        trigger,
+    };
+    let recorder = Recorder::start(config, ingestor)?;
+    eprintln!(
+        "recording on {} (link type {}), ring {}",
+        args.interface,
+        recorder.link_type().0,
+        human_bytes((args.ring_mib as u64) << 20)
+    );
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let summary = recorder.stop()?;
+    eprintln!(
+        "captured {} packets ({} dropped by the kernel, {} by the interface); archived {} \
+         ({} ring chunks missed); ring: {} chunks, {} overwritten",
+        summary.captured,
+        summary.kernel_dropped,
+        summary.interface_dropped,
+        summary.archived,
+        summary.archive_missed_chunks,
+        summary.ring.chunks,
+        summary.ring.overwritten
+    );
+    for dump in &summary.dumps {
+        eprintln!(
+            "dump {}: {} packets, {}",
+            dump.path.display(),
+            dump.packets,
+            human_bytes(dump.bytes)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
