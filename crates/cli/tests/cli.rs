@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fixtures_dir, hindsight, lan_hour, ok, require_tool};
+use common::{PacketKey, fixtures_dir, hindsight, lan_hour, ok, read_frames, require_tool};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -12,16 +12,9 @@ use std::time::{Duration, Instant};
 
 use hindsight_capture::CaptureReader;
 
-/// One packet as both sides export it: timestamp, wire length, captured bytes.
-type PacketKey = (i64, u32, Vec<u8>);
-
+/// Every frame of a capture file, sorted (both sides' packets compare as sets).
 fn read_capture(path: &Path) -> Vec<PacketKey> {
-    let mut reader = CaptureReader::open(path).expect("open capture");
-    let mut packets = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read capture");
-        packets.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
+    let mut packets = read_frames(path);
     packets.sort();
     packets
 }

@@ -10,26 +10,11 @@
 
 mod common;
 
-use common::{hindsight, lan_hour, ok, require_tool};
+use common::{PacketKey, hindsight, lan_hour, ok, read_frames as read_capture, require_tool};
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-use hindsight_capture::CaptureReader;
-
-type PacketKey = (i64, u32, Vec<u8>);
-
-fn read_capture(path: &Path) -> Vec<PacketKey> {
-    let mut reader = CaptureReader::open(path).expect("open capture");
-    let mut packets = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read capture");
-        packets.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
-    packets
-}
 
 /// `program` run as root: directly when we are root, else through `sudo -n`.
 fn privileged(program: &str) -> Command {

@@ -50,3 +50,17 @@ pub fn require_tool(tool: &str) {
         .is_ok_and(|o| o.status.success());
     assert!(found, "{tool} is not installed: run scripts/setup");
 }
+
+/// One packet as a capture file holds it: timestamp, wire length, captured bytes.
+pub type PacketKey = (i64, u32, Vec<u8>);
+
+/// Every frame of a capture file, in file order.
+pub fn read_frames(path: &Path) -> Vec<PacketKey> {
+    let mut reader = hindsight_capture::CaptureReader::open(path).expect("open capture");
+    let mut packets = Vec::new();
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.expect("read capture");
+        packets.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
+    }
+    packets
+}
