@@ -166,7 +166,7 @@ impl Recorder {
             std::thread::Builder::new()
                 .name("archiver".to_owned())
                 .spawn(move || archive(cursor, ingestor, link_type, seal_every))
-                .ok()
+                .map_err(|e| capture_error(e.to_string()))?
         };
         let analyzer = config.trigger.map(|trigger| {
             let analyzer = Analyzer::new(&ring, trigger.filter.clone(), link_type, trigger.after);
@@ -228,7 +228,7 @@ impl Recorder {
             stop,
             link_type,
             capture: Some(capture_thread),
-            archiver,
+            archiver: Some(archiver),
             analyzer,
         })
     }
