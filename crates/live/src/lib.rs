@@ -107,6 +107,8 @@ pub struct RecordSummary {
     pub dumps: Vec<DumpReport>,
     /// Trigger matches suppressed by the hold-off.
     pub triggers_suppressed: u64,
+    /// Triggers whose packet lacks a field the dump template names.
+    pub triggers_without_dump: u64,
 }
 
 /// A recording in progress.
@@ -120,8 +122,9 @@ pub struct Recorder {
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
 }
 
-/// The analyzer's dumps and the matches its hold-off suppressed.
-type Analyzed = (Vec<DumpReport>, u64);
+/// The analyzer's dumps, the matches its hold-off suppressed, and the triggers
+/// whose packet could not fill the dump template.
+type Analyzed = (Vec<DumpReport>, u64, u64);
 
 #[derive(Debug, Default)]
 struct CaptureCounts {
@@ -253,9 +256,9 @@ impl Recorder {
         let analyzed = self.analyzer.take().map(|h| join(Some(h)));
         let counts = counts?;
         let (archived, missed) = archived?;
-        let (dumps, suppressed) = match analyzed {
+        let (dumps, suppressed, unrenderable) = match analyzed {
             Some(result) => result?,
-            None => (Vec::new(), 0),
+            None => (Vec::new(), 0, 0),
         };
         Ok(RecordSummary {
             captured: counts.captured,
@@ -267,6 +270,7 @@ impl Recorder {
             archive_missed_chunks: missed,
             dumps,
             triggers_suppressed: suppressed,
+            triggers_without_dump: unrenderable,
         })
     }
 }
@@ -337,13 +341,19 @@ fn analyze(
     link_type: LinkType,
 ) -> Result<Analyzed, LiveError> {
     let mut dumps = Vec::new();
+    let mut unrenderable = 0u64;
     loop {
         let hit = match analyzer.next_trigger(Duration::from_millis(200)) {
             Ok(Some(hit)) => hit,
             Ok(None) => continue,
             Err(_) => break,
         };
-        let filter = trigger.dump.render(&hit.headers)?;
+        // A trigger packet without a field the template names (an ARP packet for
+        // `host $src`) gives no dump; the recording goes on.
+        let Ok(filter) = trigger.dump.render(&hit.headers) else {
+            unrenderable += 1;
+            continue;
+        };
         let name = format!(
             "dump-{}-{}.pcap",
             hit.ts_ns,
@@ -364,5 +374,5 @@ fn analyze(
         };
         dumps.push(dump(ring, &request, &trigger.dir.join(name), limits)?);
     }
-    Ok((dumps, analyzer.suppressed()))
+    Ok((dumps, analyzer.suppressed(), unrenderable))
 }

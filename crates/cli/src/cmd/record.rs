@@ -142,6 +142,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         summary.ring.chunks,
         summary.ring.overwritten
     );
+    if summary.triggers_without_dump > 0 {
+        eprintln!(
+            "{} trigger(s) gave no dump: their packet lacks a field --dump {:?} names",
+            summary.triggers_without_dump, args.dump
+        );
+    }
     for dump in &summary.dumps {
         eprintln!(
             "dump {}: {} packets, {}",
