@@ -216,3 +216,54 @@ fn templates_name_their_faults() {
         .unwrap_err();
     assert!(err.to_string().contains("$dport"), "{err}");
 }
+
+#[test]
+fn hostile_templates_never_panic_and_name_a_column_inside_the_text() {
+    // Every string of up to five characters over an alphabet of the characters
+    // that matter to the reader, then random longer ones.
+    let alphabet = ['$', 's', 'r', 'c', 'P', 'o', '_', ' ', '(', 'é', '1'];
+    let mut texts: Vec<String> = vec![String::new()];
+    let mut frontier = texts.clone();
+    for _ in 0..5 {
+        frontier = frontier
+            .iter()
+            .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+            .collect();
+        texts.extend(frontier.iter().cloned());
+    }
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..20_000 {
+        let mut text = String::new();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        for i in 0..(x % 48) {
+            let pick = (x >> (i % 50)) as usize;
+            text.push(match pick % 4 {
+                0 => alphabet[pick % alphabet.len()],
+                1 => ['$', 'd', 'p', 't'][pick % 4],
+                2 => char::from_u32(0x20 + (pick % 0x5f) as u32).unwrap(),
+                _ => ['€', '\u{0}', '\u{10ffff}', ' '][pick % 4],
+            });
+        }
+        texts.push(text);
+    }
+    let headers = hindsight_model::PacketHeaders::default();
+    for text in &texts {
+        match DumpTemplate::new(text) {
+            Ok(template) => {
+                // A packet with no fields: every placeholder is missing.
+                let _ = template.render(&headers);
+            }
+            Err(TriggerError::UnknownPlaceholder { column, .. }) => {
+                assert!(
+                    column >= 1 && column <= text.chars().count(),
+                    "column {column} of {text:?}"
+                );
+            }
+            Err(error) => {
+                let _ = error.to_string();
+            }
+        }
+    }
+}
