@@ -241,11 +241,6 @@ impl Recorder {
         self.link_type
     }
 
-    /// The ring's counters now.
-    pub fn ring_stats(&self) -> RingStats {
-        self.ring.stats()
-    }
-
     /// Stops capturing, lets the archiver and the analyzer finish what the ring
     /// holds, seals the archive and returns what was done.
     pub fn stop(mut self) -> Result<RecordSummary, LiveError> {

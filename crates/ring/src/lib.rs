@@ -184,6 +184,12 @@ struct Outer {
 }
 
 impl Outer {
+    /// The lowest sequence number not yet published: a chunk being filled, or
+    /// the next one to be handed out.
+    fn first_unpublished(&self) -> u64 {
+        self.filling.iter().copied().min().unwrap_or(self.next_seq)
+    }
+
     fn min_pin(&self) -> Option<u64> {
         self.pins.iter().map(|&(_, seq)| seq).min()
     }
@@ -345,28 +351,13 @@ impl Ring {
 
     /// A cursor at the oldest chunk the ring holds.
     pub fn cursor_at_oldest(&self) -> Cursor {
-        Cursor {
-            shared: Arc::clone(&self.shared),
-            next: 0,
-            skipped: 0,
-        }
+        self.cursor_at_seq(0)
     }
 
     /// A cursor at the next chunk to be published (it sees only what comes after).
     pub fn cursor_at_newest(&self) -> Cursor {
-        let outer = self.shared.outer();
-        let next = outer
-            .filling
-            .iter()
-            .copied()
-            .min()
-            .unwrap_or(outer.next_seq);
-        drop(outer);
-        Cursor {
-            shared: Arc::clone(&self.shared),
-            next,
-            skipped: 0,
-        }
+        let next = self.shared.outer().first_unpublished();
+        self.cursor_at_seq(next)
     }
 
     /// A cursor at the first chunk that may hold packets at or after `ts_ns`:
@@ -374,33 +365,24 @@ impl Ring {
     /// several producers, chunks overlap in time; the dump filter's time bounds
     /// sort the rest out.
     pub fn cursor_at_time(&self, ts_ns: i64) -> Cursor {
-        let next = self.first_seq_at(ts_ns);
+        let published = self
+            .shared
+            .slots
+            .iter()
+            .filter_map(|slot| {
+                let slot = slot.read().unwrap_or_else(PoisonError::into_inner);
+                (slot.state == SlotState::Ready && slot.last_ns >= ts_ns).then_some(slot.seq)
+            })
+            .min();
+        let next = published.unwrap_or_else(|| self.shared.outer().first_unpublished());
+        self.cursor_at_seq(next)
+    }
+
+    fn cursor_at_seq(&self, next: u64) -> Cursor {
         Cursor {
             shared: Arc::clone(&self.shared),
             next,
             skipped: 0,
-        }
-    }
-
-    fn first_seq_at(&self, ts_ns: i64) -> u64 {
-        let mut first = None::<u64>;
-        for slot in &self.shared.slots {
-            let slot = slot.read().unwrap_or_else(PoisonError::into_inner);
-            if slot.state == SlotState::Ready && slot.last_ns >= ts_ns {
-                first = Some(first.map_or(slot.seq, |f| f.min(slot.seq)));
-            }
-        }
-        match first {
-            Some(seq) => seq,
-            None => {
-                let outer = self.shared.outer();
-                outer
-                    .filling
-                    .iter()
-                    .copied()
-                    .min()
-                    .unwrap_or(outer.next_seq)
-            }
         }
     }
 

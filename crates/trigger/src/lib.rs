@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use hindsight_capture::{PcapWriter, TimestampPrecision};
 use hindsight_model::{LinkType, PacketHeaders, PacketRecord};
 use hindsight_query::{Filter, ParseError};
-use hindsight_ring::{Cursor, Ring, RingError};
+use hindsight_ring::{Cursor, PacketRef, Ring, RingError};
 
 /// What can go wrong with a trigger or a dump.
 #[derive(Debug, thiserror::Error)]
@@ -182,11 +182,6 @@ impl DumpTemplate {
         Ok(template)
     }
 
-    /// The template as given.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
     /// The filter text for a trigger packet.
     pub fn render_text(&self, headers: &PacketHeaders) -> Result<String, TriggerError> {
         let mut out = String::with_capacity(self.text.len() + 32);
@@ -242,7 +237,6 @@ pub struct Analyzer {
     last_fired: Option<i64>,
     pending: VecDeque<TriggerPacket>,
     suppressed: u64,
-    packets: u64,
 }
 
 impl Analyzer {
@@ -268,27 +262,16 @@ impl Analyzer {
             cursor,
             filter,
             link_type,
-            holdoff_ns: i64::try_from(holdoff.as_nanos()).unwrap_or(i64::MAX),
+            holdoff_ns: nanos(holdoff),
             last_fired: None,
             pending: VecDeque::new(),
             suppressed: 0,
-            packets: 0,
         }
     }
 
     /// Matches ignored because they came within the hold-off of a trigger.
     pub fn suppressed(&self) -> u64 {
         self.suppressed
-    }
-
-    /// Packets examined.
-    pub fn packets(&self) -> u64 {
-        self.packets
-    }
-
-    /// Chunks the analyzer missed because the ring overwrote them first.
-    pub fn missed_chunks(&self) -> u64 {
-        self.cursor.skipped()
     }
 
     /// The next trigger, waiting up to `timeout` for chunks to be published.
@@ -304,16 +287,7 @@ impl Analyzer {
                 return Ok(None);
             };
             for packet in chunk.iter() {
-                self.packets += 1;
-                let headers = hindsight_decode::decode(self.link_type, packet.data);
-                let record = PacketRecord {
-                    ts_nanos: packet.ts_ns,
-                    wire_len: packet.wire_len,
-                    cap_len: u32::try_from(packet.data.len()).unwrap_or(u32::MAX),
-                    link_type: self.link_type,
-                    iface: u32::from(packet.iface),
-                    headers,
-                };
+                let record = decoded(&packet, self.link_type);
                 if !self.filter.matches(&record) {
                     continue;
                 }
@@ -329,12 +303,29 @@ impl Analyzer {
                     ts_ns: packet.ts_ns,
                     wire_len: packet.wire_len,
                     iface: packet.iface,
-                    headers,
+                    headers: record.headers,
                     data: packet.data.to_vec(),
                 });
             }
         }
     }
+}
+
+/// A ring packet as the filters see it: decoded, with its capture metadata.
+fn decoded(packet: &PacketRef<'_>, link_type: LinkType) -> PacketRecord {
+    PacketRecord {
+        ts_nanos: packet.ts_ns,
+        wire_len: packet.wire_len,
+        cap_len: u32::try_from(packet.data.len()).unwrap_or(u32::MAX),
+        link_type,
+        iface: u32::from(packet.iface),
+        headers: hindsight_decode::decode(link_type, packet.data),
+    }
+}
+
+/// A duration in signed nanoseconds, saturating.
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// What to dump: the packets in `[at − before, at + after]` that match `filter`.
@@ -398,7 +389,6 @@ pub fn dump(
     path: &Path,
     limits: DumpLimits,
 ) -> Result<DumpReport, TriggerError> {
-    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let from = request.at_ns.saturating_sub(nanos(request.before));
     let to = request.at_ns.saturating_add(nanos(request.after));
     let mut cursor = ring.cursor_at_time(from);
@@ -420,15 +410,7 @@ pub fn dump(
             if packet.ts_ns < from || packet.ts_ns > to {
                 continue;
             }
-            let record = PacketRecord {
-                ts_nanos: packet.ts_ns,
-                wire_len: packet.wire_len,
-                cap_len: u32::try_from(packet.data.len()).unwrap_or(u32::MAX),
-                link_type: request.link_type,
-                iface: u32::from(packet.iface),
-                headers: hindsight_decode::decode(request.link_type, packet.data),
-            };
-            if !request.filter.matches(&record) {
+            if !request.filter.matches(&decoded(&packet, request.link_type)) {
                 continue;
             }
             if bytes + packet.data.len() as u64 > limits.max_bytes {
