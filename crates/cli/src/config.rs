@@ -8,6 +8,10 @@
 //! histogram_granularity_secs = 60  # width of a timestamp-histogram interval
 //! cutoff_interval_secs = 60        # how often the cutoff is recomputed
 //! compaction_interval_secs = 3600  # how often every entry is compacted
+//!
+//! [packets]
+//! max_bytes = 0                    # bound of the packets segments on disk (0: none)
+//! max_age_secs = 0                 # drop segments this far behind the newest packet (0: never)
 //! ```
 //!
 //! A command-line flag (`--keep-connections`) overrides the file for that run.
@@ -17,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use hindsight_index::Expiry;
+use hindsight_ingest::Retention;
 use hindsight_store::archive::CONFIG_FILE;
 use serde::Deserialize;
 
@@ -25,6 +30,15 @@ use serde::Deserialize;
 struct ArchiveConfig {
     #[serde(default)]
     connections: Connections,
+    #[serde(default)]
+    packets: Packets,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Packets {
+    max_bytes: u64,
+    max_age_secs: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -47,9 +61,24 @@ impl Default for Connections {
     }
 }
 
+/// The bounds an archive's `config.toml` sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchiveSettings {
+    /// Expiration of the connection index.
+    pub expiry: Expiry,
+    /// Retention of the packets table.
+    pub retention: Retention,
+}
+
 /// Returns the expiration settings of the archive at `root`: its `config.toml`
 /// (defaults where absent), with `keep_override` from the command line on top.
 pub fn archive_expiry(root: &Path, keep_override: Option<u64>) -> Result<Expiry> {
+    archive_settings(root, keep_override).map(|settings| settings.expiry)
+}
+
+/// Returns the settings of the archive at `root` from its `config.toml`
+/// (defaults where absent), with `keep_override` from the command line on top.
+pub fn archive_settings(root: &Path, keep_override: Option<u64>) -> Result<ArchiveSettings> {
     let path = root.join(CONFIG_FILE);
     let config = match std::fs::read_to_string(&path) {
         Ok(text) => toml::from_str::<ArchiveConfig>(&text)
@@ -71,12 +100,18 @@ pub fn archive_expiry(root: &Path, keep_override: Option<u64>) -> Result<Expiry>
             path.display()
         );
     }
-    Ok(Expiry {
+    let expiry = Expiry {
         keep_events: keep_override.unwrap_or(c.keep),
         histogram_granularity: Duration::from_secs(c.histogram_granularity_secs),
         cutoff_interval: Duration::from_secs(c.cutoff_interval_secs),
         compaction_interval: Duration::from_secs(c.compaction_interval_secs),
-    })
+    };
+    let retention = Retention {
+        max_packet_bytes: config.packets.max_bytes,
+        max_age: (config.packets.max_age_secs > 0)
+            .then(|| Duration::from_secs(config.packets.max_age_secs)),
+    };
+    Ok(ArchiveSettings { expiry, retention })
 }
 
 #[cfg(test)]

@@ -751,3 +751,103 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
         .any(|f| f.unwrap().file_name().to_string_lossy().ends_with(".tmp"));
     assert!(!leftover_temp);
 }
+
+/// The packets table stays within `[packets] max_bytes` of the archive's
+/// config.toml: the oldest segments and their postings go, the newest stay, and a
+/// query sees exactly the packets of the segments kept.
+#[test]
+fn retention_keeps_the_newest_segments_within_the_byte_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let unbounded = dir.path().join("unbounded");
+    ingest_full_with(&lan_hour(), &unbounded, &["--segment-packets", "5000"]);
+    let all = stats_json(&unbounded);
+    let sizes: Vec<(i64, u64, u64)> = segments_of(&all);
+    assert!(sizes.len() >= 10, "{sizes:?}");
+    let total: u64 = sizes.iter().map(|s| s.1).sum();
+    let bound = total / 3;
+
+    let bounded = dir.path().join("bounded");
+    std::fs::create_dir_all(&bounded).unwrap();
+    std::fs::write(
+        bounded.join("config.toml"),
+        format!("[packets]\nmax_bytes = {bound}\n"),
+    )
+    .unwrap();
+    ingest_full_with(&lan_hour(), &bounded, &["--segment-packets", "5000"]);
+    let kept = segments_of(&stats_json(&bounded));
+    let kept_bytes: u64 = kept.iter().map(|s| s.1).sum();
+    assert!(kept_bytes <= bound, "{kept_bytes} > {bound}");
+    // The newest segments, as many as fit: one more would pass the bound.
+    let newest: Vec<_> = sizes[sizes.len() - kept.len()..]
+        .iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(kept.iter().map(|s| s.0).collect::<Vec<_>>(), newest);
+    let next_older = sizes[sizes.len() - kept.len() - 1].1;
+    assert!(kept_bytes + next_older > bound);
+    // Queries, by address (postings) and by scan, see only what was kept.
+    let kept_rows: u64 = kept.iter().map(|s| s.2).sum();
+    let count = |archive: &Path, filter: &str| -> u64 {
+        ok(&hindsight(&[
+            "query",
+            filter,
+            "--archive",
+            archive.to_str().unwrap(),
+            "--count",
+        ]))
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    assert_eq!(count(&bounded, ""), kept_rows);
+    let first_kept = kept[0].0;
+    let address_filter = "ip.addr == 172.30.100.1";
+    let expected = ok(&hindsight(&[
+        "query",
+        address_filter,
+        "--archive",
+        unbounded.to_str().unwrap(),
+        "--since",
+        &format!(
+            "{}.{:09}",
+            first_kept / 1_000_000_000,
+            first_kept % 1_000_000_000
+        ),
+        "--count",
+    ]));
+    assert_eq!(
+        count(&bounded, address_filter),
+        expected.trim().parse::<u64>().unwrap()
+    );
+}
+
+fn stats_json(archive: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&hindsight(&[
+        "stats",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--json",
+        "--segments",
+    ])))
+    .unwrap()
+}
+
+/// The packets segments of a `stats --json --segments` answer: (first packet ns,
+/// bytes, rows), oldest first.
+fn segments_of(stats: &serde_json::Value) -> Vec<(i64, u64, u64)> {
+    let mut segments: Vec<(i64, u64, u64)> = stats["segment_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["table"] == "packets")
+        .map(|s| {
+            (
+                s["min_ts_nanos"].as_i64().unwrap(),
+                s["size_bytes"].as_u64().unwrap(),
+                s["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    segments.sort_unstable();
+    segments
+}

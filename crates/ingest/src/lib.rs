@@ -53,6 +53,20 @@ pub struct IngestOptions {
     pub flows: FlowTableConfig,
     /// Count-based expiration of the connection index.
     pub expiry: Expiry,
+    /// Bounds of the packets table on disk.
+    pub retention: Retention,
+}
+
+/// Bounds of the `packets` table on disk, applied after every seal: the segments
+/// with the oldest packets go first, and the newest segment always stays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Most bytes of `packets` segments (0: no bound).
+    pub max_packet_bytes: u64,
+    /// Remove the segments whose newest packet is older than this, counted back
+    /// from the newest packet archived (so that replayed captures age by their own
+    /// clock, not the wall clock).
+    pub max_age: Option<Duration>,
 }
 
 impl Default for IngestOptions {
@@ -64,6 +78,7 @@ impl Default for IngestOptions {
             segment: SegmentOptions::default(),
             flows: FlowTableConfig::default(),
             expiry: Expiry::OFF,
+            retention: Retention::default(),
         }
     }
 }
@@ -230,6 +245,7 @@ impl Ingestor {
             index,
             Arc::clone(&connections),
             options.segment.clone(),
+            options.retention,
         );
         let ingestor = Self {
             flow_table: FlowTable::new(options.flows),

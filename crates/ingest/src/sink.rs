@@ -16,8 +16,9 @@ use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::{FlowRecord, SegmentId};
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::flows::FlowBatchBuilder;
-use hindsight_store::{Archive, CatalogEntry, SegmentOptions, SegmentWriter, Table};
+use hindsight_store::{Archive, CatalogEntry, SegmentOptions, SegmentReader, SegmentWriter, Table};
 
+use crate::Retention;
 use crate::error::IngestError;
 
 /// Batches in flight between the decoding thread and the sink.
@@ -60,6 +61,7 @@ impl SegmentSink {
         index: AddressIndex,
         connections: Arc<ConnectionIndex>,
         options: SegmentOptions,
+        retention: Retention,
     ) -> Self {
         let (commands, receiver) = bounded(CHANNEL_BATCHES);
         let thread = std::thread::Builder::new()
@@ -69,7 +71,7 @@ impl SegmentSink {
                     addresses: index,
                     connections,
                 };
-                run(archive, &indexes, &options, &receiver)
+                run(archive, &indexes, &options, retention, &receiver)
             })
             .ok();
         Self {
@@ -174,6 +176,7 @@ fn run(
     mut archive: Archive,
     indexes: &Indexes,
     options: &SegmentOptions,
+    retention: Retention,
     commands: &Receiver<Command>,
 ) -> Result<(SinkReport, Archive), IngestError> {
     let mut report = SinkReport::default();
@@ -211,7 +214,9 @@ fn run(
                             result.and_then(|()| seal(writer, &mut archive, indexes, &mut report));
                     }
                 }
-                let result = result.and_then(|()| expire_flows(&mut archive, indexes));
+                let result = result
+                    .and_then(|()| expire_flows(&mut archive, indexes))
+                    .and_then(|()| expire_packets(&mut archive, indexes, retention));
                 match (ack, result) {
                     (Some(ack), result) => {
                         let failed = result.is_err();
@@ -262,6 +267,52 @@ fn seal(
             .add_segment(sealed.id, &sealed.addresses, &sealed.covered)?;
     }
     report.sealed.push(entry);
+    Ok(())
+}
+
+/// Removes the oldest `packets` segments beyond the retention bounds, with their
+/// address postings; never the newest segment. The catalog line goes first, so a
+/// crash in between leaves only postings of a segment no query plans.
+fn expire_packets(
+    archive: &mut Archive,
+    indexes: &Indexes,
+    retention: Retention,
+) -> Result<(), IngestError> {
+    if retention == Retention::default() {
+        return Ok(());
+    }
+    let mut entries: Vec<CatalogEntry> = archive
+        .catalog()
+        .entries_of(Table::Packets)
+        .cloned()
+        .collect();
+    entries.sort_by_key(|entry| (entry.max_ts_nanos, entry.id));
+    let Some(newest) = entries.pop() else {
+        return Ok(());
+    };
+    let mut total: u64 = entries.iter().map(|e| e.size_bytes).sum::<u64>() + newest.size_bytes;
+    let age_cutoff = retention.max_age.map(|age| {
+        let age = i64::try_from(age.as_nanos()).unwrap_or(i64::MAX);
+        newest.max_ts_nanos.saturating_sub(age)
+    });
+    for entry in entries {
+        let too_old = age_cutoff.is_some_and(|cutoff| entry.max_ts_nanos < cutoff);
+        let too_big = retention.max_packet_bytes > 0 && total > retention.max_packet_bytes;
+        if !too_old && !too_big {
+            continue;
+        }
+        // The postings to delete are the segment's addresses; a segment that
+        // cannot be read leaves its postings, which no query plans without it.
+        let addresses: Vec<_> = SegmentReader::open(&archive.segment_path(&entry))
+            .and_then(|reader| reader.address_postings())
+            .map(|postings| postings.into_iter().map(|(address, _)| address).collect())
+            .unwrap_or_default();
+        archive.remove_segment(entry.segment_id())?;
+        indexes
+            .addresses
+            .remove_segment(entry.segment_id(), &addresses)?;
+        total -= entry.size_bytes;
+    }
     Ok(())
 }
 

@@ -14,9 +14,9 @@
 //! capture drop; a dump pins the ring where it reads (see `hindsight_ring::Pin`).
 
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -62,10 +62,18 @@ pub struct TriggerConfig {
     pub before: Duration,
     /// Time after it.
     pub after: Duration,
+}
+
+/// Where dumps go and how much they may hold.
+#[derive(Clone, Debug)]
+pub struct DumpConfig {
     /// Directory of the dumps.
     pub dir: PathBuf,
     /// Bytes at most per dump.
     pub max_dump_bytes: u64,
+    /// Bytes at most of all dumps in `dir`: after each dump, the oldest dumps
+    /// are deleted until the rest fit (0: no bound).
+    pub max_total_bytes: u64,
 }
 
 /// What to record.
@@ -83,6 +91,39 @@ pub struct RecordConfig {
     pub seal_every: Duration,
     /// The trigger, if any.
     pub trigger: Option<TriggerConfig>,
+    /// The dumps of triggers and of [`Dumper`] requests.
+    pub dumps: DumpConfig,
+}
+
+/// Counters of a recording, updated while it runs (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    /// Packets the capture thread put in the ring.
+    pub captured: AtomicU64,
+    /// Wire bytes of those packets.
+    pub captured_bytes: AtomicU64,
+    /// libpcap's count of packets received, refreshed about once a second.
+    pub kernel_received: AtomicU64,
+    /// libpcap's count of packets the kernel dropped for lack of buffer space.
+    pub kernel_dropped: AtomicU64,
+    /// libpcap's count of packets the interface or driver dropped.
+    pub interface_dropped: AtomicU64,
+    /// Packets the archiver wrote.
+    pub archived: AtomicU64,
+    /// Ring chunks the archiver missed (overwritten before it read them).
+    pub archive_missed_chunks: AtomicU64,
+    /// Times the archiver sealed its open segments.
+    pub seals: AtomicU64,
+    /// Dumps written (triggers and requests).
+    pub dumps: AtomicU64,
+    /// Trigger matches suppressed by the hold-off.
+    pub triggers_suppressed: AtomicU64,
+    /// Triggers whose packet lacks a field the dump template names.
+    pub triggers_without_dump: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 /// What a recording did.
@@ -117,6 +158,8 @@ pub struct Recorder {
     ring: Ring,
     stop: Arc<AtomicBool>,
     link_type: LinkType,
+    counters: Arc<LiveCounters>,
+    dumps: DumpConfig,
     capture: Option<JoinHandle<Result<CaptureCounts, LiveError>>>,
     archiver: Option<JoinHandle<Result<(u64, u64), LiveError>>>,
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
@@ -137,6 +180,9 @@ struct CaptureCounts {
 /// How long the capture waits in the kernel before it looks at the stop flag and
 /// the ring's hold time.
 const POLL_MS: i32 = 50;
+
+/// How often the capture thread copies libpcap's counters into [`LiveCounters`].
+const KERNEL_STATS_EVERY: Duration = Duration::from_secs(1);
 
 impl Recorder {
     /// Opens the interface and starts the capture, archiver and analyzer threads.
@@ -161,22 +207,29 @@ impl Recorder {
             .map_err(|_| capture_error("link type out of range".to_owned()))?;
         let ring = Ring::new(config.ring)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(LiveCounters::default());
 
         // Readers first, so that they see the first chunk.
         let archiver = {
             let cursor = ring.cursor_at_oldest();
             let seal_every = config.seal_every;
+            let counters = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("archiver".to_owned())
-                .spawn(move || archive(cursor, ingestor, link_type, seal_every))
+                .spawn(move || archive(cursor, ingestor, link_type, seal_every, &counters))
                 .map_err(|e| capture_error(e.to_string()))?
         };
         let analyzer = config.trigger.map(|trigger| {
             let analyzer = Analyzer::new(&ring, trigger.filter.clone(), link_type, trigger.after);
-            let ring = ring.clone();
+            let dumper = Dumper {
+                ring: ring.clone(),
+                link_type,
+                config: config.dumps.clone(),
+                counters: Arc::clone(&counters),
+            };
             std::thread::Builder::new()
                 .name("analyzer".to_owned())
-                .spawn(move || analyze(analyzer, &ring, &trigger, link_type))
+                .spawn(move || analyze(analyzer, &dumper, &trigger))
         });
         let analyzer = match analyzer {
             Some(Ok(handle)) => Some(handle),
@@ -187,11 +240,18 @@ impl Recorder {
             let mut producer = ring.producer(0);
             let stop = Arc::clone(&stop);
             let interface = config.interface.clone();
+            let live = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("capture".to_owned())
                 .spawn(move || {
                     let mut counts = CaptureCounts::default();
+                    let mut stats_at = Instant::now();
+                    let (mut packets, mut bytes) = (0u64, 0u64);
                     while !stop.load(Ordering::Relaxed) {
+                        if packets >= 4096 {
+                            add(&live.captured, std::mem::take(&mut packets));
+                            add(&live.captured_bytes, std::mem::take(&mut bytes));
+                        }
                         match capture.next_packet() {
                             Ok(packet) => {
                                 // With nanosecond precision, `tv_usec` holds nanoseconds.
@@ -200,12 +260,20 @@ impl Recorder {
                                 let ts = sec.saturating_mul(1_000_000_000).saturating_add(nsec);
                                 producer.push(ts, packet.header.len, packet.data)?;
                                 counts.captured += 1;
+                                packets += 1;
+                                bytes += u64::from(packet.header.len);
                             }
                             // Nothing to read: TPACKET_V3's poll does not time out
                             // while no packet arrives, so the capture is non-blocking
                             // and waits here, with a timeout, to see the stop flag.
                             Err(pcap::Error::TimeoutExpired) => {
                                 producer.publish_if_stale();
+                                add(&live.captured, std::mem::take(&mut packets));
+                                add(&live.captured_bytes, std::mem::take(&mut bytes));
+                                if stats_at.elapsed() >= KERNEL_STATS_EVERY {
+                                    stats_at = Instant::now();
+                                    kernel_stats(&mut capture, &live);
+                                }
                                 wait_readable(capture.as_raw_fd(), POLL_MS);
                             }
                             Err(e) => {
@@ -217,6 +285,9 @@ impl Recorder {
                         }
                     }
                     producer.publish();
+                    add(&live.captured, packets);
+                    add(&live.captured_bytes, bytes);
+                    kernel_stats(&mut capture, &live);
                     if let Ok(stats) = capture.stats() {
                         counts.received = stats.received;
                         counts.dropped = stats.dropped;
@@ -230,6 +301,8 @@ impl Recorder {
             ring,
             stop,
             link_type,
+            counters,
+            dumps: config.dumps,
             capture: Some(capture_thread),
             archiver: Some(archiver),
             analyzer,
@@ -239,6 +312,26 @@ impl Recorder {
     /// The link type of the interface.
     pub fn link_type(&self) -> LinkType {
         self.link_type
+    }
+
+    /// The counters of this recording, live.
+    pub fn counters(&self) -> Arc<LiveCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// The ring's counters now.
+    pub fn ring_stats(&self) -> RingStats {
+        self.ring.stats()
+    }
+
+    /// A handle that dumps windows of the ring on request (`POST /api/v1/triggers`).
+    pub fn dumper(&self) -> Dumper {
+        Dumper {
+            ring: self.ring.clone(),
+            link_type: self.link_type,
+            config: self.dumps.clone(),
+            counters: Arc::clone(&self.counters),
+        }
     }
 
     /// Stops capturing, lets the archiver and the analyzer finish what the ring
@@ -282,6 +375,18 @@ fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) {
     unsafe { libc::poll(&raw mut poll, 1, timeout_ms) };
 }
 
+/// Copies libpcap's counters into the live counters.
+fn kernel_stats(capture: &mut pcap::Capture<pcap::Active>, live: &LiveCounters) {
+    if let Ok(stats) = capture.stats() {
+        live.kernel_received
+            .store(u64::from(stats.received), Ordering::Relaxed);
+        live.kernel_dropped
+            .store(u64::from(stats.dropped), Ordering::Relaxed);
+        live.interface_dropped
+            .store(u64::from(stats.if_dropped), Ordering::Relaxed);
+    }
+}
+
 fn join<T: Default>(handle: Option<JoinHandle<Result<T, LiveError>>>) -> Result<T, LiveError> {
     match handle.map(JoinHandle::join) {
         Some(Ok(result)) => result,
@@ -299,12 +404,15 @@ fn archive(
     mut ingestor: Ingestor,
     link_type: LinkType,
     seal_every: Duration,
+    counters: &LiveCounters,
 ) -> Result<(u64, u64), LiveError> {
     let mut archived = 0u64;
     let mut last_seal = Instant::now();
+    let mut skipped = 0;
     loop {
         match cursor.next(Duration::from_millis(200)) {
             Ok(Some(chunk)) => {
+                let before = archived;
                 for packet in chunk.iter() {
                     ingestor.push(&Frame {
                         ts_nanos: packet.ts_ns,
@@ -315,12 +423,18 @@ fn archive(
                     })?;
                     archived += 1;
                 }
+                add(&counters.archived, archived - before);
             }
             Ok(None) => {}
             Err(_) => break,
         }
+        if cursor.skipped() > skipped {
+            add(&counters.archive_missed_chunks, cursor.skipped() - skipped);
+            skipped = cursor.skipped();
+        }
         if last_seal.elapsed() >= seal_every {
             ingestor.seal()?;
+            add(&counters.seals, 1);
             last_seal = Instant::now();
         }
     }
@@ -331,14 +445,20 @@ fn archive(
 /// The analyzer: triggers, each followed by its dump.
 fn analyze(
     mut analyzer: Analyzer,
-    ring: &Ring,
+    dumper: &Dumper,
     trigger: &TriggerConfig,
-    link_type: LinkType,
 ) -> Result<Analyzed, LiveError> {
     let mut dumps = Vec::new();
     let mut unrenderable = 0u64;
+    let mut suppressed = 0;
     loop {
-        let hit = match analyzer.next_trigger(Duration::from_millis(200)) {
+        let hit = analyzer.next_trigger(Duration::from_millis(200));
+        add(
+            &dumper.counters.triggers_suppressed,
+            analyzer.suppressed() - suppressed,
+        );
+        suppressed = analyzer.suppressed();
+        let hit = match hit {
             Ok(Some(hit)) => hit,
             Ok(None) => continue,
             Err(_) => break,
@@ -347,27 +467,100 @@ fn analyze(
         // `host $src`) gives no dump; the recording goes on.
         let Ok(filter) = trigger.dump.render(&hit.headers) else {
             unrenderable += 1;
+            add(&dumper.counters.triggers_without_dump, 1);
             continue;
         };
-        let name = format!(
-            "dump-{}-{}.pcap",
-            hit.ts_ns,
-            hit.headers
-                .src_addr
-                .map_or_else(|| "nonip".to_owned(), |a| a.to_string().replace(':', "_"))
-        );
-        let request = DumpRequest {
-            at_ns: hit.ts_ns,
-            before: trigger.before,
-            after: trigger.after,
-            filter,
-            link_type,
-        };
-        let limits = DumpLimits {
-            max_bytes: trigger.max_dump_bytes,
-            max_wait: trigger.after + ring.config().max_hold * 4 + Duration::from_secs(1),
-        };
-        dumps.push(dump(ring, &request, &trigger.dir.join(name), limits)?);
+        let label = hit
+            .headers
+            .src_addr
+            .map_or_else(|| "nonip".to_owned(), |a| a.to_string().replace(':', "_"));
+        dumps.push(dumper.dump(filter, hit.ts_ns, trigger.before, trigger.after, &label)?);
     }
     Ok((dumps, analyzer.suppressed(), unrenderable))
+}
+
+/// Writes dumps of the ring's window around a time: the analyzer's, and those
+/// requested from outside (`POST /api/v1/triggers`). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Dumper {
+    ring: Ring,
+    link_type: LinkType,
+    config: DumpConfig,
+    counters: Arc<LiveCounters>,
+}
+
+impl Dumper {
+    /// The directory of the dumps.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// The name the dump of `at_ns` labelled `label` gets: `dump-<ns>-<label>.pcap`.
+    pub fn file_name(at_ns: i64, label: &str) -> String {
+        format!("dump-{at_ns}-{label}.pcap")
+    }
+
+    /// Writes the packets of `[at − before, at + after]` matching `filter` to
+    /// `dump-<at_ns>-<label>.pcap` in the dump directory, waiting for the window's
+    /// end to be captured; then deletes the oldest dumps beyond the total bound.
+    pub fn dump(
+        &self,
+        filter: Filter,
+        at_ns: i64,
+        before: Duration,
+        after: Duration,
+        label: &str,
+    ) -> Result<DumpReport, LiveError> {
+        let request = DumpRequest {
+            at_ns,
+            before,
+            after,
+            filter,
+            link_type: self.link_type,
+        };
+        let limits = DumpLimits {
+            max_bytes: self.config.max_dump_bytes,
+            max_wait: after + self.ring.config().max_hold * 4 + Duration::from_secs(1),
+        };
+        let path = self.config.dir.join(Self::file_name(at_ns, label));
+        let report = dump(&self.ring, &request, &path, limits)?;
+        add(&self.counters.dumps, 1);
+        if self.config.max_total_bytes > 0 {
+            prune_dumps(&self.config.dir, self.config.max_total_bytes, &path);
+        }
+        Ok(report)
+    }
+}
+
+/// Deletes the oldest dumps (`*.pcap`, by name: the trigger time leads it) of `dir`
+/// until the rest hold at most `max_total` bytes; never `newest`, the one just
+/// written. Errors leave the files: the next dump tries again.
+fn prune_dumps(dir: &Path, max_total: u64, newest: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut dumps: Vec<(i64, PathBuf, u64)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let at: i64 = name
+                .strip_prefix("dump-")?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
+            name.ends_with(".pcap")
+                .then(|| Some((at, entry.path(), entry.metadata().ok()?.len())))?
+        })
+        .collect();
+    dumps.sort();
+    let mut total: u64 = dumps.iter().map(|d| d.2).sum();
+    for (_, path, size) in dumps {
+        if total <= max_total {
+            break;
+        }
+        if path != newest && std::fs::remove_file(&path).is_ok() {
+            total -= size;
+        }
+    }
 }

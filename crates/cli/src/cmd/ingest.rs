@@ -66,11 +66,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.segment_packets > 0,
         "--segment-packets must be positive"
     );
+    let settings = crate::config::archive_settings(&args.archive.archive, args.keep_connections)?;
     let options = IngestOptions {
         snaplen: args.snaplen,
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
         segment_max_rows: args.segment_packets,
-        expiry: crate::config::archive_expiry(&args.archive.archive, args.keep_connections)?,
+        expiry: settings.expiry,
+        retention: settings.retention,
         segment: SegmentOptions {
             covering_rows: args.covering_rows,
             ..SegmentOptions::default()

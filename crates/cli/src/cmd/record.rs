@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use hindsight_ingest::{IngestOptions, Ingestor};
-use hindsight_live::{RecordConfig, Recorder, TriggerConfig};
+use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
 use hindsight_query::Filter;
 use hindsight_ring::RingConfig;
 use hindsight_trigger::DumpTemplate;
@@ -77,20 +77,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(text) => {
             let filter = Filter::parse(text).map_err(|e| anyhow::anyhow!("--trigger: {e}"))?;
             let dump = DumpTemplate::new(&args.dump).map_err(|e| anyhow::anyhow!("--dump: {e}"))?;
-            let dir = args
-                .dumps
-                .clone()
-                .unwrap_or_else(|| args.archive.archive.join("dumps"));
             Some(TriggerConfig {
                 filter,
                 dump,
                 before: seconds("before", args.before)?,
                 after: seconds("after", args.after)?,
-                dir,
-                max_dump_bytes: args.max_dump_mib << 20,
             })
         }
         None => None,
+    };
+    let dumps = DumpConfig {
+        dir: args
+            .dumps
+            .clone()
+            .unwrap_or_else(|| args.archive.archive.join("dumps")),
+        max_dump_bytes: args.max_dump_mib << 20,
+        max_total_bytes: 0,
     };
     let duration = args.duration.map(|d| seconds("duration", d)).transpose()?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -99,17 +101,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .context("cannot install the signal handlers")?;
     }
     let root = &args.archive.archive;
+    let settings = crate::config::archive_settings(root, None)?;
     let options = IngestOptions {
-        expiry: crate::config::archive_expiry(root, None)?,
+        expiry: settings.expiry,
+        retention: settings.retention,
         ..IngestOptions::default()
     };
     let (ingestor, _opened) = Ingestor::open(root, options)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
     // After the archive is opened: a new archive must start as an empty directory.
-    if let Some(trigger) = &trigger {
-        std::fs::create_dir_all(&trigger.dir).with_context(|| {
-            format!("cannot create the dump directory {}", trigger.dir.display())
-        })?;
+    if trigger.is_some() {
+        std::fs::create_dir_all(&dumps.dir)
+            .with_context(|| format!("cannot create the dump directory {}", dumps.dir.display()))?;
     }
     let config = RecordConfig {
         interface: args.interface.clone(),
@@ -118,6 +121,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ring: RingConfig::with_memory(args.ring_mib << 20),
         seal_every: Duration::from_secs(args.seal_secs),
         trigger,
+        dumps,
     };
     let recorder = Recorder::start(config, ingestor)?;
     eprintln!(
