@@ -4,6 +4,7 @@
 mod cmd;
 mod config;
 mod output;
+mod serve;
 mod timearg;
 
 use std::io::{self, IsTerminal};
@@ -45,6 +46,8 @@ enum Command {
     Stats(cmd::stats::Args),
     /// Capture live from an interface into the archive; dump pcaps around triggers.
     Record(cmd::record::Args),
+    /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
+    Serve(serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +76,7 @@ fn run() -> ExitCode {
         Command::Collect(args) => cmd::collect::run(args),
         Command::Stats(args) => cmd::stats::run(args),
         Command::Record(args) => cmd::record::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(code) => code,

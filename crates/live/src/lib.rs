@@ -98,6 +98,8 @@ pub struct RecordConfig {
 /// Counters of a recording, updated while it runs (for `/metrics`).
 #[derive(Debug, Default)]
 pub struct LiveCounters {
+    /// True while the capture thread reads the interface.
+    pub capturing: AtomicBool,
     /// Packets the capture thread put in the ring.
     pub captured: AtomicU64,
     /// Wire bytes of those packets.
@@ -241,9 +243,11 @@ impl Recorder {
             let stop = Arc::clone(&stop);
             let interface = config.interface.clone();
             let live = Arc::clone(&counters);
+            counters.capturing.store(true, Ordering::Relaxed);
             std::thread::Builder::new()
                 .name("capture".to_owned())
                 .spawn(move || {
+                    let _running = Running::start(&live.capturing);
                     let mut counts = CaptureCounts::default();
                     let mut stats_at = Instant::now();
                     let (mut packets, mut bytes) = (0u64, 0u64);
@@ -319,9 +323,9 @@ impl Recorder {
         Arc::clone(&self.counters)
     }
 
-    /// The ring's counters now.
-    pub fn ring_stats(&self) -> RingStats {
-        self.ring.stats()
+    /// The capture ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
     }
 
     /// A handle that dumps windows of the ring on request (`POST /api/v1/triggers`).
@@ -373,6 +377,22 @@ fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) {
     // SAFETY: one valid pollfd, and its count; the descriptor is open for the
     // life of the capture that lends it.
     unsafe { libc::poll(&raw mut poll, 1, timeout_ms) };
+}
+
+/// Holds a flag up for as long as it lives, whichever way its scope ends.
+struct Running<'a>(&'a AtomicBool);
+
+impl<'a> Running<'a> {
+    fn start(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::Relaxed);
+        Self(flag)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Copies libpcap's counters into the live counters.

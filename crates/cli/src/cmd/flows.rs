@@ -3,6 +3,7 @@
 //! lookup), optionally narrowed by a filter in the query language.
 
 use std::io::{self, BufWriter, Write};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -10,7 +11,7 @@ use hindsight_index::connections::scale_range;
 use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
 use hindsight_model::{FlowState, PacketHeaders, PacketRecord, ip_proto, tcp_flags};
 use hindsight_query::filter::Filter;
-use hindsight_store::Archive;
+use hindsight_store::{Archive, TimeRange};
 use serde_json::json;
 
 use crate::ArchiveArg;
@@ -56,16 +57,34 @@ pub struct Args {
     after: Option<String>,
 }
 
-/// Runs `hindsight flows`.
-pub fn run(args: Args) -> Result<ExitCode> {
-    let filter = match &args.filter {
+/// A connection lookup: what `hindsight flows` and `GET /api/v1/flows` ask.
+#[derive(Debug)]
+pub struct Lookup<'a> {
+    /// A filter on the connections (either syntax).
+    pub filter: Option<&'a str>,
+    /// The address or network whose connections to list.
+    pub ip: Option<&'a str>,
+    /// The window on the connections' start times.
+    pub time: TimeRange,
+    /// Connections at most.
+    pub limit: usize,
+    /// The cursor a previous page ended with.
+    pub after: Option<&'a str>,
+}
+
+/// A page of connections, and the cursor of the next page if there is one.
+pub type Page = (Vec<ConnEntry>, Option<String>);
+
+/// Answers `lookup` from the connection index of the archive at `root`.
+pub fn lookup(root: &Path, lookup: &Lookup<'_>) -> Result<Page> {
+    let filter = match lookup.filter {
         Some(text) => Some(Filter::parse(text)?),
         None => None,
     };
-    let ranges = match (&args.ip, &filter) {
+    let ranges = match (lookup.ip, &filter) {
         (Some(ip), _) => {
             let not_an_address =
-                || anyhow::anyhow!("--ip {ip:?} is not an IPv4 or IPv6 address or network");
+                || anyhow::anyhow!("ip {ip:?} is not an IPv4 or IPv6 address or network");
             Filter::parse(&format!("ip.addr == {ip}"))
                 .map_err(|_| not_an_address())?
                 .address_ranges()
@@ -73,27 +92,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {
             anyhow::anyhow!(
-                "the connection index is keyed by address: give --ip, or a filter that \
+                "the connection index is keyed by address: give an ip, or a filter that \
                  names the addresses every connection must have (such as `host 10.1.2.3 \
                  and port 53`)"
             )
         })?,
-        (None, None) => bail!("give --ip ADDR|CIDR, or a filter that names addresses"),
+        (None, None) => bail!("give an ip (ADDR or CIDR), or a filter that names addresses"),
     };
     let keep = |entry: &ConnEntry| filter.as_ref().is_none_or(|f| f.matches(&as_packet(entry)));
-    let time = args.window.range()?;
-    let root = &args.archive.archive;
+    let time = lookup.time;
     let archive = Archive::open_reader(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
     let index = ConnectionIndex::open_read_only(&archive.connections_dir())
         .with_context(|| format!("cannot open the connection index of {}", root.display()))?;
-    let mut after = match &args.after {
+    let mut after = match lookup.after {
         Some(cursor) => Some(decode_cursor(cursor)?),
         None => None,
     };
-    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
-    let mut writer = FlowWriter::new(args.format);
-    let mut left = args.limit;
+    let mut entries = Vec::new();
     let mut next = None;
     if let Some(index) = &index {
         for &(low, high) in &ranges {
@@ -109,23 +125,38 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 start_ns: time.start_nanos,
                 end_ns: time.end_nanos,
             };
+            let left = lookup.limit - entries.len();
             let page = index.scan_where(&scan, after.take().as_deref(), left, &keep)?;
-            left -= page.entries.len();
-            for entry in &page.entries {
-                writer.write(&mut out, entry)?;
-            }
-            if page.next.is_some() {
-                next = page.next;
+            entries.extend(page.entries);
+            if let Some(cursor) = page.next {
+                next = Some(encode_cursor(&cursor));
                 break;
             }
         }
+    }
+    Ok((entries, next))
+}
+
+/// Runs `hindsight flows`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let request = Lookup {
+        filter: args.filter.as_deref(),
+        ip: args.ip.as_deref(),
+        time: args.window.range()?,
+        limit: args.limit,
+        after: args.after.as_deref(),
+    };
+    let (entries, next) = lookup(&args.archive.archive, &request)?;
+    let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let mut writer = FlowWriter::new(args.format);
+    for entry in &entries {
+        writer.write(&mut out, entry)?;
     }
     writer.finish(&mut out)?;
     out.flush()?;
     if let Some(cursor) = next {
         eprintln!(
-            "more connections: add --after {} to see the next {}",
-            encode_cursor(&cursor),
+            "more connections: add --after {cursor} to see the next {}",
             args.limit
         );
     }
@@ -163,7 +194,7 @@ fn encode_cursor(key: &[u8]) -> String {
 }
 
 fn decode_cursor(text: &str) -> Result<Vec<u8>> {
-    let bad = || anyhow::anyhow!("--after {text:?} is not a cursor printed by hindsight flows");
+    let bad = || anyhow::anyhow!("cursor {text:?} is not one that a page of connections ended with");
     if !text.len().is_multiple_of(2) || text.len() > 256 {
         return Err(bad());
     }
@@ -185,6 +216,39 @@ fn range_text(scale: u8) -> String {
     } else {
         format!("{low}-{high}")
     }
+}
+
+/// A connection as one JSON object (`--format jsonl`, `GET /api/v1/flows`).
+pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
+    let (orig, orig_port, resp, resp_port) = e.oriented();
+    let s = &e.summary;
+    let state = if s.state == FlowState::Unknown {
+        "-"
+    } else {
+        s.state.name()
+    };
+    let range = |scale: u8| {
+        let (low, high) = scale_range(scale);
+        json!([low, high])
+    };
+    json!({
+        "start": format_nanos(e.ts_ns),
+        "start_ns": e.ts_ns,
+        "duration": f64::from(s.duration_ms) / 1e3,
+        "proto": e.proto,
+        "orig_addr": orig.to_string(),
+        "orig_port": orig_port,
+        "resp_addr": resp.to_string(),
+        "resp_port": resp_port,
+        "address_is": if e.reverse { "resp" } else { "orig" },
+        "state": state,
+        "tcp_flags": s.tcp_flags,
+        "packets_out": range(s.packets_out_scale),
+        "packets_in": range(s.packets_in_scale),
+        "bytes_out": range(s.bytes_out_scale),
+        "bytes_in": range(s.bytes_in_scale),
+        "source": s.source.name(),
+    })
 }
 
 struct FlowWriter {
@@ -289,31 +353,7 @@ impl FlowWriter {
                     s.source.name()
                 )?;
             }
-            FlowFormat::Jsonl => {
-                let range = |scale: u8| {
-                    let (low, high) = scale_range(scale);
-                    json!([low, high])
-                };
-                let line = json!({
-                    "start": format_nanos(e.ts_ns),
-                    "start_ns": e.ts_ns,
-                    "duration": duration,
-                    "proto": e.proto,
-                    "orig_addr": orig.to_string(),
-                    "orig_port": orig_port,
-                    "resp_addr": resp.to_string(),
-                    "resp_port": resp_port,
-                    "address_is": if e.reverse { "resp" } else { "orig" },
-                    "state": state,
-                    "tcp_flags": s.tcp_flags,
-                    "packets_out": range(s.packets_out_scale),
-                    "packets_in": range(s.packets_in_scale),
-                    "bytes_out": range(s.bytes_out_scale),
-                    "bytes_in": range(s.bytes_in_scale),
-                    "source": s.source.name(),
-                });
-                writeln!(out, "{line}")?;
-            }
+            FlowFormat::Jsonl => writeln!(out, "{}", connection_json(e))?,
         }
         self.rows += 1;
         Ok(())

@@ -1,5 +1,6 @@
 //! `hindsight stats --archive DIR`
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -23,9 +24,51 @@ pub struct Args {
     json: bool,
 }
 
+/// What the archive at `root` holds, as JSON (`stats --json`, `GET /api/v1/stats`).
+pub fn summary(root: &Path, with_segments: bool) -> Result<serde_json::Value> {
+    let archive = Archive::open_reader(root)
+        .with_context(|| format!("cannot open archive {}", root.display()))?;
+    let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
+    let flow_entries: Vec<_> = archive.catalog().entries_of(Table::Flows).collect();
+    let packets: u64 = entries.iter().map(|e| e.rows).sum();
+    let bytes: u64 = entries.iter().map(|e| e.size_bytes).sum();
+    let first = entries.iter().map(|e| e.min_ts_nanos).min();
+    let last = entries.iter().map(|e| e.max_ts_nanos).max();
+    let per_packet = if packets == 0 {
+        0.0
+    } else {
+        bytes as f64 / packets as f64
+    };
+    Ok(json!({
+        "archive": root.display().to_string(),
+        "segments": entries.len(),
+        "packets": packets,
+        "bytes_on_disk": bytes,
+        "bytes_per_packet": per_packet,
+        "first": first.map(format_nanos),
+        "last": last.map(format_nanos),
+        "first_ns": first,
+        "last_ns": last,
+        "flows": {
+            "segments": flow_entries.len(),
+            "records": flow_entries.iter().map(|e| e.rows).sum::<u64>(),
+            "bytes_on_disk": flow_entries.iter().map(|e| e.size_bytes).sum::<u64>(),
+        },
+        "segment_list": if with_segments {
+            json!(archive.catalog().entries().collect::<Vec<_>>())
+        } else {
+            json!(null)
+        },
+    }))
+}
+
 /// Runs `hindsight stats`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let root = &args.archive.archive;
+    if args.json {
+        println!("{:#}", summary(root, args.segments)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let archive = Archive::open_reader(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
     let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
@@ -41,29 +84,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         bytes as f64 / packets as f64
     };
-    if args.json {
-        let summary = json!({
-            "archive": root.display().to_string(),
-            "segments": entries.len(),
-            "packets": packets,
-            "bytes_on_disk": bytes,
-            "bytes_per_packet": per_packet,
-            "first": first.map(format_nanos),
-            "last": last.map(format_nanos),
-            "flows": {
-                "segments": flow_entries.len(),
-                "records": flows,
-                "bytes_on_disk": flow_bytes,
-            },
-            "segment_list": if args.segments {
-                json!(archive.catalog().entries().collect::<Vec<_>>())
-            } else {
-                json!(null)
-            },
-        });
-        println!("{summary:#}");
-        return Ok(ExitCode::SUCCESS);
-    }
     println!("archive:          {}", root.display());
     println!("segments:         {}", entries.len());
     match (first, last) {

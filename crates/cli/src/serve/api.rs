@@ -1,0 +1,830 @@
+//! The HTTP API of `hindsight serve` (`docs/openapi.yaml` is its contract): every
+//! route, the bearer-token check, the request bounds, and errors as JSON.
+//!
+//! Archive work (search, SQL, connection lookups) is blocking and runs on threads
+//! of its own, at most `max_concurrent` at once; packet results stream to the
+//! client as they are found, through a bounded channel, so a slow client slows
+//! the search rather than filling memory.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Json, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use hindsight_live::{Dumper, LiveCounters};
+use hindsight_query::filter::Filter;
+use hindsight_query::search::{PacketSearch, SearchRequest};
+use hindsight_ring::Ring;
+use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
+use hindsight_store::TimeRange;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::metrics;
+use crate::output::{PacketFormat, packet_sink};
+use crate::timearg::{format_nanos, parse_instant, time_range};
+
+/// Snap length written in exported pcap headers, as `hindsight query` writes it.
+const PCAP_SNAPLEN: u32 = 262_144;
+
+/// The web UI: one page, no external resources.
+const UI: &str = include_str!("ui.html");
+
+/// The API's contract.
+const OPENAPI: &str = include_str!("../../../../docs/openapi.yaml");
+
+/// Bounds of requests.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiLimits {
+    /// Largest request body, bytes.
+    pub max_body_bytes: usize,
+    /// Most rows a query or statement returns.
+    pub max_rows: u64,
+    /// Longest a request may run.
+    pub timeout: Duration,
+    /// Queries running at once.
+    pub max_concurrent: usize,
+}
+
+/// The live side of the server, when it captures.
+#[derive(Debug)]
+pub struct Live {
+    /// The interface.
+    pub interface: String,
+    /// The recording's counters.
+    pub counters: Arc<LiveCounters>,
+    /// The capture ring.
+    pub ring: Ring,
+    /// Dumps on request.
+    pub dumper: Dumper,
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct AppState {
+    /// The archive directory.
+    pub root: PathBuf,
+    /// The dump directory.
+    pub dumps_dir: PathBuf,
+    /// The bearer token, if the API needs one.
+    pub token: Option<String>,
+    /// Bounds of requests.
+    pub limits: ApiLimits,
+    /// Live capture, if any.
+    pub live: Option<Live>,
+    /// When the server started.
+    pub started: Instant,
+    /// Permits of the archive work running at once.
+    pub work: Arc<Semaphore>,
+    /// Dump requests running at once.
+    pub dump_requests: Arc<Semaphore>,
+    /// Dump requests made, to name them.
+    pub dump_requests_made: AtomicU64,
+    /// Responses by status class (1xx..5xx).
+    pub responses: [AtomicU64; 5],
+    /// Packets archived per second, as `f64` bits, sampled by [`sample_rates`].
+    pub archive_rate: AtomicU64,
+}
+
+type Shared = Arc<AppState>;
+
+/// An error answered as `{"error": message, "status": code}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn internal(error: &anyhow::Error) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{error:#}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": self.message, "status": self.status.as_u16()});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::bad_request(format!("bad query parameters: {}", rejection.body_text()))
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "the request body is larger than the server's max_body_bytes".to_owned()
+        } else {
+            format!("bad request body: {}", rejection.body_text())
+        };
+        Self::new(status, message)
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The whole application.
+pub fn router(state: Shared) -> Router {
+    let api = Router::new()
+        .route("/api/v1/query", get(query))
+        .route("/api/v1/histogram", get(histogram))
+        .route("/api/v1/sql", post(sql))
+        .route("/api/v1/flows", get(flows))
+        .route("/api/v1/stats", get(stats))
+        .route("/api/v1/triggers", post(trigger))
+        .route("/api/v1/dumps", get(dumps))
+        .route("/api/v1/dumps/{name}", get(dump_file))
+        .route("/metrics", get(metrics_text))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            require_token,
+        ));
+    Router::new()
+        .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], UI) }))
+        .route("/api/v1/health", get(health))
+        .route(
+            "/api/openapi.yaml",
+            get(|| async { ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI) }),
+        )
+        .merge(api)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), count_responses))
+        .with_state(state)
+}
+
+async fn count_responses(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let class = usize::from(response.status().as_u16() / 100).clamp(1, 5) - 1;
+    state.responses[class].fetch_add(1, Ordering::Relaxed);
+    response
+}
+
+/// Lets a request through if the server has no token or the request carries it.
+async fn require_token(
+    State(state): State<Shared>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = &state.token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "));
+    if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
+        return next.run(request).await;
+    }
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "this server needs an `Authorization: Bearer TOKEN` header",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Compares without an early exit, so timing does not tell how much matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Takes a permit for archive work, or answers 503.
+fn permit(state: &AppState) -> ApiResult<OwnedSemaphorePermit> {
+    Arc::clone(&state.work).try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{} queries are running, the server's max_concurrent: try again shortly",
+                state.limits.max_concurrent
+            ),
+        )
+    })
+}
+
+/// Runs blocking archive work on a thread of its own, within the time bound.
+async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let permit = permit(state)?;
+    let (done, result) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("api-work".to_owned())
+        .spawn(move || {
+            let _permit = permit;
+            let _ = done.send(work());
+        })
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    match tokio::time::timeout(state.limits.timeout, result).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(_)) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request's worker ended without an answer",
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "the request took longer than the server's timeout_secs ({} s)",
+                state.limits.timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
+    let capture = state.live.as_ref().map(|live| {
+        json!({
+            "interface": live.interface,
+            "running": live.counters.capturing.load(Ordering::Relaxed),
+        })
+    });
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_secs": state.started.elapsed().as_secs(),
+        "capture": capture,
+    }))
+}
+
+async fn stats(State(state): State<Shared>) -> ApiResult<Json<serde_json::Value>> {
+    let root = state.root.clone();
+    let summary = blocking(&state, move || {
+        crate::cmd::stats::summary(&root, false).map_err(|e| ApiError::internal(&e))
+    })
+    .await?;
+    Ok(Json(summary))
+}
+
+/// The time window of a request.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Window {
+    since: Option<String>,
+    until: Option<String>,
+}
+
+impl Window {
+    fn range(&self) -> ApiResult<TimeRange> {
+        time_range(self.since.as_deref(), self.until.as_deref(), None)
+            .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+    }
+}
+
+fn parse_filter(text: &str) -> ApiResult<Filter> {
+    Filter::parse(text).map_err(|e| ApiError::bad_request(format!("invalid filter:\n{e}")))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueryParams {
+    #[serde(default)]
+    filter: String,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<u64>,
+    format: Option<String>,
+}
+
+fn packet_format(name: Option<&str>) -> ApiResult<(PacketFormat, &'static str, &'static str)> {
+    Ok(match name.unwrap_or("jsonl") {
+        "jsonl" => (PacketFormat::Jsonl, "application/x-ndjson", "jsonl"),
+        "csv" => (PacketFormat::Csv, "text/csv; charset=utf-8", "csv"),
+        "pcap" => (PacketFormat::Pcap, "application/vnd.tcpdump.pcap", "pcap"),
+        "pcapng" => (PacketFormat::Pcapng, "application/x-pcapng", "pcapng"),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "format {other:?} is not one of jsonl, csv, pcap, pcapng"
+            )));
+        }
+    })
+}
+
+fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
+    let max = state.limits.max_rows;
+    match limit {
+        Some(0) => Err(ApiError::bad_request("limit must be positive")),
+        Some(n) if n > max => Err(ApiError::bad_request(format!(
+            "limit {n} is above the server's max_rows ({max})"
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(max),
+    }
+}
+
+/// `GET /api/v1/query`: the packets matching a filter in a window, streamed.
+async fn query(
+    State(state): State<Shared>,
+    params: Result<Query<QueryParams>, QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(params) = params?;
+    let filter = parse_filter(&params.filter)?;
+    let time = Window {
+        since: params.since,
+        until: params.until,
+    }
+    .range()?;
+    let (format, content_type, extension) = packet_format(params.format.as_deref())?;
+    let limit = row_limit(&state, params.limit)?;
+    let permit = permit(&state)?;
+    let request = SearchRequest {
+        filter,
+        time,
+        limit: Some(limit),
+        with_data: format.is_capture(),
+        capture_only: format.is_capture(),
+    };
+    let (chunks, body) = mpsc::channel::<io::Result<Bytes>>(8);
+    let (planned, is_planned) = oneshot::channel::<ApiResult<()>>();
+    let root = state.root.clone();
+    let deadline = Instant::now() + state.limits.timeout;
+    std::thread::Builder::new()
+        .name("api-query".to_owned())
+        .spawn(move || {
+            let _permit = permit;
+            let search = match PacketSearch::open(&root) {
+                Ok(search) => search,
+                Err(e) => {
+                    let _ = planned.send(Err(ApiError::internal(&e.into())));
+                    return;
+                }
+            };
+            let plan = match search.plan(&request) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    let _ = planned.send(Err(ApiError::internal(&e.into())));
+                    return;
+                }
+            };
+            if planned.send(Ok(())).is_err() {
+                return;
+            }
+            let out = ChannelWriter::new(chunks.clone());
+            let mut sink = packet_sink(format, Box::new(out), PCAP_SNAPLEN);
+            let result = search
+                .execute(&request, &plan, &mut |record, data| {
+                    if Instant::now() > deadline {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the query took longer than the server's timeout_secs",
+                        ));
+                    }
+                    sink.write(record, data).map(|()| true)
+                })
+                .map_err(anyhow::Error::from)
+                .and_then(|_| sink.finish().map_err(anyhow::Error::from));
+            drop(sink);
+            if let Err(error) = result {
+                // Headers are sent: ending the body with an error makes the
+                // connection close early, so the client sees a broken transfer
+                // rather than a short result that looks whole.
+                let _ = chunks.blocking_send(Err(io::Error::other(format!("{error:#}"))));
+            }
+        })
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    is_planned.await.map_err(|_| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the query ended without an answer")
+    })??;
+    let mut response = Body::from_stream(ReceiverStream::new(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if format.is_capture() {
+        let name = format!("attachment; filename=\"hindsight.{extension}\"");
+        if let Ok(value) = HeaderValue::from_str(&name) {
+            headers.insert(header::CONTENT_DISPOSITION, value);
+        }
+    }
+    Ok(response)
+}
+
+/// A `Write` that sends 64 KiB pieces down a channel to the response body; a
+/// client that went away makes the next write fail, which stops the search.
+struct ChannelWriter {
+    chunks: mpsc::Sender<io::Result<Bytes>>,
+    buffer: Vec<u8>,
+}
+
+const WRITE_CHUNK: usize = 64 << 10;
+
+impl ChannelWriter {
+    fn new(chunks: mpsc::Sender<io::Result<Bytes>>) -> Self {
+        Self {
+            chunks,
+            buffer: Vec::with_capacity(WRITE_CHUNK),
+        }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let piece = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(WRITE_CHUNK),
+        ));
+        self.chunks
+            .blocking_send(Ok(piece))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        if self.buffer.len() >= WRITE_CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistogramParams {
+    #[serde(default)]
+    filter: String,
+    since: Option<String>,
+    until: Option<String>,
+    buckets: Option<usize>,
+}
+
+/// `GET /api/v1/histogram`: packets matching a filter per time bucket (the UI's
+/// timeline). Without a window, the span of the segments the filter can match.
+async fn histogram(
+    State(state): State<Shared>,
+    params: Result<Query<HistogramParams>, QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let Query(params) = params?;
+    let filter = parse_filter(&params.filter)?;
+    let buckets = params.buckets.unwrap_or(100);
+    if !(1..=2000).contains(&buckets) {
+        return Err(ApiError::bad_request("buckets must be between 1 and 2000"));
+    }
+    let window = Window {
+        since: params.since,
+        until: params.until,
+    };
+    let time = window.range()?;
+    let root = state.root.clone();
+    let deadline = Instant::now() + state.limits.timeout;
+    let explicit = (window.since.is_some(), window.until.is_some());
+    let answer = blocking(&state, move || {
+        let search = PacketSearch::open(&root).map_err(|e| ApiError::internal(&e.into()))?;
+        let request = SearchRequest {
+            filter,
+            time,
+            limit: None,
+            with_data: false,
+            capture_only: true,
+        };
+        let plan = search
+            .plan(&request)
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        let first = plan.segments.iter().map(|s| s.min_ts_nanos).min();
+        let last = plan.segments.iter().map(|s| s.max_ts_nanos).max();
+        let start = if explicit.0 { time.start_nanos } else { first.unwrap_or(0) };
+        let end = if explicit.1 {
+            time.end_nanos
+        } else {
+            last.map_or(start, |last| last.saturating_add(1))
+        };
+        let span = end.saturating_sub(start).max(1);
+        let width = (span + buckets as i64 - 1) / buckets as i64;
+        let mut counts = vec![0u64; buckets];
+        let mut total = 0u64;
+        search
+            .execute(&request, &plan, &mut |record, _| {
+                if total.is_multiple_of(4096) && Instant::now() > deadline {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"));
+                }
+                let slot = (record.ts_nanos.saturating_sub(start) / width) as usize;
+                if let Some(count) = counts.get_mut(slot) {
+                    *count += 1;
+                    total += 1;
+                }
+                Ok(true)
+            })
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        Ok(json!({
+            "start_ns": start,
+            "end_ns": end,
+            "start": format_nanos(start),
+            "end": format_nanos(end),
+            "bucket_ns": width,
+            "counts": counts,
+            "total": total,
+        }))
+    })
+    .await?;
+    Ok(Json(answer))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlBody {
+    sql: String,
+    max_rows: Option<u64>,
+}
+
+/// `POST /api/v1/sql`: a statement over `packets` and `flows`, as JSON lines.
+async fn sql(
+    State(state): State<Shared>,
+    body: Result<Json<SqlBody>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Json(body) = body?;
+    let max_rows = row_limit(&state, body.max_rows)?;
+    let root = state.root.clone();
+    let output = blocking(&state, move || {
+        let session = SqlSession::open(&root).map_err(|e| ApiError::internal(&e.into()))?;
+        let mut out = Vec::new();
+        let limits = Limits {
+            max_rows: Some(max_rows),
+        };
+        match session.run(&body.sql, OutputFormat::Jsonl, &mut out, &limits) {
+            Ok(_rows) => Ok(out),
+            Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => {
+                Err(ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))))
+            }
+            Err(e) => Err(ApiError::internal(&e.into())),
+        }
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], output).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FlowParams {
+    ip: Option<String>,
+    filter: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+/// `GET /api/v1/flows`: the connections of an address or network.
+async fn flows(
+    State(state): State<Shared>,
+    params: Result<Query<FlowParams>, QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let Query(params) = params?;
+    let time = Window {
+        since: params.since.clone(),
+        until: params.until.clone(),
+    }
+    .range()?;
+    let limit = row_limit(&state, params.limit.map(|n| n as u64))?;
+    let limit = usize::try_from(limit.min(100_000)).unwrap_or(100_000);
+    let root = state.root.clone();
+    let answer = blocking(&state, move || {
+        let lookup = crate::cmd::flows::Lookup {
+            filter: params.filter.as_deref(),
+            ip: params.ip.as_deref(),
+            time,
+            limit: if params.limit.is_some() { limit } else { 1000 },
+            after: params.after.as_deref(),
+        };
+        let (entries, next) = crate::cmd::flows::lookup(&root, &lookup)
+            .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
+        let connections: Vec<_> = entries
+            .iter()
+            .map(crate::cmd::flows::connection_json)
+            .collect();
+        Ok(json!({"connections": connections, "next": next}))
+    })
+    .await?;
+    Ok(Json(answer))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerBody {
+    filter: String,
+    at: Option<String>,
+    before_secs: Option<f64>,
+    after_secs: Option<f64>,
+}
+
+/// Longest window a dump request may ask for, each side of its time.
+const MAX_DUMP_SIDE: Duration = Duration::from_secs(3600);
+
+/// Dump requests running at once.
+pub const MAX_DUMP_REQUESTS: usize = 4;
+
+/// `POST /api/v1/triggers`: dump the ring's window around a time (now by
+/// default) for a filter. Answers 202 at once; the dump appears in
+/// `/api/v1/dumps` once the window's end has been captured.
+async fn trigger(
+    State(state): State<Shared>,
+    body: Result<Json<TriggerBody>, JsonRejection>,
+) -> ApiResult<Response> {
+    let Json(body) = body?;
+    let Some(live) = &state.live else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "this server does not capture (no [capture] section): there is no ring to dump",
+        ));
+    };
+    let filter = parse_filter(&body.filter)?;
+    let side = |name: &str, value: Option<f64>, default: f64| -> ApiResult<Duration> {
+        let value = value.unwrap_or(default);
+        match Duration::try_from_secs_f64(value) {
+            Ok(d) if d <= MAX_DUMP_SIDE => Ok(d),
+            _ => Err(ApiError::bad_request(format!(
+                "{name} = {value}: expected seconds between 0 and {}",
+                MAX_DUMP_SIDE.as_secs()
+            ))),
+        }
+    };
+    let before = side("before_secs", body.before_secs, 10.0)?;
+    let after = side("after_secs", body.after_secs, 5.0)?;
+    let now = jiff::Timestamp::now();
+    let at_ns = match &body.at {
+        Some(text) => {
+            parse_instant(text, now).map_err(|e| ApiError::bad_request(format!("at: {e:#}")))?
+        }
+        None => i64::try_from(now.as_nanosecond()).unwrap_or(i64::MAX),
+    };
+    let permit = Arc::clone(&state.dump_requests)
+        .try_acquire_owned()
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("{MAX_DUMP_REQUESTS} dumps are being written: try again shortly"),
+            )
+        })?;
+    let n = state.dump_requests_made.fetch_add(1, Ordering::Relaxed) + 1;
+    let label = format!("request{n}");
+    let name = Dumper::file_name(at_ns, &label);
+    let dumper = live.dumper.clone();
+    std::thread::Builder::new()
+        .name("api-dump".to_owned())
+        .spawn(move || {
+            let _permit = permit;
+            if let Err(error) = dumper.dump(filter, at_ns, before, after, &label) {
+                eprintln!("hindsight: dump {label}: {error}");
+            }
+        })
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let ready_by = at_ns.saturating_add(i64::try_from(after.as_nanos()).unwrap_or(i64::MAX));
+    let answer = json!({
+        "dump": name,
+        "url": format!("/api/v1/dumps/{name}"),
+        "at": format_nanos(at_ns),
+        "at_ns": at_ns,
+        "ready_after": format_nanos(ready_by),
+    });
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+/// The finished dumps of `dir`: name, bytes, and modification time, newest first.
+pub fn list_dumps(dir: &Path) -> Vec<(String, u64, i64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut dumps: Vec<(String, u64, i64)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            if !valid_dump_name(&name) {
+                return None;
+            }
+            let metadata = entry.metadata().ok()?;
+            let modified = metadata
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?;
+            let modified = i64::try_from(modified.as_nanos()).ok()?;
+            Some((name, metadata.len(), modified))
+        })
+        .collect();
+    dumps.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| b.0.cmp(&a.0)));
+    dumps
+}
+
+/// A finished dump's name: `dump-<digits>-<label>.pcap`, nothing that leaves the
+/// directory (the `.part` of a dump being written is not one).
+fn valid_dump_name(name: &str) -> bool {
+    name.starts_with("dump-")
+        && name.ends_with(".pcap")
+        && name.len() <= 255
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.contains("..")
+}
+
+async fn dumps(State(state): State<Shared>) -> Json<serde_json::Value> {
+    let dumps: Vec<_> = list_dumps(&state.dumps_dir)
+        .into_iter()
+        .map(|(name, bytes, modified)| {
+            json!({
+                "name": name,
+                "bytes": bytes,
+                "modified": format_nanos(modified),
+                "url": format!("/api/v1/dumps/{name}"),
+            })
+        })
+        .collect();
+    Json(json!({"dumps": dumps}))
+}
+
+async fn dump_file(
+    State(state): State<Shared>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> ApiResult<Response> {
+    if !valid_dump_name(&name) {
+        return Err(ApiError::bad_request(format!(
+            "{name:?} is not a dump name (dump-<time>-<label>.pcap)"
+        )));
+    }
+    let path = state.dumps_dir.join(&name);
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, format!("no dump named {name}")))?;
+    let length = file.metadata().await.map(|m| m.len()).ok();
+    let mut response =
+        Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/vnd.tcpdump.pcap"),
+    );
+    if let Some(length) = length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// `GET /metrics`, outside the query permits: a scrape must answer while queries run.
+async fn metrics_text(State(state): State<Shared>) -> ApiResult<Response> {
+    let text = tokio::task::spawn_blocking(move || metrics::render(&state))
+        .await
+        .map_err(|e| ApiError::internal(&e.into()))?
+        .map_err(|e| ApiError::internal(&e))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}
+
+/// Samples the archive rate every `every`, for the `hindsight_archive_packets_per_second` gauge.
+pub async fn sample_rates(state: Shared, every: Duration) {
+    let Some(live) = &state.live else { return };
+    let mut last = (Instant::now(), live.counters.archived.load(Ordering::Relaxed));
+    loop {
+        tokio::time::sleep(every).await;
+        let now = (Instant::now(), live.counters.archived.load(Ordering::Relaxed));
+        let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
+        state.archive_rate.store(rate.to_bits(), Ordering::Relaxed);
+        last = now;
+    }
+}

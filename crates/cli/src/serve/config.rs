@@ -1,0 +1,253 @@
+//! `hindsight.toml`, the configuration of `hindsight serve`:
+//!
+//! ```toml
+//! archive = "/var/lib/hindsight"   # relative paths are relative to this file
+//!
+//! [capture]                        # optional: without it, serve answers queries only
+//! interface = "eth0"
+//! snaplen = 262144                 # bytes captured per packet into the ring
+//! kernel_buffer_mib = 64
+//! ring_mib = 256                   # memory of the capture ring, 2 MiB chunks
+//! seal_secs = 60                   # how often the archive is sealed (made durable)
+//!
+//! [trigger]                        # optional, needs [capture]
+//! filter = "tcp.flags.syn == 1 && tcp.dstport == 23"
+//! dump = "host $src"
+//! before_secs = 10
+//! after_secs = 5
+//!
+//! [dumps]
+//! dir = "dumps"                    # default: ARCHIVE/dumps
+//! max_dump_mib = 256               # one dump
+//! max_total_mib = 4096             # all dumps; the oldest go first (0: no bound)
+//!
+//! [api]
+//! listen = "127.0.0.1:8080"
+//! token = "..."                    # or HINDSIGHT_API_TOKEN; none: no authentication
+//! max_body_bytes = 65536
+//! max_rows = 1000000
+//! timeout_secs = 60
+//! max_concurrent = 4               # queries running at once; more get 503
+//! ```
+//!
+//! The archive's own bounds (connection-index expiration, packet retention) are
+//! in `ARCHIVE/config.toml`, read by every command that writes the archive.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// The archive directory.
+    pub archive: Option<PathBuf>,
+    /// Live capture, if any.
+    pub capture: Option<CaptureSection>,
+    /// The trigger, if any.
+    pub trigger: Option<TriggerSection>,
+    /// Dumps.
+    #[serde(default)]
+    pub dumps: DumpsSection,
+    /// The HTTP API.
+    #[serde(default)]
+    pub api: ApiSection,
+}
+
+/// `[capture]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSection {
+    /// Interface to capture on.
+    pub interface: String,
+    /// Bytes captured per packet into the ring.
+    #[serde(default = "default_snaplen")]
+    pub snaplen: u32,
+    /// Kernel capture buffer, MiB.
+    #[serde(default = "default_kernel_buffer_mib")]
+    pub kernel_buffer_mib: u32,
+    /// Memory of the ring, MiB.
+    #[serde(default = "default_ring_mib")]
+    pub ring_mib: usize,
+    /// Seal the archive this often.
+    #[serde(default = "default_seal_secs")]
+    pub seal_secs: u64,
+}
+
+/// `[trigger]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSection {
+    /// Trigger filter (either syntax).
+    pub filter: String,
+    /// Dump filter template.
+    #[serde(default = "default_dump")]
+    pub dump: String,
+    /// Seconds before the trigger packet.
+    #[serde(default = "default_before")]
+    pub before_secs: f64,
+    /// Seconds after it.
+    #[serde(default = "default_after")]
+    pub after_secs: f64,
+}
+
+/// `[dumps]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DumpsSection {
+    /// Directory of the dumps.
+    pub dir: Option<PathBuf>,
+    /// Bound of one dump, MiB.
+    pub max_dump_mib: u64,
+    /// Bound of all dumps, MiB.
+    pub max_total_mib: u64,
+}
+
+impl Default for DumpsSection {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            max_dump_mib: 256,
+            max_total_mib: 4096,
+        }
+    }
+}
+
+/// `[api]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiSection {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Bearer token every API request must carry.
+    pub token: Option<String>,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Most rows a query or statement may return.
+    pub max_rows: u64,
+    /// Longest a request may run.
+    pub timeout_secs: u64,
+    /// Queries running at once.
+    pub max_concurrent: usize,
+}
+
+impl Default for ApiSection {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            token: None,
+            max_body_bytes: 64 << 10,
+            max_rows: 1_000_000,
+            timeout_secs: 60,
+            max_concurrent: 4,
+        }
+    }
+}
+
+fn default_snaplen() -> u32 {
+    262_144
+}
+fn default_kernel_buffer_mib() -> u32 {
+    64
+}
+fn default_ring_mib() -> usize {
+    256
+}
+fn default_seal_secs() -> u64 {
+    60
+}
+fn default_dump() -> String {
+    "host $src".to_owned()
+}
+fn default_before() -> f64 {
+    10.0
+}
+fn default_after() -> f64 {
+    5.0
+}
+
+impl ServeConfig {
+    /// Reads `path`; relative paths in it are made relative to its directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut config: Self = toml::from_str(&text)
+            .with_context(|| format!("{} is not a valid serve configuration", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        for dir in [&mut config.archive, &mut config.dumps.dir]
+            .into_iter()
+            .flatten()
+        {
+            if dir.is_relative() {
+                *dir = base.join(&*dir);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Checks what serde cannot.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(capture) = &self.capture {
+            if capture.interface.is_empty() {
+                bail!("[capture] interface must not be empty");
+            }
+            if capture.seal_secs == 0 {
+                bail!("[capture] seal_secs must be positive");
+            }
+        }
+        if self.trigger.is_some() && self.capture.is_none() {
+            bail!("[trigger] needs a [capture] section: triggers watch live traffic");
+        }
+        if let Some(trigger) = &self.trigger {
+            seconds("[trigger] before_secs", trigger.before_secs)?;
+            seconds("[trigger] after_secs", trigger.after_secs)?;
+        }
+        let api = &self.api;
+        if api.max_rows == 0 || api.timeout_secs == 0 || api.max_concurrent == 0 {
+            bail!("[api] max_rows, timeout_secs and max_concurrent must be positive");
+        }
+        if api.token.as_deref().is_some_and(str::is_empty) {
+            bail!("[api] token must not be empty (leave it out for no authentication)");
+        }
+        Ok(())
+    }
+}
+
+/// `value` seconds as a duration, or an error naming `name`.
+pub fn seconds(name: &str, value: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .with_context(|| format!("{name} = {value}: expected a number of seconds ≥ 0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_relative_to_the_file_and_mistakes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hindsight.toml");
+        std::fs::write(
+            &path,
+            "archive = \"arch\"\n[capture]\ninterface = \"lo\"\n[api]\nlisten = \"127.0.0.1:0\"\n",
+        )
+        .unwrap();
+        let config = ServeConfig::load(&path).unwrap();
+        assert_eq!(config.archive.unwrap(), dir.path().join("arch"));
+        assert_eq!(config.capture.unwrap().ring_mib, 256);
+        assert_eq!(config.api.max_rows, 1_000_000);
+
+        std::fs::write(&path, "[api]\nlisten = \"127.0.0.1:0\"\nmax_row = 5\n").unwrap();
+        let error = format!("{:#}", ServeConfig::load(&path).unwrap_err());
+        assert!(error.contains("max_row"), "{error}");
+
+        std::fs::write(&path, "[trigger]\nfilter = \"tcp\"\n").unwrap();
+        let error = ServeConfig::load(&path).unwrap().validate().unwrap_err();
+        assert!(error.to_string().contains("needs a [capture]"), "{error}");
+    }
+}

@@ -1,0 +1,278 @@
+//! `GET /metrics`: Prometheus text exposition of the capture (kernel and ring
+//! drops), the archive (rates, segments, disk) and the API. Counters end in
+//! `_total`; rates are PromQL's `rate()` of them, and one gauge samples the
+//! archive rate for people reading the page by eye.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+use hindsight_store::{Archive, Table};
+
+use super::api::{AppState, list_dumps};
+
+/// One metric family being written.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+    }
+
+    fn value(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.out, "{name} {value}");
+        } else {
+            let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
+        }
+    }
+}
+
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    Family::head(out, name, kind, help);
+    Family { out }.value(name, "", value);
+}
+
+/// Escapes a label value.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Renders every metric.
+pub fn render(state: &AppState) -> Result<String> {
+    let mut out = String::with_capacity(4096);
+    Family::head(&mut out, "hindsight_build_info", "gauge", "Version of this server.");
+    Family { out: &mut out }.value(
+        "hindsight_build_info",
+        &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
+        1,
+    );
+    single(
+        &mut out,
+        "hindsight_uptime_seconds",
+        "gauge",
+        "Seconds since the server started.",
+        state.started.elapsed().as_secs_f64(),
+    );
+    if let Some(live) = &state.live {
+        let c = &live.counters;
+        let iface = format!("interface=\"{}\"", label(&live.interface));
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        for (name, kind, help, value) in [
+            (
+                "hindsight_capture_running",
+                "gauge",
+                "1 while the capture thread reads the interface.",
+                u64::from(c.capturing.load(Ordering::Relaxed)),
+            ),
+            (
+                "hindsight_capture_packets_total",
+                "counter",
+                "Packets captured into the ring.",
+                load(&c.captured),
+            ),
+            (
+                "hindsight_capture_bytes_total",
+                "counter",
+                "Wire bytes of the packets captured.",
+                load(&c.captured_bytes),
+            ),
+            (
+                "hindsight_capture_kernel_received_total",
+                "counter",
+                "Packets the kernel passed to the capture (libpcap ps_recv).",
+                load(&c.kernel_received),
+            ),
+            (
+                "hindsight_capture_kernel_drops_total",
+                "counter",
+                "Packets the kernel dropped for lack of capture buffer (libpcap ps_drop).",
+                load(&c.kernel_dropped),
+            ),
+            (
+                "hindsight_capture_interface_drops_total",
+                "counter",
+                "Packets the interface or driver dropped (libpcap ps_ifdrop).",
+                load(&c.interface_dropped),
+            ),
+        ] {
+            Family::head(&mut out, name, kind, help);
+            Family { out: &mut out }.value(name, &iface, value);
+        }
+        let ring = live.ring.stats();
+        let config = live.ring.config();
+        for (name, kind, help, value) in [
+            (
+                "hindsight_ring_memory_bytes",
+                "gauge",
+                "Memory bound of the capture ring.",
+                config.chunks as u64 * config.chunk_bytes as u64,
+            ),
+            (
+                "hindsight_ring_chunks_published_total",
+                "counter",
+                "Chunks published to the ring.",
+                ring.chunks,
+            ),
+            (
+                "hindsight_ring_chunks_overwritten_total",
+                "counter",
+                "Published chunks overwritten by newer ones.",
+                ring.overwritten,
+            ),
+            (
+                "hindsight_ring_packets_truncated_total",
+                "counter",
+                "Packets cut short to fit a chunk.",
+                ring.truncated,
+            ),
+            (
+                "hindsight_ring_pin_waits_total",
+                "counter",
+                "Times capture waited for a dump's pin before overwriting.",
+                ring.pin_waits,
+            ),
+            (
+                "hindsight_ring_drops_archive_chunks_total",
+                "counter",
+                "Ring chunks the archiver lost: overwritten before it read them.",
+                load(&c.archive_missed_chunks),
+            ),
+            (
+                "hindsight_archived_packets_total",
+                "counter",
+                "Packets written to the archive from the ring.",
+                load(&c.archived),
+            ),
+            (
+                "hindsight_archive_seals_total",
+                "counter",
+                "Times the archive sealed its open segments.",
+                load(&c.seals),
+            ),
+            (
+                "hindsight_dumps_written_total",
+                "counter",
+                "Dumps written (triggers and requests).",
+                load(&c.dumps),
+            ),
+            (
+                "hindsight_triggers_suppressed_total",
+                "counter",
+                "Trigger matches inside a previous trigger's hold-off.",
+                load(&c.triggers_suppressed),
+            ),
+            (
+                "hindsight_triggers_without_dump_total",
+                "counter",
+                "Triggers whose packet lacks a field the dump template names.",
+                load(&c.triggers_without_dump),
+            ),
+        ] {
+            single(&mut out, name, kind, help, value);
+        }
+        single(
+            &mut out,
+            "hindsight_archive_packets_per_second",
+            "gauge",
+            "Packets archived per second over the last sampling interval.",
+            f64::from_bits(state.archive_rate.load(Ordering::Relaxed)),
+        );
+    }
+    let archive = Archive::open_reader(&state.root)
+        .with_context(|| format!("cannot open archive {}", state.root.display()))?;
+    for (name, help) in [
+        ("hindsight_segments", "Sealed segments in the catalog."),
+        ("hindsight_segment_rows", "Rows (packets, flow records) in sealed segments."),
+        ("hindsight_segment_bytes", "Bytes on disk of sealed segments."),
+    ] {
+        Family::head(&mut out, name, "gauge", help);
+        for table in Table::ALL {
+            let entries: Vec<_> = archive.catalog().entries_of(table).collect();
+            let value = match name {
+                "hindsight_segments" => entries.len() as u64,
+                "hindsight_segment_rows" => entries.iter().map(|e| e.rows).sum(),
+                _ => entries.iter().map(|e| e.size_bytes).sum(),
+            };
+            Family { out: &mut out }.value(name, &format!("table=\"{}\"", table.name()), value);
+        }
+    }
+    single(
+        &mut out,
+        "hindsight_archive_disk_bytes",
+        "gauge",
+        "Bytes of every file under the archive directory (segments, indexes, catalog, dumps).",
+        disk_usage(&state.root),
+    );
+    if let Some(free) = free_bytes(&state.root) {
+        single(
+            &mut out,
+            "hindsight_filesystem_free_bytes",
+            "gauge",
+            "Bytes available to the server on the archive's file system.",
+            free,
+        );
+    }
+    let dumps = list_dumps(&state.dumps_dir);
+    single(
+        &mut out,
+        "hindsight_dumps",
+        "gauge",
+        "Finished dumps in the dump directory.",
+        dumps.len(),
+    );
+    single(
+        &mut out,
+        "hindsight_dump_bytes",
+        "gauge",
+        "Bytes of the finished dumps.",
+        dumps.iter().map(|d| d.1).sum::<u64>(),
+    );
+    Family::head(
+        &mut out,
+        "hindsight_http_responses_total",
+        "counter",
+        "HTTP responses by status class.",
+    );
+    for (i, count) in state.responses.iter().enumerate() {
+        Family { out: &mut out }.value(
+            "hindsight_http_responses_total",
+            &format!("code=\"{}xx\"", i + 1),
+            count.load(Ordering::Relaxed),
+        );
+    }
+    Ok(out)
+}
+
+/// Bytes of the regular files under `dir`, recursively; what cannot be read counts 0.
+fn disk_usage(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => disk_usage(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Bytes available to unprivileged users on the file system of `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, zero is a valid value of it.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to a statvfs we own.
+    let status = unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) };
+    (status == 0).then(|| u64::from(stat.f_bavail) * u64::from(stat.f_frsize))
+}

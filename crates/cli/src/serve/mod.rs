@@ -1,0 +1,244 @@
+//! `hindsight serve --config hindsight.toml`: the long-running flight recorder.
+//! Live capture into the ring (optional), archived behind it with flows,
+//! retention and triggers (see `hindsight_live`), and the HTTP API and web UI
+//! over the archive (see [`api`]), until SIGTERM or SIGINT: then the API stops
+//! taking requests, the ring drains into the archive, and the archive seals.
+//!
+//! A SIGKILL loses only what was not sealed: the next start recovers the archive
+//! as `ingest` does (temporary files removed, every catalogued segment intact).
+
+pub mod api;
+mod config;
+mod metrics;
+
+use std::future::IntoFuture;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hindsight_ingest::{IngestOptions, Ingestor};
+use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
+use hindsight_query::Filter;
+use hindsight_ring::RingConfig;
+use hindsight_store::Archive;
+use hindsight_trigger::DumpTemplate;
+use tokio::sync::Semaphore;
+
+use self::api::{ApiLimits, AppState, Live};
+pub use self::config::ServeConfig;
+use self::config::seconds;
+use crate::cmd::human_bytes;
+
+/// Arguments of `hindsight serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configuration file (see docs/serve.md); without it, serve answers
+    /// queries over --archive and captures nothing.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The archive directory (overrides the file's `archive`).
+    #[arg(long, short = 'a', env = "HINDSIGHT_ARCHIVE", value_name = "DIR")]
+    archive: Option<PathBuf>,
+    /// Address to listen on (overrides [api] listen); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<std::net::SocketAddr>,
+}
+
+/// How long, after SIGTERM, requests in flight may take before the archive is
+/// sealed regardless.
+const DRAIN_REQUESTS: Duration = Duration::from_secs(10);
+
+/// Runs `hindsight serve`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let mut config = match &args.config {
+        Some(path) => ServeConfig::load(path)?,
+        None => ServeConfig::default(),
+    };
+    if let Some(archive) = args.archive {
+        config.archive = Some(archive);
+    }
+    if let Some(listen) = args.listen {
+        config.api.listen = listen;
+    }
+    config.validate()?;
+    let root = config.archive.clone().context(
+        "no archive: give --archive DIR or `archive = \"DIR\"` in the configuration file",
+    )?;
+    let dumps_dir = config.dumps.dir.clone().unwrap_or_else(|| root.join("dumps"));
+    let token = std::env::var("HINDSIGHT_API_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or(config.api.token.clone());
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("http")
+        .enable_all()
+        .build()
+        .context("cannot start the HTTP runtime")?;
+    // Listen first: a taken port fails before anything is captured.
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(config.api.listen))
+        .with_context(|| format!("cannot listen on {}", config.api.listen))?;
+    let address = listener.local_addr().context("cannot read the listening address")?;
+
+    let recorder = match &config.capture {
+        Some(capture) => Some(start_capture(&config, capture, &root, &dumps_dir)?),
+        None => {
+            Archive::open_reader(&root)
+                .with_context(|| format!("cannot open archive {}", root.display()))?;
+            None
+        }
+    };
+    let live = recorder.as_ref().map(|(recorder, interface)| Live {
+        interface: interface.clone(),
+        counters: recorder.counters(),
+        ring: recorder.ring().clone(),
+        dumper: recorder.dumper(),
+    });
+    let state = Arc::new(AppState {
+        root: root.clone(),
+        dumps_dir,
+        token,
+        limits: ApiLimits {
+            max_body_bytes: config.api.max_body_bytes,
+            max_rows: config.api.max_rows,
+            timeout: Duration::from_secs(config.api.timeout_secs),
+            max_concurrent: config.api.max_concurrent,
+        },
+        live,
+        started: Instant::now(),
+        work: Arc::new(Semaphore::new(config.api.max_concurrent)),
+        dump_requests: Arc::new(Semaphore::new(api::MAX_DUMP_REQUESTS)),
+        dump_requests_made: AtomicU64::new(0),
+        responses: Default::default(),
+        archive_rate: AtomicU64::new(0),
+    });
+    eprintln!(
+        "hindsight serve: archive {}, {}; listening on http://{address}",
+        root.display(),
+        match &recorder {
+            Some((recorder, interface)) => format!(
+                "capturing on {interface} (link type {})",
+                recorder.link_type().0
+            ),
+            None => "no capture".to_owned(),
+        }
+    );
+    let app = api::router(Arc::clone(&state));
+    let served = runtime.block_on(async move {
+        let sampler = tokio::spawn(api::sample_rates(Arc::clone(&state), Duration::from_secs(5)));
+        let (stopping, stop) = tokio::sync::watch::channel(false);
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let mut stop = stop;
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        });
+        let mut server = std::pin::pin!(server.into_future());
+        let result = tokio::select! {
+            result = &mut server => result,
+            name = shutdown_signal() => {
+                eprintln!("hindsight serve: {name}: stopping");
+                let _ = stopping.send(true);
+                // Requests in flight get a bound, then the archive seals anyway.
+                tokio::time::timeout(DRAIN_REQUESTS, server).await.unwrap_or(Ok(()))
+            }
+        };
+        sampler.abort();
+        result
+    });
+    // The archive seals whether or not the server ended well.
+    if let Some((recorder, _)) = recorder {
+        let summary = recorder.stop()?;
+        eprintln!(
+            "hindsight serve: captured {} packets ({} dropped by the kernel, {} by the \
+             interface); archived {} ({} ring chunks missed); {} dump(s); archive sealed",
+            summary.captured,
+            summary.kernel_dropped,
+            summary.interface_dropped,
+            summary.archived,
+            summary.archive_missed_chunks,
+            summary.dumps.len(),
+        );
+    }
+    served.context("the HTTP server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGTERM or SIGINT and returns its name.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without signal handlers, serve runs until it is killed.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+/// Opens the archive for writing and starts capturing on the configured interface.
+fn start_capture(
+    config: &ServeConfig,
+    capture: &config::CaptureSection,
+    root: &std::path::Path,
+    dumps_dir: &std::path::Path,
+) -> Result<(Recorder, String)> {
+    let trigger = match &config.trigger {
+        Some(section) => Some(TriggerConfig {
+            filter: Filter::parse(&section.filter)
+                .map_err(|e| anyhow::anyhow!("[trigger] filter: {e}"))?,
+            dump: DumpTemplate::new(&section.dump)
+                .map_err(|e| anyhow::anyhow!("[trigger] dump: {e}"))?,
+            before: seconds("[trigger] before_secs", section.before_secs)?,
+            after: seconds("[trigger] after_secs", section.after_secs)?,
+        }),
+        None => None,
+    };
+    let settings = crate::config::archive_settings(root, None)?;
+    let options = IngestOptions {
+        expiry: settings.expiry,
+        retention: settings.retention,
+        ..IngestOptions::default()
+    };
+    let (ingestor, opened) = Ingestor::open(root, options)
+        .with_context(|| format!("cannot open archive {}", root.display()))?;
+    let recovery = &opened.recovery;
+    if !recovery.temp_files_removed.is_empty() || !opened.reindexed.is_empty() {
+        eprintln!(
+            "hindsight serve: recovered the archive: {} unsealed temporary file(s) removed, \
+             {} segment(s) re-indexed",
+            recovery.temp_files_removed.len(),
+            opened.reindexed.len()
+        );
+    }
+    // After the archive is opened: a new archive must start as an empty directory.
+    std::fs::create_dir_all(dumps_dir).with_context(|| {
+        format!("cannot create the dump directory {}", dumps_dir.display())
+    })?;
+    let record = RecordConfig {
+        interface: capture.interface.clone(),
+        snaplen: capture.snaplen,
+        kernel_buffer: capture.kernel_buffer_mib.saturating_mul(1 << 20),
+        ring: RingConfig::with_memory(capture.ring_mib << 20),
+        seal_every: Duration::from_secs(capture.seal_secs),
+        trigger,
+        dumps: DumpConfig {
+            dir: dumps_dir.to_owned(),
+            max_dump_bytes: config.dumps.max_dump_mib << 20,
+            max_total_bytes: config.dumps.max_total_mib << 20,
+        },
+    };
+    let recorder = Recorder::start(record, ingestor)?;
+    eprintln!(
+        "hindsight serve: ring {}",
+        human_bytes((capture.ring_mib as u64) << 20)
+    );
+    Ok((recorder, capture.interface.clone()))
+}
