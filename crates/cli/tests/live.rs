@@ -13,6 +13,7 @@ mod common;
 use common::{PacketKey, hindsight, lan_hour, ok, read_frames as read_capture, require_tool};
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -100,6 +101,11 @@ impl Drop for Namespaces {
 /// Waits until the child's standard error has printed a line containing `text`,
 /// and keeps draining it in the background; returns what it printed in the end.
 fn wait_for_stderr(child: &mut Child, text: &str) -> std::thread::JoinHandle<String> {
+    wait_for_line(child, text).0
+}
+
+/// As [`wait_for_stderr`], and also returns the line that contained `text`.
+fn wait_for_line(child: &mut Child, text: &str) -> (std::thread::JoinHandle<String>, String) {
     let stderr = child.stderr.take().expect("piped stderr");
     let (ready, is_ready) = std::sync::mpsc::channel();
     let text = text.to_owned();
@@ -108,7 +114,7 @@ fn wait_for_stderr(child: &mut Child, text: &str) -> std::thread::JoinHandle<Str
         let mut sent = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if !sent && line.contains(&text) {
-                let _ = ready.send(());
+                let _ = ready.send(line.clone());
                 sent = true;
             }
             all.push_str(&line);
@@ -116,21 +122,26 @@ fn wait_for_stderr(child: &mut Child, text: &str) -> std::thread::JoinHandle<Str
         }
         all
     });
-    is_ready
+    let line = is_ready
         .recv_timeout(Duration::from_secs(60))
         .expect("the capture did not start");
-    reader
+    (reader, line)
 }
 
 fn interrupt(child: &Child) {
-    run(privileged("kill").args(["-INT", &child.id().to_string()]));
+    signal(child, "INT");
 }
 
-#[test]
-fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
+fn signal(child: &Child, name: &str) {
+    run(privileged("kill").args([&format!("-{name}"), &child.id().to_string()]));
+}
+
+/// False (the test returns) when HINDSIGHT_SKIP_LIVE is set; fails the test if
+/// it cannot make namespaces or lacks a tool.
+fn live_tests_enabled() -> bool {
     if std::env::var_os("HINDSIGHT_SKIP_LIVE").is_some() {
         eprintln!("HINDSIGHT_SKIP_LIVE is set: live test skipped");
-        return;
+        return false;
     }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc_geteuid() } == 0;
@@ -138,8 +149,16 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
         root,
         "the live test needs root; set HINDSIGHT_SKIP_LIVE=1 to skip it"
     );
-    for tool in ["ip", "tcpdump", "tcpreplay"] {
+    for tool in ["ip", "tcpdump", "tcpreplay", "curl"] {
         require_tool(tool);
+    }
+    true
+}
+
+#[test]
+fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
+    if !live_tests_enabled() {
+        return;
     }
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
@@ -277,6 +296,284 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     assert!(oracle.len() > 10, "{} packets in the window", oracle.len());
     assert_eq!(dumped.len(), oracle.len());
     assert!(dumped == oracle, "dump and tcpdump's selection differ");
+}
+
+/// A catalogued segment: id, file, rows, bytes, CRC-32.
+type Sealed = (u64, String, u64, u64, u32);
+
+/// The catalog of `archive`, from `hindsight stats --json --segments`.
+fn catalog(archive: &Path) -> Vec<Sealed> {
+    let stats: serde_json::Value = serde_json::from_str(&ok(&hindsight(&[
+        "stats",
+        "--json",
+        "--segments",
+        "--archive",
+        archive.to_str().unwrap(),
+    ])))
+    .unwrap();
+    stats["segment_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["file"].as_str().unwrap().to_owned(),
+                s["rows"].as_u64().unwrap(),
+                s["size_bytes"].as_u64().unwrap(),
+                u32::try_from(s["crc32"].as_u64().unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Every catalogued segment's file has the catalogued size and checksum.
+fn assert_intact(archive: &Path, segments: &[Sealed]) {
+    for (id, file, _, size, crc) in segments {
+        let (actual_size, actual_crc) =
+            hindsight_store::archive::checksum_file(&archive.join(file)).unwrap();
+        assert_eq!(
+            (actual_size, actual_crc),
+            (*size, *crc),
+            "segment {id} ({file})"
+        );
+    }
+}
+
+/// Packets the archive answers for the empty filter.
+fn count_packets(archive: &Path) -> u64 {
+    ok(&hindsight(&[
+        "query",
+        "",
+        "--count",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]))
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// `hindsight serve` capturing in a namespace: a SIGKILL mid-replay leaves every
+/// sealed segment intact and no partial one visible; the restarted server
+/// recovers, archives a second replay exactly as tcpdump sees it, dumps a
+/// window on `POST /api/v1/triggers` equal to tcpdump's selection, and on
+/// SIGTERM drains the ring, seals, and exits 0.
+#[test]
+fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let config = work.path().join("hindsight.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "archive = {:?}\n[capture]\ninterface = \"hs-a\"\nseal_secs = 1\n\
+             [api]\nlisten = \"127.0.0.1:0\"\n",
+            archive.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let ns = Namespaces::new();
+    run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
+    let serve = || {
+        let mut child = ns
+            .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stderr, line) = wait_for_line(&mut child, "listening on http://");
+        let address = line
+            .split("listening on http://")
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        (child, stderr, address)
+    };
+    let replay = |then: &mut dyn FnMut()| {
+        let mut tcpreplay = ns
+            .exec(&ns.sender, "tcpreplay")
+            .args(["-i", "hs-b", "--pps", "20000"])
+            .arg(lan_hour())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        then();
+        assert!(tcpreplay.wait().unwrap().success());
+    };
+
+    // 1. SIGKILL 2.5 s into a 3.1 s replay, after about two seals.
+    let (mut first, first_err, _) = serve();
+    replay(&mut || {
+        std::thread::sleep(Duration::from_millis(2500));
+        signal(&first, "KILL");
+    });
+    first.wait().unwrap();
+    let first_err = first_err.join().unwrap();
+    let sealed = catalog(&archive);
+    let packets_sealed: u64 = sealed
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .map(|s| s.2)
+        .sum();
+    assert!(
+        packets_sealed > 0,
+        "nothing sealed before the kill: {first_err}"
+    );
+    eprintln!(
+        "killed: {} segment(s) sealed, {packets_sealed} packets",
+        sealed.len()
+    );
+    assert_intact(&archive, &sealed);
+    // Readers see exactly the sealed segments, whatever the kill left unsealed.
+    assert_eq!(count_packets(&archive), packets_sealed);
+
+    // 2. Restart: recovery keeps every sealed segment.
+    let reference = work.path().join("tcpdump.pcap");
+    let mut tcpdump = ns
+        .exec(&ns.receiver, "tcpdump")
+        .args([
+            "-i",
+            "hs-a",
+            "-s",
+            "0",
+            "-U",
+            "--time-stamp-precision=nano",
+            "-w",
+        ])
+        .arg(&reference)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tcpdump_err = wait_for_stderr(&mut tcpdump, "listening on");
+    let (second, second_err, address) = serve();
+    let curl = |path: &str, extra: &[&str]| -> Vec<u8> {
+        let output = ns
+            .exec(&ns.receiver, "curl")
+            .args(["-sS", "--fail-with-body"])
+            .args(extra)
+            .arg(format!("http://{address}{path}"))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "curl {path}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output.stdout
+    };
+    let health: serde_json::Value = serde_json::from_slice(&curl("/api/v1/health", &[])).unwrap();
+    assert_eq!(health["capture"]["running"], true);
+    let mut accepted = serde_json::Value::Null;
+    replay(&mut || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let body = r#"{"filter": "udp port 53", "before_secs": 30, "after_secs": 1}"#;
+        accepted = serde_json::from_slice(&curl(
+            "/api/v1/triggers",
+            &[
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                body,
+            ],
+        ))
+        .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let name = accepted["dump"].as_str().unwrap().to_owned();
+    let at = accepted["at_ns"].as_i64().unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&curl("/api/v1/dumps", &[])).unwrap();
+    assert_eq!(listed["dumps"][0]["name"], name.as_str(), "{listed}");
+    let downloaded = work.path().join("downloaded.pcap");
+    curl(
+        &format!("/api/v1/dumps/{name}"),
+        &["-o", downloaded.to_str().unwrap()],
+    );
+    let metrics = String::from_utf8(curl("/metrics", &[])).unwrap();
+    assert!(
+        metrics.contains("hindsight_capture_kernel_drops_total{interface=\"hs-a\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("hindsight_dumps_written_total 1"),
+        "{metrics}"
+    );
+
+    // 3. SIGTERM drains the ring and seals; the server exits 0.
+    signal(&second, "TERM");
+    let mut second = second;
+    let status = second.wait().unwrap();
+    let second_err = second_err.join().unwrap();
+    assert!(status.success(), "serve failed: {second_err}");
+    eprintln!("{second_err}");
+    assert!(second_err.contains("archive sealed"), "{second_err}");
+    interrupt(&tcpdump);
+    tcpdump.wait().unwrap();
+    let tcpdump_err = tcpdump_err.join().unwrap();
+    assert!(
+        tcpdump_err.contains("\n0 packets dropped by kernel"),
+        "{tcpdump_err}"
+    );
+
+    // Every segment sealed before the kill is still there, unchanged.
+    let now = catalog(&archive);
+    for segment in &sealed {
+        assert!(
+            now.contains(segment),
+            "segment {} lost or changed",
+            segment.0
+        );
+    }
+    assert_intact(&archive, &now);
+    // The second replay is archived exactly as tcpdump saw it.
+    let seen = read_capture(&reference);
+    assert!(seen.len() >= 62_781, "tcpdump saw {}", seen.len());
+    let since = seen.iter().map(|p| p.0).min().unwrap();
+    let exported = work.path().join("second.pcap");
+    ok(&hindsight(&[
+        "query",
+        "",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--since",
+        &format!("{}.{:09}", since / 1_000_000_000, since % 1_000_000_000),
+        "-o",
+        exported.to_str().unwrap(),
+    ]));
+    let mut archived = read_capture(&exported);
+    archived.sort();
+    let mut expected: Vec<PacketKey> = seen
+        .iter()
+        .map(|(ts, len, data)| (*ts, *len, data[..data.len().min(128)].to_vec()))
+        .collect();
+    expected.sort();
+    assert_eq!(archived.len(), expected.len(), "{second_err}");
+    assert!(archived == expected, "archive and tcpdump differ");
+
+    // The requested dump: tcpdump's selection for the filter and the window.
+    let selected = work.path().join("selected.pcap");
+    run(Command::new("tcpdump")
+        .args(["--time-stamp-precision=nano", "-r"])
+        .arg(&reference)
+        .arg("-w")
+        .arg(&selected)
+        .arg("udp port 53"));
+    let window = (at - 30_000_000_000)..=(at + 1_000_000_000);
+    let oracle: Vec<PacketKey> = read_capture(&selected)
+        .into_iter()
+        .filter(|(ts, _, _)| window.contains(ts))
+        .collect();
+    assert!(oracle.len() > 10, "{} packets in the window", oracle.len());
+    assert_eq!(read_capture(&downloaded), oracle);
+    assert_eq!(read_capture(&archive.join("dumps").join(&name)), oracle);
 }
 
 unsafe extern "C" {

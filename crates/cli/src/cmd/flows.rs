@@ -194,7 +194,8 @@ fn encode_cursor(key: &[u8]) -> String {
 }
 
 fn decode_cursor(text: &str) -> Result<Vec<u8>> {
-    let bad = || anyhow::anyhow!("cursor {text:?} is not one that a page of connections ended with");
+    let bad =
+        || anyhow::anyhow!("cursor {text:?} is not one that a page of connections ended with");
     if !text.len().is_multiple_of(2) || text.len() > 256 {
         return Err(bad());
     }

@@ -168,7 +168,10 @@ pub fn router(state: Shared) -> Router {
             require_token,
         ));
     Router::new()
-        .route("/", get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], UI) }))
+        .route(
+            "/",
+            get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], UI) }),
+        )
         .route("/api/v1/health", get(health))
         .route(
             "/api/openapi.yaml",
@@ -183,7 +186,10 @@ pub fn router(state: Shared) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), count_responses))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            count_responses,
+        ))
         .with_state(state)
 }
 
@@ -195,11 +201,7 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
 }
 
 /// Lets a request through if the server has no token or the request carries it.
-async fn require_token(
-    State(state): State<Shared>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn require_token(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &state.token else {
         return next.run(request).await;
     };
@@ -421,7 +423,10 @@ async fn query(
         })
         .map_err(|e| ApiError::internal(&e.into()))?;
     is_planned.await.map_err(|_| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the query ended without an answer")
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the query ended without an answer",
+        )
     })??;
     let mut response = Body::from_stream(ReceiverStream::new(body)).into_response();
     let headers = response.headers_mut();
@@ -524,7 +529,11 @@ async fn histogram(
             .map_err(|e| ApiError::internal(&e.into()))?;
         let first = plan.segments.iter().map(|s| s.min_ts_nanos).min();
         let last = plan.segments.iter().map(|s| s.max_ts_nanos).max();
-        let start = if explicit.0 { time.start_nanos } else { first.unwrap_or(0) };
+        let start = if explicit.0 {
+            time.start_nanos
+        } else {
+            first.unwrap_or(0)
+        };
         let end = if explicit.1 {
             time.end_nanos
         } else {
@@ -584,9 +593,9 @@ async fn sql(
         };
         match session.run(&body.sql, OutputFormat::Jsonl, &mut out, &limits) {
             Ok(_rows) => Ok(out),
-            Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => {
-                Err(ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))))
-            }
+            Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => Err(
+                ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))),
+            ),
             Err(e) => Err(ApiError::internal(&e.into())),
         }
     })
@@ -787,8 +796,7 @@ async fn dump_file(
         .await
         .map_err(|_| ApiError::new(StatusCode::NOT_FOUND, format!("no dump named {name}")))?;
     let length = file.metadata().await.map(|m| m.len()).ok();
-    let mut response =
-        Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
+    let mut response = Body::from_stream(tokio_util::io::ReaderStream::new(file)).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -810,7 +818,10 @@ async fn metrics_text(State(state): State<Shared>) -> ApiResult<Response> {
         .map_err(|e| ApiError::internal(&e.into()))?
         .map_err(|e| ApiError::internal(&e))?;
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         text,
     )
         .into_response())
@@ -819,10 +830,16 @@ async fn metrics_text(State(state): State<Shared>) -> ApiResult<Response> {
 /// Samples the archive rate every `every`, for the `hindsight_archive_packets_per_second` gauge.
 pub async fn sample_rates(state: Shared, every: Duration) {
     let Some(live) = &state.live else { return };
-    let mut last = (Instant::now(), live.counters.archived.load(Ordering::Relaxed));
+    let mut last = (
+        Instant::now(),
+        live.counters.archived.load(Ordering::Relaxed),
+    );
     loop {
         tokio::time::sleep(every).await;
-        let now = (Instant::now(), live.counters.archived.load(Ordering::Relaxed));
+        let now = (
+            Instant::now(),
+            live.counters.archived.load(Ordering::Relaxed),
+        );
         let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
         state.archive_rate.store(rate.to_bits(), Ordering::Relaxed);
         last = now;

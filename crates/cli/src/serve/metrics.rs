@@ -48,7 +48,12 @@ fn label(value: &str) -> String {
 /// Renders every metric.
 pub fn render(state: &AppState) -> Result<String> {
     let mut out = String::with_capacity(4096);
-    Family::head(&mut out, "hindsight_build_info", "gauge", "Version of this server.");
+    Family::head(
+        &mut out,
+        "hindsight_build_info",
+        "gauge",
+        "Version of this server.",
+    );
     Family { out: &mut out }.value(
         "hindsight_build_info",
         &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
@@ -190,8 +195,14 @@ pub fn render(state: &AppState) -> Result<String> {
         .with_context(|| format!("cannot open archive {}", state.root.display()))?;
     for (name, help) in [
         ("hindsight_segments", "Sealed segments in the catalog."),
-        ("hindsight_segment_rows", "Rows (packets, flow records) in sealed segments."),
-        ("hindsight_segment_bytes", "Bytes on disk of sealed segments."),
+        (
+            "hindsight_segment_rows",
+            "Rows (packets, flow records) in sealed segments.",
+        ),
+        (
+            "hindsight_segment_bytes",
+            "Bytes on disk of sealed segments.",
+        ),
     ] {
         Family::head(&mut out, name, "gauge", help);
         for table in Table::ALL {
@@ -274,5 +285,5 @@ fn free_bytes(path: &Path) -> Option<u64> {
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a pointer to a statvfs we own.
     let status = unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) };
-    (status == 0).then(|| u64::from(stat.f_bavail) * u64::from(stat.f_frsize))
+    (status == 0).then(|| stat.f_bavail.saturating_mul(stat.f_frsize))
 }

@@ -67,7 +67,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = config.archive.clone().context(
         "no archive: give --archive DIR or `archive = \"DIR\"` in the configuration file",
     )?;
-    let dumps_dir = config.dumps.dir.clone().unwrap_or_else(|| root.join("dumps"));
+    let dumps_dir = config
+        .dumps
+        .dir
+        .clone()
+        .unwrap_or_else(|| root.join("dumps"));
     let token = std::env::var("HINDSIGHT_API_TOKEN")
         .ok()
         .filter(|t| !t.is_empty())
@@ -83,7 +87,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(config.api.listen))
         .with_context(|| format!("cannot listen on {}", config.api.listen))?;
-    let address = listener.local_addr().context("cannot read the listening address")?;
+    let address = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
 
     let recorder = match &config.capture {
         Some(capture) => Some(start_capture(&config, capture, &root, &dumps_dir)?),
@@ -130,7 +136,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     );
     let app = api::router(Arc::clone(&state));
     let served = runtime.block_on(async move {
-        let sampler = tokio::spawn(api::sample_rates(Arc::clone(&state), Duration::from_secs(5)));
+        let sampler = tokio::spawn(api::sample_rates(
+            Arc::clone(&state),
+            Duration::from_secs(5),
+        ));
         let (stopping, stop) = tokio::sync::watch::channel(false);
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let mut stop = stop;
@@ -151,6 +160,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     });
     // The archive seals whether or not the server ended well.
     if let Some((recorder, _)) = recorder {
+        let counters = recorder.counters();
         let summary = recorder.stop()?;
         eprintln!(
             "hindsight serve: captured {} packets ({} dropped by the kernel, {} by the \
@@ -160,7 +170,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             summary.interface_dropped,
             summary.archived,
             summary.archive_missed_chunks,
-            summary.dumps.len(),
+            counters.dumps.load(std::sync::atomic::Ordering::Relaxed),
         );
     }
     served.context("the HTTP server failed")?;
@@ -219,9 +229,8 @@ fn start_capture(
         );
     }
     // After the archive is opened: a new archive must start as an empty directory.
-    std::fs::create_dir_all(dumps_dir).with_context(|| {
-        format!("cannot create the dump directory {}", dumps_dir.display())
-    })?;
+    std::fs::create_dir_all(dumps_dir)
+        .with_context(|| format!("cannot create the dump directory {}", dumps_dir.display()))?;
     let record = RecordConfig {
         interface: capture.interface.clone(),
         snaplen: capture.snaplen,

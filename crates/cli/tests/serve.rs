@@ -1,0 +1,600 @@
+//! `hindsight serve` through the real server on 127.0.0.1: the HTTP API (answers
+//! compared with the command line and with tcpdump, bad requests refused with
+//! JSON errors, the bearer token), and the web UI driven in headless Chromium
+//! through chromedriver (search, timeline, table, pcap download).
+
+mod common;
+
+use common::{hindsight, lan_hour, ok, read_frames, require_tool};
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKEN: &str = "s3cret-token";
+const RARE: &str = "172.30.100.1";
+
+/// A running `hindsight serve`; killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    /// Starts serve on a free port of 127.0.0.1 with `config` (TOML) and waits
+    /// until it listens.
+    fn start(dir: &Path, config: &str) -> Self {
+        let path = dir.join("hindsight.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+            .args(["serve", "--config", path.to_str().unwrap()])
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("HINDSIGHT_API_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hindsight serve");
+        let stderr = child.stderr.take().unwrap();
+        let (address, got_address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.split("listening on http://").nth(1) {
+                    let _ = address.send(at.trim().to_owned());
+                }
+                eprintln!("serve: {line}");
+            }
+        });
+        let address = got_address
+            .recv_timeout(Duration::from_secs(60))
+            .expect("serve did not start listening");
+        Self {
+            child,
+            base: format!("http://{address}"),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// An answer: status, content type, body.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts a JSON error with `status` whose message contains `needle`.
+    fn error(&self, status: u16, needle: &str) {
+        assert_eq!(self.status, status, "{}", self.text());
+        assert!(
+            self.content_type.starts_with("application/json"),
+            "{}",
+            self.content_type
+        );
+        let body = self.json();
+        assert_eq!(body["status"], status);
+        let message = body["error"].as_str().unwrap();
+        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+    }
+}
+
+fn answer(mut response: ureq::http::Response<ureq::Body>) -> Answer {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_vec()
+        .unwrap();
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+fn get(server: &Server, path: &str, token: Option<&str>) -> Answer {
+    let mut request = agent().get(server.url(path));
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    answer(request.call().expect("GET"))
+}
+
+fn post(server: &Server, path: &str, body: &[u8]) -> Answer {
+    let response = agent()
+        .post(server.url(path))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .header("Content-Type", "application/json")
+        .send(body)
+        .expect("POST");
+    answer(response)
+}
+
+/// lan-hour archived whole (snap length 0), so exported pcaps compare byte for byte.
+fn archive_lan_hour(dir: &Path) -> PathBuf {
+    let archive = dir.join("archive");
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--snaplen",
+        "0",
+        "--archive",
+        archive.to_str().unwrap(),
+        lan_hour().to_str().unwrap(),
+    ]));
+    archive
+}
+
+/// What `tcpdump -r lan-hour FILTER` selects.
+fn tcpdump_frames(dir: &Path, filter: &str) -> Vec<common::PacketKey> {
+    let out = dir.join("tcpdump.pcap");
+    let status = Command::new("tcpdump")
+        .args([
+            "-r",
+            lan_hour().to_str().unwrap(),
+            "-w",
+            out.to_str().unwrap(),
+        ])
+        .arg(filter)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    read_frames(&out)
+}
+
+fn frames_of(dir: &Path, bytes: &[u8]) -> Vec<common::PacketKey> {
+    let path = dir.join("answer.pcap");
+    std::fs::write(&path, bytes).unwrap();
+    read_frames(&path)
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
+    require_tool("tcpdump");
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\ntoken = \"{TOKEN}\"\nmax_rows = 50000\nmax_body_bytes = 4096\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let t = Some(TOKEN);
+
+    // Health needs no token; everything else does.
+    let health = get(&server, "/api/v1/health", None);
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+    get(&server, "/api/v1/stats", None).error(401, "Authorization: Bearer");
+    get(&server, "/api/v1/stats", Some("wrong")).error(401, "Bearer");
+    let stats = get(&server, "/api/v1/stats", t).json();
+    assert_eq!(stats["packets"], 62_781);
+
+    // Query: JSON lines equal to `hindsight query -F jsonl`.
+    let filter = format!("host {RARE}");
+    let jsonl = get(
+        &server,
+        &format!("/api/v1/query?filter={}&format=jsonl", encode(&filter)),
+        t,
+    );
+    assert_eq!(jsonl.status, 200);
+    assert_eq!(jsonl.content_type, "application/x-ndjson");
+    let cli = ok(&hindsight(&[
+        "query",
+        &filter,
+        "--archive",
+        archive.to_str().unwrap(),
+        "-F",
+        "jsonl",
+    ]));
+    assert!(!cli.is_empty());
+    assert_eq!(jsonl.text(), cli);
+
+    // Query as pcap: exactly what tcpdump selects from the capture.
+    for filter in [
+        format!("host {RARE}"),
+        "tcp.port == 139 && tcp.flags.syn == 1".to_owned(),
+    ] {
+        let pcap = get(
+            &server,
+            &format!("/api/v1/query?filter={}&format=pcap", encode(&filter)),
+            t,
+        );
+        assert_eq!(pcap.status, 200, "{}", pcap.text());
+        let bpf = if filter.starts_with("host") {
+            filter.clone()
+        } else {
+            "tcp port 139 and tcp[tcpflags] & tcp-syn != 0".to_owned()
+        };
+        let expected = tcpdump_frames(dir.path(), &bpf);
+        assert!(!expected.is_empty());
+        assert_eq!(frames_of(dir.path(), &pcap.body), expected, "{filter}");
+    }
+    // A window and a limit.
+    let limited = get(&server, "/api/v1/query?filter=tcp&limit=7&format=jsonl", t);
+    assert_eq!(limited.text().lines().count(), 7);
+
+    // Histogram total = the command line's count; SQL; flows.
+    let count: u64 = ok(&hindsight(&[
+        "query",
+        "tcp",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--count",
+    ]))
+    .trim()
+    .parse()
+    .unwrap();
+    let histogram = get(&server, "/api/v1/histogram?filter=tcp&buckets=60", t).json();
+    assert_eq!(histogram["total"], count);
+    let buckets: u64 = histogram["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(buckets, count);
+    let sql = post(
+        &server,
+        "/api/v1/sql",
+        json!({"sql": "SELECT count(*) AS n FROM packets WHERE ip_proto = 6"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(sql.status, 200, "{}", sql.text());
+    assert_eq!(sql.json()["n"], count);
+    let flows = get(&server, &format!("/api/v1/flows?ip={RARE}"), t).json();
+    let connections = flows["connections"].as_array().unwrap();
+    assert!(!connections.is_empty());
+    for connection in connections {
+        assert!(connection["orig_addr"] == RARE || connection["resp_addr"] == RARE);
+    }
+
+    // Metrics, dumps, the contract.
+    let metrics = get(&server, "/metrics", t);
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .text()
+            .contains("hindsight_segment_rows{table=\"packets\"} 62781")
+    );
+    assert_eq!(get(&server, "/api/v1/dumps", t).json()["dumps"], json!([]));
+    let spec = get(&server, "/api/openapi.yaml", None);
+    assert_eq!(spec.status, 200);
+    for path in spec.text().lines().filter_map(|l| l.strip_prefix("  /")) {
+        let path = format!("/{}", path.trim_end_matches(':'));
+        let routed = get(&server, &path.replace("{name}", "dump-1-x.pcap"), t);
+        assert!(!routed.text().contains("no such route"), "{path}");
+    }
+
+    // Bad requests: 4xx with a JSON error that says what is wrong.
+    get(&server, "/api/v1/query?filter=ip.addr%20%3D%3D%20", t).error(400, "^");
+    get(&server, "/api/v1/query?filter=tcp.port%20%3D%3D%2070000", t).error(400, "invalid filter");
+    get(&server, "/api/v1/query?filtr=tcp", t).error(400, "unknown field `filtr`");
+    get(&server, "/api/v1/query?format=xml", t).error(400, "format \"xml\"");
+    get(&server, "/api/v1/query?limit=50001", t).error(400, "max_rows");
+    get(&server, "/api/v1/query?limit=-1", t).error(400, "limit");
+    get(&server, "/api/v1/query?since=yesterday-ish", t).error(400, "cannot read");
+    get(&server, "/api/v1/histogram?buckets=0", t).error(400, "buckets");
+    get(&server, "/api/v1/flows", t).error(400, "give an ip");
+    get(&server, "/api/v1/flows?ip=10.0.0.300", t).error(400, "10.0.0.300");
+    get(&server, "/api/v1/dumps/..%2Fconfig.toml", t).error(400, "not a dump name");
+    get(&server, "/api/v1/dumps/dump-1-x.pcap", t).error(404, "no dump named");
+    get(&server, "/api/v1/nothing", t).error(404, "no such route");
+    post(&server, "/api/v1/sql", b"{\"sql\": \"SELEC 1\"}").error(400, "SELEC");
+    post(
+        &server,
+        "/api/v1/sql",
+        b"{\"sql\": \"SELECT 1\", \"rows\": 5}",
+    )
+    .error(422, "unknown field `rows`");
+    post(&server, "/api/v1/sql", b"{\"sql\": ").error(400, "bad request body");
+    post(
+        &server,
+        "/api/v1/sql",
+        json!({"sql": "SELECT * FROM packets", "max_rows": 10})
+            .to_string()
+            .as_bytes(),
+    )
+    .error(400, "more than 10 rows");
+    let huge = format!("{{\"sql\": \"{}\"}}", "x".repeat(100_000));
+    post(&server, "/api/v1/sql", huge.as_bytes()).error(413, "max_body_bytes");
+    post(&server, "/api/v1/triggers", b"{\"filter\": \"tcp\"}").error(409, "does not capture");
+    let wrong_method = answer(
+        agent()
+            .delete(server.url("/api/v1/stats"))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .call()
+            .unwrap(),
+    );
+    wrong_method.error(405, "method not allowed");
+    // The server is still well after all that.
+    assert_eq!(get(&server, "/api/v1/stats", t).json()["packets"], 62_781);
+}
+
+/// A WebDriver session of chromedriver driving headless Chromium.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+}
+
+/// The WebDriver element key.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+impl Browser {
+    fn start(downloads: &Path, profile: &Path) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let base = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        while agent().get(format!("{base}/status")).call().is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "chromedriver did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium_binary(),
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,900",
+                         format!("--user-data-dir={}", profile.display())],
+                "prefs": {
+                    "download.default_directory": downloads.to_str().unwrap(),
+                    "download.prompt_for_download": false,
+                },
+            },
+        }}});
+        let mut this = Self {
+            driver,
+            base,
+            session: String::new(),
+        };
+        let created = this.call("POST", "/session", &capabilities);
+        this.session = created["sessionId"]
+            .as_str()
+            .expect("session id")
+            .to_owned();
+        this.call(
+            "POST",
+            &format!("/session/{}/goog/cdp/execute", this.session),
+            &json!({"cmd": "Browser.setDownloadBehavior",
+                    "params": {"behavior": "allow", "downloadPath": downloads.to_str().unwrap()}}),
+        );
+        this
+    }
+
+    /// One WebDriver command; returns its `value`.
+    fn call(&self, method: &str, path: &str, body: &Value) -> Value {
+        let url = format!("{}{path}", self.base);
+        let response = match method {
+            "GET" => agent().get(&url).call(),
+            "DELETE" => agent().delete(&url).call(),
+            _ => agent().post(&url).send_json(body),
+        }
+        .expect("webdriver call");
+        let answer = answer(response);
+        assert_eq!(answer.status, 200, "{method} {path}: {}", answer.text());
+        answer.json()["value"].clone()
+    }
+
+    fn session_path(&self, rest: &str) -> String {
+        format!("/session/{}{rest}", self.session)
+    }
+
+    fn open(&self, url: &str) {
+        self.call("POST", &self.session_path("/url"), &json!({"url": url}));
+    }
+
+    fn element(&self, css: &str) -> String {
+        let found = self.call(
+            "POST",
+            &self.session_path("/element"),
+            &json!({"using": "css selector", "value": css}),
+        );
+        found[ELEMENT].as_str().expect("element id").to_owned()
+    }
+
+    fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css);
+        self.call(
+            "POST",
+            &self.session_path(&format!("/element/{id}/clear")),
+            &json!({}),
+        );
+        self.call(
+            "POST",
+            &self.session_path(&format!("/element/{id}/value")),
+            &json!({"text": text}),
+        );
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.element(css);
+        self.call(
+            "POST",
+            &self.session_path(&format!("/element/{id}/click")),
+            &json!({}),
+        );
+    }
+
+    fn script(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            &self.session_path("/execute/sync"),
+            &json!({"script": script, "args": []}),
+        )
+    }
+
+    /// Waits until `script` returns something truthy; returns it.
+    fn wait_for(&self, script: &str) -> Value {
+        let started = Instant::now();
+        loop {
+            let value = self.script(script);
+            if !(value.is_null() || value == false || value == "" || value == 0) {
+                return value;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "timed out on {script}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if !self.session.is_empty() {
+            let _ = agent()
+                .delete(format!("{}/session/{}", self.base, self.session))
+                .call();
+        }
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// The Chromium executable itself (Debian's `/usr/bin/chromium` is a shell wrapper).
+fn chromium_binary() -> String {
+    ["/usr/lib/chromium/chromium", "/usr/bin/chromium"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("chromium is not installed: run scripts/setup")
+        .to_owned()
+}
+
+#[test]
+fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
+    require_tool("chromedriver");
+    require_tool("tcpdump");
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!("archive = {:?}\n", archive.to_str().unwrap()),
+    );
+    let downloads = dir.path().join("downloads");
+    std::fs::create_dir_all(&downloads).unwrap();
+    let browser = Browser::start(&downloads, &dir.path().join("profile"));
+    browser.open(&server.url("/"));
+    browser.wait_for("return document.title === 'hindsight'");
+
+    // A bad filter shows the server's error, caret and all.
+    browser.type_into("#filter", "ip.addr == ");
+    browser.click("#search");
+    let error = browser.wait_for("return document.getElementById('error').textContent");
+    assert!(error.as_str().unwrap().contains('^'), "{error}");
+
+    // A search fills the status line, the timeline and the table.
+    let filter = format!("host {RARE}");
+    let expected = tcpdump_frames(dir.path(), &filter);
+    browser.type_into("#filter", &filter);
+    browser.click("#search");
+    let status = browser.wait_for(
+        "const s = document.getElementById('status').textContent; \
+         return s.includes('matching') ? s : ''",
+    );
+    assert!(
+        status
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{} matching packets", expected.len())),
+        "{status}"
+    );
+    assert_eq!(
+        browser.script("return document.getElementById('error').textContent"),
+        ""
+    );
+    let rows = browser.script("return document.querySelectorAll('#results tbody tr').length");
+    assert_eq!(rows, expected.len());
+    let cells = browser.script(
+        "return [...document.querySelectorAll('#results tbody tr')].every(r => \
+         r.cells[1].textContent === arguments[0] || r.cells[3].textContent === arguments[0])"
+            .replace("arguments[0]", &format!("'{RARE}'"))
+            .as_str(),
+    );
+    assert_eq!(cells, true);
+    let bars = browser.script("return document.querySelectorAll('#timeline rect.bar').length");
+    assert!(bars.as_u64().unwrap() >= 1, "{bars}");
+
+    // The download button saves what tcpdump selects.
+    browser.click("#download");
+    let saved = downloads.join("hindsight.pcap");
+    let started = Instant::now();
+    while !saved.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no download in {}: {:?}",
+            downloads.display(),
+            std::fs::read_dir(&downloads).unwrap().collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(read_frames(&saved), expected);
+}
