@@ -44,9 +44,17 @@ struct Namespaces {
     sender: String,
 }
 
+/// The live tests run one at a time: two replays at once on a 2-core machine
+/// would make the capture, not hindsight, the thing under test.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Namespaces made by this process so far, to name the next ones.
+static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 impl Namespaces {
     fn new() -> Self {
-        let id = std::process::id();
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("{}-{n}", std::process::id());
         let this = Self {
             receiver: format!("hs-rec-{id}"),
             sender: format!("hs-send-{id}"),
@@ -160,6 +168,7 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     if !live_tests_enabled() {
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
     let reference = work.path().join("tcpdump.pcap");
@@ -364,6 +373,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     if !live_tests_enabled() {
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
     let config = work.path().join("hindsight.toml");
