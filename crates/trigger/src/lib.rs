@@ -15,9 +15,10 @@
     )
 )]
 
+mod mapped;
+
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::BufWriter;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -394,7 +395,9 @@ pub fn dump(
     let mut cursor = ring.cursor_at_time(from);
     let mut pin = ring.pin(cursor.position());
     let deadline = Instant::now() + limits.max_wait;
-    let mut kept: Vec<(i64, u32, Vec<u8>)> = Vec::new();
+    // The kept packets: (time, wire length, offset, length) into one byte arena.
+    let mut kept: Vec<(i64, u32, usize, usize)> = Vec::new();
+    let mut arena: Vec<u8> = Vec::new();
     let (mut bytes, mut left_out) = (0u64, 0u64);
     loop {
         let wait = deadline.saturating_duration_since(Instant::now());
@@ -418,50 +421,80 @@ pub fn dump(
                 continue;
             }
             bytes += packet.data.len() as u64;
-            kept.push((packet.ts_ns, packet.wire_len, packet.data.to_vec()));
+            kept.push((
+                packet.ts_ns,
+                packet.wire_len,
+                arena.len(),
+                packet.data.len(),
+            ));
+            arena.extend_from_slice(packet.data);
         }
         drop(chunk);
         pin.move_to(cursor.position());
     }
     drop(pin);
     // Several producers interleave in time; a dump is read in time order.
-    kept.sort_by_key(|(ts, _, _)| *ts);
-    let io = |error| TriggerError::Io {
+    kept.sort_by_key(|&(ts, ..)| ts);
+    let packets: Vec<(i64, u32, &[u8])> = kept
+        .iter()
+        .map(|&(ts, wire_len, at, len)| (ts, wire_len, arena.get(at..at + len).unwrap_or(&[])))
+        .collect();
+    write_pcap(path, request.link_type, &packets).map_err(|error| TriggerError::Io {
         path: path.to_owned(),
         error,
-    };
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(".part");
-    let temp = PathBuf::from(temp);
-    let snaplen = kept
+    })?;
+    Ok(DumpReport {
+        path: path.to_owned(),
+        packets: packets.len() as u64,
+        bytes,
+        left_out,
+        missed_chunks: cursor.skipped(),
+    })
+}
+
+/// Writes `packets` (time, wire length, captured bytes), in the order given, as a
+/// pcap file with nanosecond timestamps: to `PATH.part`, through a mapping of a
+/// file whose blocks are reserved first, synced, then renamed to `path`, so the
+/// file appears whole or not at all.
+pub fn write_pcap(
+    path: &Path,
+    link_type: LinkType,
+    packets: &[(i64, u32, &[u8])],
+) -> io::Result<()> {
+    const FILE_HEADER: usize = 24;
+    const RECORD_HEADER: usize = 16;
+    let len = FILE_HEADER
+        + packets
+            .iter()
+            .map(|(_, _, data)| RECORD_HEADER + data.len())
+            .sum::<usize>();
+    let snaplen = packets
         .iter()
         .map(|(_, _, data)| data.len())
         .max()
         .unwrap_or(0)
         .max(65_535);
-    let file = File::create(&temp).map_err(io)?;
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".part");
+    let temp = PathBuf::from(temp);
+    let mut file = mapped::MappedFile::create(&temp, len)?;
+    let mut rest = file.bytes();
     let mut writer = PcapWriter::new(
-        BufWriter::with_capacity(1 << 20, file),
-        request.link_type,
+        &mut rest,
+        link_type,
         u32::try_from(snaplen).unwrap_or(u32::MAX),
         TimestampPrecision::Nanos,
-    )
-    .map_err(io)?;
-    for (ts, wire_len, data) in &kept {
-        writer.write_frame(*ts, *wire_len, data).map_err(io)?;
+    )?;
+    for &(ts, wire_len, data) in packets {
+        writer.write_frame(ts, wire_len, data)?;
     }
-    let file = writer
-        .into_inner()
-        .map_err(io)?
-        .into_inner()
-        .map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)?;
-    std::fs::rename(&temp, path).map_err(io)?;
-    Ok(DumpReport {
-        path: path.to_owned(),
-        packets: kept.len() as u64,
-        bytes,
-        left_out,
-        missed_chunks: cursor.skipped(),
-    })
+    let rest = writer.into_inner()?;
+    if !rest.is_empty() {
+        return Err(io::Error::other(format!(
+            "{} bytes of the dump left unwritten",
+            rest.len()
+        )));
+    }
+    file.finish()?;
+    std::fs::rename(&temp, path)
 }
