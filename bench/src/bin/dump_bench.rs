@@ -1,9 +1,8 @@
 //! Dump-writer benchmark (issue 4), side by side in one run, on lan-hour's packets
 //! replicated `--copies` times:
-//! - `write_pcap`, the dump writer: blocks reserved with fallocate, bytes copied
-//!   into a shared mapping, msync + fsync, rename;
-//! - the same pcap through a 1 MiB `BufWriter` + fsync + rename (the writer
-//!   dumps used before);
+//! - `write_pcap`, the dump writer: blocks reserved with fallocate, 1 MiB
+//!   writes, fsync, rename;
+//! - the same without the reservation (the writer dumps used before);
 //! - `dd bs=1M conv=fsync` of a pcap of the same bytes: the disk's durable
 //!   sequential write rate, the limit for any writer.
 //!
@@ -18,13 +17,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hindsight_bench::median;
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_model::LinkType;
 use hindsight_query::Filter;
 use hindsight_ring::{Ring, RingConfig};
 use hindsight_trigger::{DumpLimits, DumpRequest, dump, write_pcap};
-
-const LAN_HOUR: &str = "../shared/data/lan-hour-2012.pcap";
 
 fn parse_args() -> (usize, usize) {
     let (mut copies, mut runs) = (16usize, 5usize);
@@ -44,11 +42,6 @@ fn parse_args() -> (usize, usize) {
         }
     }
     (copies, runs)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn buffered(path: &Path, link_type: LinkType, packets: &[(i64, u32, &[u8])]) {
@@ -72,7 +65,7 @@ fn buffered(path: &Path, link_type: LinkType, packets: &[(i64, u32, &[u8])]) {
 
 fn main() {
     let (copies, runs) = parse_args();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
+    let source = hindsight_bench::default_source();
     let mut reader = CaptureReader::open(&source).expect("open lan-hour");
     let mut frames: Vec<(i64, u32, Vec<u8>, LinkType)> = Vec::new();
     while let Some(frame) = reader.next_frame() {
@@ -111,12 +104,12 @@ fn main() {
     for _ in 0..runs {
         let started = Instant::now();
         write_pcap(&out, link_type, &packets).unwrap();
-        mapped_s.push(started.elapsed().as_secs_f64());
+        mapped_s.push(started.elapsed());
         std::fs::remove_file(&out).unwrap();
 
         let started = Instant::now();
         buffered(&out, link_type, &packets);
-        buffered_s.push(started.elapsed().as_secs_f64());
+        buffered_s.push(started.elapsed());
         std::fs::remove_file(&out).unwrap();
 
         let started = Instant::now();
@@ -127,7 +120,7 @@ fn main() {
             .status()
             .expect("run dd");
         assert!(status.success());
-        dd_s.push(started.elapsed().as_secs_f64());
+        dd_s.push(started.elapsed());
         std::fs::remove_file(&out).unwrap();
     }
     println!(
@@ -135,10 +128,14 @@ fn main() {
         "writer", "seconds", "MB/s", "Mpackets/s"
     );
     for (name, seconds) in [
-        ("write_pcap (fallocate + mmap + fsync)", median(mapped_s)),
-        ("BufWriter 1 MiB + fsync", median(buffered_s)),
+        (
+            "write_pcap (fallocate + 1 MiB writes + fsync)",
+            median(mapped_s),
+        ),
+        ("1 MiB writes + fsync, no fallocate", median(buffered_s)),
         ("dd bs=1M conv=fsync (same bytes)", median(dd_s)),
     ] {
+        let seconds = seconds.as_secs_f64();
         println!(
             "{name:<46} {seconds:>10.3} {:>10.0} {:>10.2}",
             bytes as f64 / seconds / 1e6,
@@ -180,11 +177,11 @@ fn main() {
             };
             let started = Instant::now();
             let report = dump(&ring, &request, &out, limits).unwrap();
-            seconds.push(started.elapsed().as_secs_f64());
+            seconds.push(started.elapsed());
             written = report.packets;
             std::fs::remove_file(&out).unwrap();
         }
-        let seconds = median(seconds);
+        let seconds = median(seconds).as_secs_f64();
         println!(
             "{name:<46} {seconds:>10.3} {written:>10} {:>10.2}",
             packets.len() as f64 / seconds / 1e6

@@ -220,6 +220,12 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     assert_eq!(health.json()["status"], "ok");
     get(&server, "/api/v1/stats", None).error(401, "Authorization: Bearer");
     get(&server, "/api/v1/stats", Some("wrong")).error(401, "Bearer");
+    let lower_case_scheme = agent()
+        .get(server.url("/api/v1/stats"))
+        .header("Authorization", format!("bearer {TOKEN}"))
+        .call()
+        .unwrap();
+    assert_eq!(lower_case_scheme.status(), 200);
     let stats = get(&server, "/api/v1/stats", t).json();
     assert_eq!(stats["packets"], 62_781);
 

@@ -161,7 +161,7 @@ pub struct Recorder {
     stop: Arc<AtomicBool>,
     link_type: LinkType,
     counters: Arc<LiveCounters>,
-    dumps: DumpConfig,
+    dumper: Dumper,
     capture: Option<JoinHandle<Result<CaptureCounts, LiveError>>>,
     archiver: Option<JoinHandle<Result<(u64, u64), LiveError>>>,
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
@@ -210,6 +210,12 @@ impl Recorder {
         let ring = Ring::new(config.ring)?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(LiveCounters::default());
+        let dumper = Dumper {
+            ring: ring.clone(),
+            link_type,
+            config: config.dumps,
+            counters: Arc::clone(&counters),
+        };
 
         // Readers first, so that they see the first chunk.
         let archiver = {
@@ -223,12 +229,7 @@ impl Recorder {
         };
         let analyzer = config.trigger.map(|trigger| {
             let analyzer = Analyzer::new(&ring, trigger.filter.clone(), link_type, trigger.after);
-            let dumper = Dumper {
-                ring: ring.clone(),
-                link_type,
-                config: config.dumps.clone(),
-                counters: Arc::clone(&counters),
-            };
+            let dumper = dumper.clone();
             std::thread::Builder::new()
                 .name("analyzer".to_owned())
                 .spawn(move || analyze(analyzer, &dumper, &trigger))
@@ -255,6 +256,10 @@ impl Recorder {
                         if packets >= 4096 {
                             add(&live.captured, std::mem::take(&mut packets));
                             add(&live.captured_bytes, std::mem::take(&mut bytes));
+                            if stats_at.elapsed() >= KERNEL_STATS_EVERY {
+                                stats_at = Instant::now();
+                                kernel_stats(&mut capture, &live);
+                            }
                         }
                         match capture.next_packet() {
                             Ok(packet) => {
@@ -306,7 +311,7 @@ impl Recorder {
             stop,
             link_type,
             counters,
-            dumps: config.dumps,
+            dumper,
             capture: Some(capture_thread),
             archiver: Some(archiver),
             analyzer,
@@ -330,12 +335,7 @@ impl Recorder {
 
     /// A handle that dumps windows of the ring on request (`POST /api/v1/triggers`).
     pub fn dumper(&self) -> Dumper {
-        Dumper {
-            ring: self.ring.clone(),
-            link_type: self.link_type,
-            config: self.dumps.clone(),
-            counters: Arc::clone(&self.counters),
-        }
+        self.dumper.clone()
     }
 
     /// Stops capturing, lets the archiver and the analyzer finish what the ring

@@ -15,10 +15,10 @@
     )
 )]
 
-mod mapped;
-
 use std::collections::VecDeque;
-use std::io;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -453,9 +453,11 @@ pub fn dump(
 }
 
 /// Writes `packets` (time, wire length, captured bytes), in the order given, as a
-/// pcap file with nanosecond timestamps: to `PATH.part`, through a mapping of a
-/// file whose blocks are reserved first, synced, then renamed to `path`, so the
-/// file appears whole or not at all.
+/// pcap file with nanosecond timestamps: to `PATH.part`, whose blocks are reserved
+/// first (a full disk fails the dump before a byte is copied, and the file does
+/// not fragment as it grows), in 1 MiB writes, synced, then renamed to `path`, so
+/// the file appears whole or not at all. (FlowScope copies into a mapping of the
+/// reserved file instead; here that was slower: see docs/PERFORMANCE.md.)
 pub fn write_pcap(
     path: &Path,
     link_type: LinkType,
@@ -477,10 +479,10 @@ pub fn write_pcap(
     let mut temp = path.as_os_str().to_owned();
     temp.push(".part");
     let temp = PathBuf::from(temp);
-    let mut file = mapped::MappedFile::create(&temp, len)?;
-    let mut rest = file.bytes();
+    let file = File::create(&temp)?;
+    reserve(&file, len)?;
     let mut writer = PcapWriter::new(
-        &mut rest,
+        BufWriter::with_capacity(1 << 20, file),
         link_type,
         u32::try_from(snaplen).unwrap_or(u32::MAX),
         TimestampPrecision::Nanos,
@@ -488,13 +490,28 @@ pub fn write_pcap(
     for &(ts, wire_len, data) in packets {
         writer.write_frame(ts, wire_len, data)?;
     }
-    let rest = writer.into_inner()?;
-    if !rest.is_empty() {
-        return Err(io::Error::other(format!(
-            "{} bytes of the dump left unwritten",
-            rest.len()
-        )));
-    }
-    file.finish()?;
+    let mut out = writer.into_inner()?;
+    out.flush()?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    file.sync_all()?;
     std::fs::rename(&temp, path)
+}
+
+/// Reserves `len` bytes of blocks for `file` (`posix_fallocate`); a file system
+/// that cannot is left to allocate as the file grows.
+fn reserve(file: &File, len: usize) -> io::Result<()> {
+    let Ok(len) = libc::off_t::try_from(len) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "dump too large",
+        ));
+    };
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: a descriptor the caller's `File` keeps open, and a valid range.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        error => Err(io::Error::from_raw_os_error(error)),
+    }
 }

@@ -209,7 +209,11 @@ async fn require_token(State(state): State<Shared>, request: Request, next: Next
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "));
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
+        .and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
     if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
         return next.run(request).await;
     }
