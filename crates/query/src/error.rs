@@ -33,6 +33,7 @@ pub enum QueryError {
     #[error(transparent)]
     Archive(#[from] hindsight_store::StoreError),
     /// The address index could not be read.
+    #[cfg(feature = "search")]
     #[error(transparent)]
     Index(#[from] hindsight_index::IndexError),
     /// Results could not be written (a closed pipe, a full disk).

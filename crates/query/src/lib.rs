@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod filter;
+#[cfg(feature = "search")]
 pub mod search;
 
 pub use error::{ParseError, QueryError};
