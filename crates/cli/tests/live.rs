@@ -194,7 +194,8 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     let (before, after) = ("1", "1");
     let mut recorder = ns
         .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
-        .args(["record", "-i", "hs-a", "--archive"])
+        // Two capture threads in an AF_PACKET fanout group: two producers of the ring.
+        .args(["record", "-i", "hs-a", "--fanout", "2", "--archive"])
         .arg(&archive)
         .args([
             "--trigger",
@@ -229,6 +230,17 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     let status = recorder.wait().unwrap();
     let recorder_err = recorder_err.join().unwrap();
     assert!(status.success(), "hindsight record failed: {recorder_err}");
+    // Both sockets of the fanout group received a share of the traffic.
+    let shares: Vec<u64> = recorder_err
+        .lines()
+        .find_map(|line| line.strip_prefix("capture threads (fanout): "))
+        .unwrap_or_else(|| panic!("no fanout summary: {recorder_err}"))
+        .split(" + ")
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(shares.len(), 2);
+    assert!(shares.iter().all(|&n| n > 0), "{shares:?}");
+    eprintln!("fanout: {shares:?} packets per capture thread");
     interrupt(&tcpdump);
     tcpdump.wait().unwrap();
     let tcpdump_err = tcpdump_err.join().unwrap();

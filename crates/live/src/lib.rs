@@ -83,8 +83,11 @@ pub struct RecordConfig {
     pub interface: String,
     /// Bytes captured per packet (libpcap's snaplen).
     pub snaplen: u32,
-    /// Kernel buffer of the capture, bytes.
+    /// Kernel buffer of the capture, bytes (per capture thread).
     pub kernel_buffer: u32,
+    /// Capture threads, each a producer of the ring with its own AF_PACKET
+    /// socket; more than one joins them in a fanout group (by flow hash).
+    pub fanout: usize,
     /// The ring.
     pub ring: RingConfig,
     /// Seal the archive's open segment this often.
@@ -98,13 +101,13 @@ pub struct RecordConfig {
 /// Counters of a recording, updated while it runs (for `/metrics`).
 #[derive(Debug, Default)]
 pub struct LiveCounters {
-    /// True while the capture thread reads the interface.
-    pub capturing: AtomicBool,
+    /// Capture threads reading the interface now.
+    pub capture_threads: AtomicU64,
     /// Packets the capture thread put in the ring.
     pub captured: AtomicU64,
     /// Wire bytes of those packets.
     pub captured_bytes: AtomicU64,
-    /// libpcap's count of packets received, refreshed about once a second.
+    /// libpcap's count of packets received (all sockets), refreshed about once a second.
     pub kernel_received: AtomicU64,
     /// libpcap's count of packets the kernel dropped for lack of buffer space.
     pub kernel_dropped: AtomicU64,
@@ -131,8 +134,10 @@ fn add(counter: &AtomicU64, n: u64) {
 /// What a recording did.
 #[derive(Debug, Default)]
 pub struct RecordSummary {
-    /// Packets the capture thread put in the ring.
+    /// Packets the capture threads put in the ring.
     pub captured: u64,
+    /// The same, per capture thread (one per fanout socket).
+    pub captured_per_thread: Vec<u64>,
     /// libpcap's counters at the end: received by the filter, dropped for lack of
     /// buffer space in the kernel, dropped by the interface.
     pub kernel_received: u32,
@@ -162,7 +167,7 @@ pub struct Recorder {
     link_type: LinkType,
     counters: Arc<LiveCounters>,
     dumper: Dumper,
-    capture: Option<JoinHandle<Result<CaptureCounts, LiveError>>>,
+    capture: Vec<JoinHandle<Result<CaptureCounts, LiveError>>>,
     archiver: Option<JoinHandle<Result<(u64, u64), LiveError>>>,
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
 }
@@ -194,17 +199,20 @@ impl Recorder {
             interface: config.interface.clone(),
             message,
         };
-        let mut capture = pcap::Capture::from_device(config.interface.as_str())
-            .map_err(|e| capture_error(e.to_string()))?
-            .snaplen(i32::try_from(config.snaplen).unwrap_or(i32::MAX))
-            .buffer_size(i32::try_from(config.kernel_buffer).unwrap_or(i32::MAX))
-            .timeout(POLL_MS)
-            .promisc(true)
-            .precision(pcap::Precision::Nano)
-            .open()
-            .and_then(pcap::Capture::setnonblock)
-            .map_err(|e| capture_error(e.to_string()))?;
-        let link_type = u16::try_from(capture.get_datalink().0)
+        let fanout = config.fanout.max(1);
+        let mut captures = Vec::with_capacity(fanout);
+        for _ in 0..fanout {
+            captures.push(open_capture(&config).map_err(capture_error)?);
+        }
+        if fanout > 1 {
+            // One group per recording: the kernel spreads the interface's packets
+            // over the sockets by flow hash, so a flow stays with one producer.
+            let group = (std::process::id() & 0xffff) as u16;
+            for capture in &captures {
+                join_fanout(capture, group).map_err(|e| capture_error(e.to_string()))?;
+            }
+        }
+        let link_type = u16::try_from(captures[0].get_datalink().0)
             .map(LinkType)
             .map_err(|_| capture_error("link type out of range".to_owned()))?;
         let ring = Ring::new(config.ring)?;
@@ -239,80 +247,27 @@ impl Recorder {
             Some(Err(e)) => return Err(capture_error(e.to_string())),
             None => None,
         };
-        let capture_thread = {
-            let mut producer = ring.producer(0);
+        let mut capture_threads = Vec::with_capacity(captures.len());
+        for (index, capture) in captures.into_iter().enumerate() {
+            // Every socket captures the same interface: interface index 0.
+            let producer = ring.producer(0);
             let stop = Arc::clone(&stop);
             let interface = config.interface.clone();
             let live = Arc::clone(&counters);
-            counters.capturing.store(true, Ordering::Relaxed);
-            std::thread::Builder::new()
-                .name("capture".to_owned())
-                .spawn(move || {
-                    let _running = Running::start(&live.capturing);
-                    let mut counts = CaptureCounts::default();
-                    let mut stats_at = Instant::now();
-                    let (mut packets, mut bytes) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        if packets >= 4096 {
-                            add(&live.captured, std::mem::take(&mut packets));
-                            add(&live.captured_bytes, std::mem::take(&mut bytes));
-                            if stats_at.elapsed() >= KERNEL_STATS_EVERY {
-                                stats_at = Instant::now();
-                                kernel_stats(&mut capture, &live);
-                            }
-                        }
-                        match capture.next_packet() {
-                            Ok(packet) => {
-                                // With nanosecond precision, `tv_usec` holds nanoseconds.
-                                let (sec, nsec) =
-                                    (packet.header.ts.tv_sec, packet.header.ts.tv_usec);
-                                let ts = sec.saturating_mul(1_000_000_000).saturating_add(nsec);
-                                producer.push(ts, packet.header.len, packet.data)?;
-                                counts.captured += 1;
-                                packets += 1;
-                                bytes += u64::from(packet.header.len);
-                            }
-                            // Nothing to read: TPACKET_V3's poll does not time out
-                            // while no packet arrives, so the capture is non-blocking
-                            // and waits here, with a timeout, to see the stop flag.
-                            Err(pcap::Error::TimeoutExpired) => {
-                                producer.publish_if_stale();
-                                add(&live.captured, std::mem::take(&mut packets));
-                                add(&live.captured_bytes, std::mem::take(&mut bytes));
-                                if stats_at.elapsed() >= KERNEL_STATS_EVERY {
-                                    stats_at = Instant::now();
-                                    kernel_stats(&mut capture, &live);
-                                }
-                                wait_readable(capture.as_raw_fd(), POLL_MS);
-                            }
-                            Err(e) => {
-                                return Err(LiveError::Capture {
-                                    interface,
-                                    message: e.to_string(),
-                                });
-                            }
-                        }
-                    }
-                    producer.publish();
-                    add(&live.captured, packets);
-                    add(&live.captured_bytes, bytes);
-                    kernel_stats(&mut capture, &live);
-                    if let Ok(stats) = capture.stats() {
-                        counts.received = stats.received;
-                        counts.dropped = stats.dropped;
-                        counts.if_dropped = stats.if_dropped;
-                    }
-                    Ok(counts)
-                })
-                .map_err(|e| capture_error(e.to_string()))?
-        };
+            counters.capture_threads.fetch_add(1, Ordering::Relaxed);
+            let thread = std::thread::Builder::new()
+                .name(format!("capture-{index}"))
+                .spawn(move || capture_loop(capture, producer, &stop, &live, interface))
+                .map_err(|e| capture_error(e.to_string()))?;
+            capture_threads.push(thread);
+        }
         Ok(Self {
             ring,
             stop,
             link_type,
             counters,
             dumper,
-            capture: Some(capture_thread),
+            capture: capture_threads,
             archiver: Some(archiver),
             analyzer,
         })
@@ -342,21 +297,28 @@ impl Recorder {
     /// holds, seals the archive and returns what was done.
     pub fn stop(mut self) -> Result<RecordSummary, LiveError> {
         self.stop.store(true, Ordering::Relaxed);
-        let counts = join(self.capture.take());
+        let per_thread: Result<Vec<CaptureCounts>, LiveError> =
+            self.capture.drain(..).map(|h| join(Some(h))).collect();
         self.ring.close();
         let archived = join(self.archiver.take());
         let analyzed = self.analyzer.take().map(|h| join(Some(h)));
-        let counts = counts?;
+        let per_thread = per_thread?;
         let (archived, missed) = archived?;
+        let sum = |f: fn(&CaptureCounts) -> u32| {
+            per_thread
+                .iter()
+                .fold(0u32, |sum, c| sum.wrapping_add(f(c)))
+        };
         let (dumps, suppressed, unrenderable) = match analyzed {
             Some(result) => result?,
             None => (Vec::new(), 0, 0),
         };
         Ok(RecordSummary {
-            captured: counts.captured,
-            kernel_received: counts.received,
-            kernel_dropped: counts.dropped,
-            interface_dropped: counts.if_dropped,
+            captured: per_thread.iter().map(|c| c.captured).sum(),
+            captured_per_thread: per_thread.iter().map(|c| c.captured).collect(),
+            kernel_received: sum(|c| c.received),
+            kernel_dropped: sum(|c| c.dropped),
+            interface_dropped: sum(|c| c.if_dropped),
             ring: self.ring.stats(),
             archived,
             archive_missed_chunks: missed,
@@ -379,31 +341,157 @@ fn wait_readable(fd: std::os::fd::RawFd, timeout_ms: i32) {
     unsafe { libc::poll(&raw mut poll, 1, timeout_ms) };
 }
 
-/// Holds a flag up for as long as it lives, whichever way its scope ends.
-struct Running<'a>(&'a AtomicBool);
+/// Counts one capture thread out when it ends, whichever way it ends (it was
+/// counted in before it started, so that the count is right at once).
+struct Running<'a>(&'a AtomicU64);
 
 impl<'a> Running<'a> {
-    fn start(flag: &'a AtomicBool) -> Self {
-        flag.store(true, Ordering::Relaxed);
-        Self(flag)
+    fn start(threads: &'a AtomicU64) -> Self {
+        Self(threads)
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Copies libpcap's counters into the live counters.
-fn kernel_stats(capture: &mut pcap::Capture<pcap::Active>, live: &LiveCounters) {
-    if let Ok(stats) = capture.stats() {
-        live.kernel_received
-            .store(u64::from(stats.received), Ordering::Relaxed);
-        live.kernel_dropped
-            .store(u64::from(stats.dropped), Ordering::Relaxed);
-        live.interface_dropped
-            .store(u64::from(stats.if_dropped), Ordering::Relaxed);
+/// Opens the interface for one capture thread: non-blocking (see [`capture_loop`]),
+/// nanosecond timestamps.
+fn open_capture(config: &RecordConfig) -> Result<pcap::Capture<pcap::Active>, String> {
+    pcap::Capture::from_device(config.interface.as_str())
+        .map_err(|e| e.to_string())?
+        .snaplen(i32::try_from(config.snaplen).unwrap_or(i32::MAX))
+        .buffer_size(i32::try_from(config.kernel_buffer).unwrap_or(i32::MAX))
+        .timeout(POLL_MS)
+        .promisc(true)
+        .precision(pcap::Precision::Nano)
+        .open()
+        .and_then(pcap::Capture::setnonblock)
+        .map_err(|e| e.to_string())
+}
+
+/// Adds the capture's AF_PACKET socket to fanout group `group`, by flow hash
+/// (fragments defragmented first, so they follow their flow).
+fn join_fanout(capture: &pcap::Capture<pcap::Active>, group: u16) -> std::io::Result<()> {
+    let mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG;
+    let value: libc::c_int = i32::from(group) | ((mode as libc::c_int) << 16);
+    // SAFETY: the capture's open socket, and a c_int option of its size.
+    let status = unsafe {
+        libc::setsockopt(
+            capture.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if status == 0 {
+        Ok(())
+    } else {
+        let error = std::io::Error::last_os_error();
+        Err(std::io::Error::new(
+            error.kind(),
+            format!(
+                "cannot join AF_PACKET fanout group {group}: {error} (fanout needs a Linux interface)"
+            ),
+        ))
+    }
+}
+
+/// One capture thread: packets from its socket into its own producer of the
+/// ring, counters into `live`, until `stop`.
+fn capture_loop(
+    mut capture: pcap::Capture<pcap::Active>,
+    mut producer: hindsight_ring::Producer,
+    stop: &AtomicBool,
+    live: &LiveCounters,
+    interface: String,
+) -> Result<CaptureCounts, LiveError> {
+    let _running = Running::start(&live.capture_threads);
+    let mut counts = CaptureCounts::default();
+    let mut kernel = KernelSeen::default();
+    let mut stats_at = Instant::now();
+    let (mut packets, mut bytes) = (0u64, 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        if packets >= 4096 {
+            add(&live.captured, std::mem::take(&mut packets));
+            add(&live.captured_bytes, std::mem::take(&mut bytes));
+            if stats_at.elapsed() >= KERNEL_STATS_EVERY {
+                stats_at = Instant::now();
+                kernel.update(&mut capture, live);
+            }
+        }
+        match capture.next_packet() {
+            Ok(packet) => {
+                // With nanosecond precision, `tv_usec` holds nanoseconds.
+                let (sec, nsec) = (packet.header.ts.tv_sec, packet.header.ts.tv_usec);
+                let ts = sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+                producer.push(ts, packet.header.len, packet.data)?;
+                counts.captured += 1;
+                packets += 1;
+                bytes += u64::from(packet.header.len);
+            }
+            // Nothing to read: TPACKET_V3's poll does not time out while no packet
+            // arrives, so the capture is non-blocking and waits here, with a
+            // timeout, to see the stop flag.
+            Err(pcap::Error::TimeoutExpired) => {
+                producer.publish_if_stale();
+                add(&live.captured, std::mem::take(&mut packets));
+                add(&live.captured_bytes, std::mem::take(&mut bytes));
+                if stats_at.elapsed() >= KERNEL_STATS_EVERY {
+                    stats_at = Instant::now();
+                    kernel.update(&mut capture, live);
+                }
+                wait_readable(capture.as_raw_fd(), POLL_MS);
+            }
+            Err(e) => {
+                return Err(LiveError::Capture {
+                    interface,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    producer.publish();
+    add(&live.captured, packets);
+    add(&live.captured_bytes, bytes);
+    kernel.update(&mut capture, live);
+    counts.received = kernel.received;
+    counts.dropped = kernel.dropped;
+    counts.if_dropped = kernel.if_dropped;
+    Ok(counts)
+}
+
+/// libpcap's counters of one socket as last seen, so that several capture
+/// threads add their own increments to the shared counters.
+#[derive(Debug, Default)]
+struct KernelSeen {
+    received: u32,
+    dropped: u32,
+    if_dropped: u32,
+}
+
+impl KernelSeen {
+    fn update(&mut self, capture: &mut pcap::Capture<pcap::Active>, live: &LiveCounters) {
+        let Ok(stats) = capture.stats() else { return };
+        // The kernel's counters are 32-bit and wrap.
+        add(
+            &live.kernel_received,
+            u64::from(stats.received.wrapping_sub(self.received)),
+        );
+        add(
+            &live.kernel_dropped,
+            u64::from(stats.dropped.wrapping_sub(self.dropped)),
+        );
+        add(
+            &live.interface_dropped,
+            u64::from(stats.if_dropped.wrapping_sub(self.if_dropped)),
+        );
+        self.received = stats.received;
+        self.dropped = stats.dropped;
+        self.if_dropped = stats.if_dropped;
     }
 }
 

@@ -32,9 +32,13 @@ pub struct Args {
     /// Bytes captured per packet into the ring (the archive keeps 128 of them).
     #[arg(long, short = 's', default_value_t = 262_144, value_name = "BYTES")]
     snaplen: u32,
-    /// Kernel capture buffer, MiB.
+    /// Kernel capture buffer, MiB (per capture thread).
     #[arg(long, default_value_t = 64, value_name = "MIB")]
     kernel_buffer_mib: u32,
+    /// Capture threads, each a producer of the ring; more than one share the
+    /// interface's packets by flow hash (AF_PACKET fanout).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=64))]
+    fanout: u8,
     /// Seal (make durable and queryable) what was archived every this many seconds.
     #[arg(long, default_value_t = 60, value_name = "SECONDS")]
     seal_secs: u64,
@@ -118,6 +122,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         interface: args.interface.clone(),
         snaplen: args.snaplen,
         kernel_buffer: args.kernel_buffer_mib.saturating_mul(1 << 20),
+        fanout: usize::from(args.fanout),
         ring: RingConfig::with_memory(args.ring_mib << 20),
         seal_every: Duration::from_secs(args.seal_secs),
         trigger,
@@ -146,6 +151,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         summary.ring.chunks,
         summary.ring.overwritten
     );
+    if summary.captured_per_thread.len() > 1 {
+        let shares: Vec<String> = summary
+            .captured_per_thread
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        eprintln!("capture threads (fanout): {}", shares.join(" + "));
+    }
     if summary.triggers_without_dump > 0 {
         eprintln!(
             "{} trigger(s) gave no dump: their packet lacks a field --dump {:?} names",

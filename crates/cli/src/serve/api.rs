@@ -280,7 +280,7 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
     let capture = state.live.as_ref().map(|live| {
         json!({
             "interface": live.interface,
-            "running": live.counters.capturing.load(Ordering::Relaxed),
+            "running": live.counters.capture_threads.load(Ordering::Relaxed) > 0,
         })
     });
     Json(json!({

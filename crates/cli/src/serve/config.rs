@@ -9,6 +9,7 @@
 //! kernel_buffer_mib = 64
 //! ring_mib = 256                   # memory of the capture ring, 2 MiB chunks
 //! seal_secs = 60                   # how often the archive is sealed (made durable)
+//! fanout = 1                       # capture threads (AF_PACKET fanout by flow hash)
 //!
 //! [trigger]                        # optional, needs [capture]
 //! filter = "tcp.flags.syn == 1 && tcp.dstport == 23"
@@ -76,6 +77,9 @@ pub struct CaptureSection {
     /// Seal the archive this often.
     #[serde(default = "default_seal_secs")]
     pub seal_secs: u64,
+    /// Capture threads (AF_PACKET fanout by flow hash when more than one).
+    #[serde(default = "default_fanout")]
+    pub fanout: usize,
 }
 
 /// `[trigger]`
@@ -160,6 +164,9 @@ fn default_ring_mib() -> usize {
 fn default_seal_secs() -> u64 {
     60
 }
+fn default_fanout() -> usize {
+    1
+}
 fn default_dump() -> String {
     "host $src".to_owned()
 }
@@ -197,6 +204,9 @@ impl ServeConfig {
             }
             if capture.seal_secs == 0 {
                 bail!("[capture] seal_secs must be positive");
+            }
+            if !(1..=64).contains(&capture.fanout) {
+                bail!("[capture] fanout must be between 1 and 64");
             }
         }
         if self.trigger.is_some() && self.capture.is_none() {

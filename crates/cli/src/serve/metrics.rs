@@ -72,10 +72,10 @@ pub fn render(state: &AppState) -> Result<String> {
         let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         for (name, kind, help, value) in [
             (
-                "hindsight_capture_running",
+                "hindsight_capture_threads",
                 "gauge",
-                "1 while the capture thread reads the interface.",
-                u64::from(c.capturing.load(Ordering::Relaxed)),
+                "Capture threads reading the interface (0: the capture stopped).",
+                c.capture_threads.load(Ordering::Relaxed),
             ),
             (
                 "hindsight_capture_packets_total",

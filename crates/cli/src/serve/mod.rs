@@ -235,6 +235,7 @@ fn start_capture(
         interface: capture.interface.clone(),
         snaplen: capture.snaplen,
         kernel_buffer: capture.kernel_buffer_mib.saturating_mul(1 << 20),
+        fanout: capture.fanout,
         ring: RingConfig::with_memory(capture.ring_mib << 20),
         seal_every: Duration::from_secs(capture.seal_secs),
         trigger,
