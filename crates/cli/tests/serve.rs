@@ -369,6 +369,32 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     wrong_method.error(405, "method not allowed");
     // The server is still well after all that.
     assert_eq!(get(&server, "/api/v1/stats", t).json()["packets"], 62_781);
+    drop(server);
+
+    // The time bound: a statement past `timeout_secs` gets a 504 (and is
+    // aborted where DataFusion next yields), and the server goes on answering.
+    let hurried_dir = dir.path().join("hurried");
+    std::fs::create_dir_all(&hurried_dir).unwrap();
+    let hurried = Server::start(
+        &hurried_dir,
+        &format!(
+            "archive = {:?}\n[api]\ntimeout_secs = 1\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let endless =
+        json!({"sql": "SELECT sum(a.wire_len * b.wire_len) FROM packets a CROSS JOIN packets b"})
+            .to_string();
+    let response = agent()
+        .post(hurried.url("/api/v1/sql"))
+        .header("Content-Type", "application/json")
+        .send(endless.as_bytes())
+        .unwrap();
+    answer(response).error(504, "timeout_secs");
+    assert_eq!(
+        get(&hurried, "/api/v1/stats", None).json()["packets"],
+        62_781
+    );
 }
 
 /// A WebDriver session of chromedriver driving headless Chromium.

@@ -44,6 +44,12 @@ pub enum SqlError {
     /// The statement is invalid or failed while running.
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),
+    /// The statement ran longer than the configured limit; it was cancelled.
+    #[error("the statement ran longer than {seconds} s and was cancelled")]
+    TimedOut {
+        /// The configured limit, seconds.
+        seconds: u64,
+    },
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
     TooManyRows {
@@ -66,6 +72,8 @@ pub enum SqlError {
 pub struct Limits {
     /// Fail once the result has more rows than this.
     pub max_rows: Option<u64>,
+    /// Cancel the statement once it has run this long.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// An archive opened for SQL.
@@ -108,6 +116,7 @@ impl SqlSession {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sql")
+            .enable_time()
             .build()
             .map_err(SqlError::Runtime)?;
         Ok(Self { context, runtime })
@@ -140,27 +149,65 @@ impl SqlSession {
         out: &mut dyn Write,
         limits: &Limits,
     ) -> Result<u64, SqlError> {
-        let batches = self.collect(sql, limits.max_rows)?;
+        let batches = match limits.timeout {
+            Some(timeout) => self.collect_within(sql, limits.max_rows, timeout)?,
+            None => self.collect(sql, limits.max_rows)?,
+        };
         output::write(&batches, format, out)?;
         Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
     }
 
     /// Runs `sql` and returns its result, failing once it exceeds `max_rows`.
     pub fn collect(&self, sql: &str, max_rows: Option<u64>) -> Result<Vec<RecordBatch>, SqlError> {
-        self.runtime.block_on(async {
-            let frame = self.context.sql(sql).await?;
-            let mut stream = frame.execute_stream().await?;
-            let mut batches = Vec::new();
-            let mut rows = 0u64;
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                rows += batch.num_rows() as u64;
-                if let Some(max_rows) = max_rows.filter(|&max| rows > max) {
-                    return Err(SqlError::TooManyRows { max_rows });
-                }
-                batches.push(batch);
-            }
-            Ok(batches)
-        })
+        self.runtime
+            .block_on(collect_async(&self.context, sql, max_rows))
     }
+
+    /// As [`Self::collect`], cancelled after `timeout`. The statement runs as a
+    /// task of the runtime while this thread waits on a plain channel: the
+    /// runtime's timers are driven by its workers, which a heavy statement keeps
+    /// busy. At the deadline the task is aborted, which drops its stream and
+    /// with it DataFusion's tasks.
+    fn collect_within(
+        &self,
+        sql: &str,
+        max_rows: Option<u64>,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<RecordBatch>, SqlError> {
+        let context = self.context.clone();
+        let sql = sql.to_owned();
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        let task = self.runtime.spawn(async move {
+            let _ = done.send(collect_async(&context, &sql, max_rows).await);
+        });
+        match result.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(_) => {
+                task.abort();
+                Err(SqlError::TimedOut {
+                    seconds: timeout.as_secs(),
+                })
+            }
+        }
+    }
+}
+
+async fn collect_async(
+    context: &SessionContext,
+    sql: &str,
+    max_rows: Option<u64>,
+) -> Result<Vec<RecordBatch>, SqlError> {
+    let frame = context.sql(sql).await?;
+    let mut stream = frame.execute_stream().await?;
+    let mut batches = Vec::new();
+    let mut rows = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        rows += batch.num_rows() as u64;
+        if let Some(max_rows) = max_rows.filter(|&max| rows > max) {
+            return Err(SqlError::TooManyRows { max_rows });
+        }
+        batches.push(batch);
+    }
+    Ok(batches)
 }

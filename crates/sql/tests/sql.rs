@@ -214,7 +214,10 @@ fn errors_are_clear() {
         )
         .unwrap_err();
     assert!(error.to_string().contains("not-an-address"), "{error}");
-    let limits = Limits { max_rows: Some(10) };
+    let limits = Limits {
+        max_rows: Some(10),
+        timeout: None,
+    };
     let error = session
         .run(
             "SELECT ts FROM packets",

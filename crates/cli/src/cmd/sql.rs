@@ -66,6 +66,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let limits = Limits {
         max_rows: Some(args.max_rows),
+        timeout: None,
     };
     session.run(&args.sql, format, &mut out, &limits)?;
     out.flush()?;

@@ -260,7 +260,9 @@ async fn blocking<T: Send + 'static>(
             let _ = done.send(work());
         })
         .map_err(|e| ApiError::internal(&e.into()))?;
-    match tokio::time::timeout(state.limits.timeout, result).await {
+    // A little after the work's own bound, so that work which cancels itself
+    // (SQL) reports first.
+    match tokio::time::timeout(state.limits.timeout + Duration::from_secs(2), result).await {
         Ok(Ok(result)) => result,
         Ok(Err(_)) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -589,17 +591,23 @@ async fn sql(
     let Json(body) = body?;
     let max_rows = row_limit(&state, body.max_rows)?;
     let root = state.root.clone();
+    let timeout = state.limits.timeout;
     let output = blocking(&state, move || {
         let session = SqlSession::open(&root).map_err(|e| ApiError::internal(&e.into()))?;
         let mut out = Vec::new();
         let limits = Limits {
             max_rows: Some(max_rows),
+            timeout: Some(timeout),
         };
         match session.run(&body.sql, OutputFormat::Jsonl, &mut out, &limits) {
             Ok(_rows) => Ok(out),
             Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => Err(
                 ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))),
             ),
+            Err(e @ SqlError::TimedOut { .. }) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("{e} (the server's timeout_secs)"),
+            )),
             Err(e) => Err(ApiError::internal(&e.into())),
         }
     })
