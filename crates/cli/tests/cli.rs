@@ -24,17 +24,7 @@ fn ingest_full(capture: &Path, archive: &Path) {
 }
 
 fn ingest_full_with(capture: &Path, archive: &Path, options: &[&str]) {
-    let mut args = vec![
-        "ingest",
-        "--quiet",
-        "--snaplen",
-        "0",
-        "--archive",
-        archive.to_str().unwrap(),
-        capture.to_str().unwrap(),
-    ];
-    args.extend(options);
-    ok(&hindsight(&args));
+    common::ingest_whole(capture, archive, options);
 }
 
 /// Exports the matches of `filter` to `out`, pcap or pcapng by its extension.

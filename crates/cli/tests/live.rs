@@ -144,6 +144,99 @@ fn signal(child: &Child, name: &str) {
     run(privileged("kill").args([&format!("-{name}"), &child.id().to_string()]));
 }
 
+/// tcpdump recording everything on the receiving end, as the oracle.
+struct Tcpdump {
+    child: Child,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Tcpdump {
+    fn start(ns: &Namespaces, reference: &Path) -> Self {
+        let mut child = ns
+            .exec(&ns.receiver, "tcpdump")
+            .args([
+                "-i",
+                "hs-a",
+                "-s",
+                "0",
+                "-U",
+                "--time-stamp-precision=nano",
+                "-w",
+            ])
+            .arg(reference)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = wait_for_stderr(&mut child, "listening on");
+        Self { child, stderr }
+    }
+
+    /// Stops it; it must have dropped nothing.
+    fn stop(mut self) {
+        interrupt(&self.child);
+        self.child.wait().unwrap();
+        let stderr = self.stderr.join().unwrap();
+        assert!(
+            stderr.contains("\n0 packets dropped by kernel"),
+            "tcpdump dropped packets: {stderr}"
+        );
+    }
+}
+
+/// The archive holds every packet of tcpdump's recording `reference` (and no
+/// other from its time on): same times, wire lengths and bytes (the archive
+/// keeps 128 bytes of each).
+fn assert_archive_holds(archive: &Path, reference: &Path, log: &str) {
+    let seen = read_capture(reference);
+    let replayed = read_capture(&lan_hour()).len();
+    assert!(
+        seen.len() >= replayed,
+        "tcpdump saw {} of {replayed}",
+        seen.len()
+    );
+    let since = seen.iter().map(|p| p.0).min().unwrap();
+    let exported = archive.with_extension("export.pcap");
+    ok(&hindsight(&[
+        "query",
+        "",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--since",
+        &format!("{}.{:09}", since / 1_000_000_000, since % 1_000_000_000),
+        "-o",
+        exported.to_str().unwrap(),
+    ]));
+    let mut archived = read_capture(&exported);
+    archived.sort();
+    let mut expected: Vec<PacketKey> = seen
+        .iter()
+        .map(|(ts, len, data)| (*ts, *len, data[..data.len().min(128)].to_vec()))
+        .collect();
+    expected.sort();
+    assert_eq!(archived.len(), expected.len(), "{log}");
+    assert!(archived == expected, "archive and tcpdump differ");
+}
+
+/// What `tcpdump -r reference FILTER` selects, within `window` (ns).
+fn tcpdump_select(
+    reference: &Path,
+    filter: &str,
+    window: &std::ops::RangeInclusive<i64>,
+) -> Vec<PacketKey> {
+    let selected = reference.with_extension("selected.pcap");
+    run(Command::new("tcpdump")
+        .args(["--time-stamp-precision=nano", "-r"])
+        .arg(reference)
+        .arg("-w")
+        .arg(&selected)
+        .arg(filter));
+    read_capture(&selected)
+        .into_iter()
+        .filter(|(ts, _, _)| window.contains(ts))
+        .collect()
+}
+
 /// False (the test returns) when HINDSIGHT_SKIP_LIVE is set; fails the test if
 /// it cannot make namespaces or lacks a tool.
 fn live_tests_enabled() -> bool {
@@ -174,23 +267,7 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     let reference = work.path().join("tcpdump.pcap");
     let ns = Namespaces::new();
 
-    let mut tcpdump = ns
-        .exec(&ns.receiver, "tcpdump")
-        .args([
-            "-i",
-            "hs-a",
-            "-s",
-            "0",
-            "-U",
-            "--time-stamp-precision=nano",
-            "-w",
-        ])
-        .arg(&reference)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let tcpdump_err = wait_for_stderr(&mut tcpdump, "listening on");
+    let tcpdump = Tcpdump::start(&ns, &reference);
     let (before, after) = ("1", "1");
     let mut recorder = ns
         .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
@@ -241,43 +318,10 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     assert_eq!(shares.len(), 2);
     assert!(shares.iter().all(|&n| n > 0), "{shares:?}");
     eprintln!("fanout: {shares:?} packets per capture thread");
-    interrupt(&tcpdump);
-    tcpdump.wait().unwrap();
-    let tcpdump_err = tcpdump_err.join().unwrap();
-    assert!(
-        tcpdump_err.contains("\n0 packets dropped by kernel"),
-        "tcpdump dropped packets: {tcpdump_err}"
-    );
+    tcpdump.stop();
 
-    // The archive holds every packet tcpdump saw: same times, lengths and bytes
-    // (the archive keeps 128 bytes of each).
-    let seen = read_capture(&reference);
-    let replayed = read_capture(&lan_hour()).len();
-    assert!(
-        seen.len() >= replayed,
-        "tcpdump saw {} of {replayed}",
-        seen.len()
-    );
-    let exported = work.path().join("archive.pcap");
-    ok(&hindsight(&[
-        "query",
-        "",
-        "--archive",
-        archive.to_str().unwrap(),
-        "--format",
-        "pcap",
-        "-o",
-        exported.to_str().unwrap(),
-    ]));
-    let mut archived = read_capture(&exported);
-    archived.sort();
-    let mut expected: Vec<PacketKey> = seen
-        .iter()
-        .map(|(ts, len, data)| (*ts, *len, data[..data.len().min(128)].to_vec()))
-        .collect();
-    expected.sort();
-    assert_eq!(archived.len(), expected.len(), "{recorder_err}");
-    assert!(archived == expected, "archive and tcpdump differ");
+    // The archive holds every packet tcpdump saw.
+    assert_archive_holds(&archive, &reference, &recorder_err);
 
     // The first trigger is the first packet of 172.30.100.1 tcpdump saw; its dump
     // is what tcpdump -r selects from tcpdump's recording for `host $src` and
@@ -288,31 +332,14 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
         .collect();
     dumps.sort();
     assert!(!dumps.is_empty(), "no dump: {recorder_err}");
-    let rare = work.path().join("rare.pcap");
-    run(Command::new("tcpdump")
-        .args(["--time-stamp-precision=nano", "-r"])
-        .arg(&reference)
-        .arg("-w")
-        .arg(&rare)
-        .arg("host 172.30.100.1"));
-    let first_rare = read_capture(&rare)[0].0;
+    let first_rare = tcpdump_select(&reference, "host 172.30.100.1", &(i64::MIN..=i64::MAX))[0].0;
     let name = dumps[0].file_stem().unwrap().to_str().unwrap().to_owned();
     let mut parts = name.splitn(3, '-').skip(1);
     let at: i64 = parts.next().unwrap().parse().unwrap();
     let src = parts.next().unwrap().to_owned();
     assert_eq!(at, first_rare, "the trigger packet");
-    let selected = work.path().join("selected.pcap");
-    run(Command::new("tcpdump")
-        .args(["--time-stamp-precision=nano", "-r"])
-        .arg(&reference)
-        .arg("-w")
-        .arg(&selected)
-        .arg(format!("host {src}")));
     let window = (at - 1_000_000_000)..=(at + 1_000_000_000);
-    let oracle: Vec<PacketKey> = read_capture(&selected)
-        .into_iter()
-        .filter(|(ts, _, _)| window.contains(ts))
-        .collect();
+    let oracle = tcpdump_select(&reference, &format!("host {src}"), &window);
     let dumped = read_capture(&dumps[0]);
     assert!(oracle.len() > 10, "{} packets in the window", oracle.len());
     assert_eq!(dumped.len(), oracle.len());
@@ -458,23 +485,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
 
     // 2. Restart: recovery keeps every sealed segment.
     let reference = work.path().join("tcpdump.pcap");
-    let mut tcpdump = ns
-        .exec(&ns.receiver, "tcpdump")
-        .args([
-            "-i",
-            "hs-a",
-            "-s",
-            "0",
-            "-U",
-            "--time-stamp-precision=nano",
-            "-w",
-        ])
-        .arg(&reference)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let tcpdump_err = wait_for_stderr(&mut tcpdump, "listening on");
+    let tcpdump = Tcpdump::start(&ns, &reference);
     let (second, second_err, address) = serve();
     let curl = |path: &str, extra: &[&str]| -> Vec<u8> {
         let output = ns
@@ -537,13 +548,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     assert!(status.success(), "serve failed: {second_err}");
     eprintln!("{second_err}");
     assert!(second_err.contains("archive sealed"), "{second_err}");
-    interrupt(&tcpdump);
-    tcpdump.wait().unwrap();
-    let tcpdump_err = tcpdump_err.join().unwrap();
-    assert!(
-        tcpdump_err.contains("\n0 packets dropped by kernel"),
-        "{tcpdump_err}"
-    );
+    tcpdump.stop();
 
     // Every segment sealed before the kill is still there, unchanged.
     let now = catalog(&archive);
@@ -556,43 +561,11 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     }
     assert_intact(&archive, &now);
     // The second replay is archived exactly as tcpdump saw it.
-    let seen = read_capture(&reference);
-    assert!(seen.len() >= 62_781, "tcpdump saw {}", seen.len());
-    let since = seen.iter().map(|p| p.0).min().unwrap();
-    let exported = work.path().join("second.pcap");
-    ok(&hindsight(&[
-        "query",
-        "",
-        "--archive",
-        archive.to_str().unwrap(),
-        "--since",
-        &format!("{}.{:09}", since / 1_000_000_000, since % 1_000_000_000),
-        "-o",
-        exported.to_str().unwrap(),
-    ]));
-    let mut archived = read_capture(&exported);
-    archived.sort();
-    let mut expected: Vec<PacketKey> = seen
-        .iter()
-        .map(|(ts, len, data)| (*ts, *len, data[..data.len().min(128)].to_vec()))
-        .collect();
-    expected.sort();
-    assert_eq!(archived.len(), expected.len(), "{second_err}");
-    assert!(archived == expected, "archive and tcpdump differ");
+    assert_archive_holds(&archive, &reference, &second_err);
 
     // The requested dump: tcpdump's selection for the filter and the window.
-    let selected = work.path().join("selected.pcap");
-    run(Command::new("tcpdump")
-        .args(["--time-stamp-precision=nano", "-r"])
-        .arg(&reference)
-        .arg("-w")
-        .arg(&selected)
-        .arg("udp port 53"));
     let window = (at - 30_000_000_000)..=(at + 1_000_000_000);
-    let oracle: Vec<PacketKey> = read_capture(&selected)
-        .into_iter()
-        .filter(|(ts, _, _)| window.contains(ts))
-        .collect();
+    let oracle = tcpdump_select(&reference, "udp port 53", &window);
     assert!(oracle.len() > 10, "{} packets in the window", oracle.len());
     assert_eq!(read_capture(&downloaded), oracle);
     assert_eq!(read_capture(&archive.join("dumps").join(&name)), oracle);

@@ -152,15 +152,7 @@ fn post(server: &Server, path: &str, body: &[u8]) -> Answer {
 /// lan-hour archived whole (snap length 0), so exported pcaps compare byte for byte.
 fn archive_lan_hour(dir: &Path) -> PathBuf {
     let archive = dir.join("archive");
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--snaplen",
-        "0",
-        "--archive",
-        archive.to_str().unwrap(),
-        lan_hour().to_str().unwrap(),
-    ]));
+    common::ingest_whole(&lan_hour(), &archive, &[]);
     archive
 }
 

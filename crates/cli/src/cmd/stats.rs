@@ -24,35 +24,65 @@ pub struct Args {
     json: bool,
 }
 
+/// The totals of an archive's catalog.
+struct Totals {
+    segments: usize,
+    packets: u64,
+    bytes: u64,
+    first: Option<i64>,
+    last: Option<i64>,
+    flow_segments: usize,
+    flows: u64,
+    flow_bytes: u64,
+}
+
+impl Totals {
+    fn of(archive: &Archive) -> Self {
+        let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
+        let flow_entries: Vec<_> = archive.catalog().entries_of(Table::Flows).collect();
+        Self {
+            segments: entries.len(),
+            packets: entries.iter().map(|e| e.rows).sum(),
+            bytes: entries.iter().map(|e| e.size_bytes).sum(),
+            first: entries.iter().map(|e| e.min_ts_nanos).min(),
+            last: entries.iter().map(|e| e.max_ts_nanos).max(),
+            flow_segments: flow_entries.len(),
+            flows: flow_entries.iter().map(|e| e.rows).sum(),
+            flow_bytes: flow_entries.iter().map(|e| e.size_bytes).sum(),
+        }
+    }
+
+    fn bytes_per_packet(&self) -> f64 {
+        if self.packets == 0 {
+            0.0
+        } else {
+            self.bytes as f64 / self.packets as f64
+        }
+    }
+}
+
+fn open(root: &Path) -> Result<Archive> {
+    Archive::open_reader(root).with_context(|| format!("cannot open archive {}", root.display()))
+}
+
 /// What the archive at `root` holds, as JSON (`stats --json`, `GET /api/v1/stats`).
 pub fn summary(root: &Path, with_segments: bool) -> Result<serde_json::Value> {
-    let archive = Archive::open_reader(root)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
-    let flow_entries: Vec<_> = archive.catalog().entries_of(Table::Flows).collect();
-    let packets: u64 = entries.iter().map(|e| e.rows).sum();
-    let bytes: u64 = entries.iter().map(|e| e.size_bytes).sum();
-    let first = entries.iter().map(|e| e.min_ts_nanos).min();
-    let last = entries.iter().map(|e| e.max_ts_nanos).max();
-    let per_packet = if packets == 0 {
-        0.0
-    } else {
-        bytes as f64 / packets as f64
-    };
+    let archive = open(root)?;
+    let t = Totals::of(&archive);
     Ok(json!({
         "archive": root.display().to_string(),
-        "segments": entries.len(),
-        "packets": packets,
-        "bytes_on_disk": bytes,
-        "bytes_per_packet": per_packet,
-        "first": first.map(format_nanos),
-        "last": last.map(format_nanos),
-        "first_ns": first,
-        "last_ns": last,
+        "segments": t.segments,
+        "packets": t.packets,
+        "bytes_on_disk": t.bytes,
+        "bytes_per_packet": t.bytes_per_packet(),
+        "first": t.first.map(format_nanos),
+        "last": t.last.map(format_nanos),
+        "first_ns": t.first,
+        "last_ns": t.last,
         "flows": {
-            "segments": flow_entries.len(),
-            "records": flow_entries.iter().map(|e| e.rows).sum::<u64>(),
-            "bytes_on_disk": flow_entries.iter().map(|e| e.size_bytes).sum::<u64>(),
+            "segments": t.flow_segments,
+            "records": t.flows,
+            "bytes_on_disk": t.flow_bytes,
         },
         "segment_list": if with_segments {
             json!(archive.catalog().entries().collect::<Vec<_>>())
@@ -69,23 +99,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{:#}", summary(root, args.segments)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let archive = Archive::open_reader(root)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let entries: Vec<_> = archive.catalog().entries_of(Table::Packets).collect();
-    let flow_entries: Vec<_> = archive.catalog().entries_of(Table::Flows).collect();
-    let flows: u64 = flow_entries.iter().map(|e| e.rows).sum();
-    let flow_bytes: u64 = flow_entries.iter().map(|e| e.size_bytes).sum();
-    let packets: u64 = entries.iter().map(|e| e.rows).sum();
-    let bytes: u64 = entries.iter().map(|e| e.size_bytes).sum();
-    let first = entries.iter().map(|e| e.min_ts_nanos).min();
-    let last = entries.iter().map(|e| e.max_ts_nanos).max();
-    let per_packet = if packets == 0 {
-        0.0
-    } else {
-        bytes as f64 / packets as f64
-    };
+    let archive = open(root)?;
+    let totals = Totals::of(&archive);
+    let per_packet = totals.bytes_per_packet();
+    let Totals {
+        segments,
+        packets,
+        bytes,
+        first,
+        last,
+        flow_segments,
+        flows,
+        flow_bytes,
+    } = totals;
     println!("archive:          {}", root.display());
-    println!("segments:         {}", entries.len());
+    println!("segments:         {segments}");
     match (first, last) {
         (Some(first), Some(last)) => {
             let span_secs = (last - first) as f64 / 1e9;
@@ -101,8 +129,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("bytes on disk:    {} ({bytes} B)", human_bytes(bytes));
     println!("bytes per packet: {per_packet:.2}");
     println!(
-        "flows:            {flows} records in {} segment(s), {}",
-        flow_entries.len(),
+        "flows:            {flows} records in {flow_segments} segment(s), {}",
         human_bytes(flow_bytes)
     );
     if args.segments {

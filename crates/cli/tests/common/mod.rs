@@ -30,6 +30,22 @@ pub fn hindsight(args: &[&str]) -> Output {
         .expect("run hindsight")
 }
 
+/// Ingests `capture` into `archive` keeping whole packets (snap length 0), so
+/// exported pcaps compare byte for byte with the capture; `options` are added.
+pub fn ingest_whole(capture: &Path, archive: &Path, options: &[&str]) {
+    let mut args = vec![
+        "ingest",
+        "--quiet",
+        "--snaplen",
+        "0",
+        "--archive",
+        archive.to_str().unwrap(),
+        capture.to_str().unwrap(),
+    ];
+    args.extend(options);
+    ok(&hindsight(&args));
+}
+
 /// Returns the standard output of a command that must have succeeded.
 pub fn ok(output: &Output) -> String {
     assert!(
