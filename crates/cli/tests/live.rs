@@ -539,6 +539,10 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
         metrics.contains("hindsight_dumps_written_total 1"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("hindsight_ring_drops_archive_chunks_total 0"),
+        "{metrics}"
+    );
 
     // 3. SIGTERM drains the ring and seals; the server exits 0.
     signal(&second, "TERM");

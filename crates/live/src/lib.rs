@@ -125,6 +125,9 @@ pub struct LiveCounters {
     pub triggers_suppressed: AtomicU64,
     /// Triggers whose packet lacks a field the dump template names.
     pub triggers_without_dump: AtomicU64,
+    /// Ring chunks the trigger analyzer missed (overwritten before it read
+    /// them): traffic no trigger could see.
+    pub trigger_missed_chunks: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -157,6 +160,8 @@ pub struct RecordSummary {
     pub triggers_suppressed: u64,
     /// Triggers whose packet lacks a field the dump template names.
     pub triggers_without_dump: u64,
+    /// Ring chunks the trigger analyzer missed (overwritten before it read them).
+    pub trigger_missed_chunks: u64,
 }
 
 /// A recording in progress.
@@ -172,9 +177,9 @@ pub struct Recorder {
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
 }
 
-/// The analyzer's dumps, the matches its hold-off suppressed, and the triggers
-/// whose packet could not fill the dump template.
-type Analyzed = (Vec<DumpReport>, u64, u64);
+/// The analyzer's dumps, the matches its hold-off suppressed, the triggers whose
+/// packet could not fill the dump template, and the ring chunks it missed.
+type Analyzed = (Vec<DumpReport>, u64, u64, u64);
 
 #[derive(Debug, Default)]
 struct CaptureCounts {
@@ -309,9 +314,9 @@ impl Recorder {
                 .iter()
                 .fold(0u32, |sum, c| sum.wrapping_add(f(c)))
         };
-        let (dumps, suppressed, unrenderable) = match analyzed {
+        let (dumps, suppressed, unrenderable, trigger_missed) = match analyzed {
             Some(result) => result?,
-            None => (Vec::new(), 0, 0),
+            None => (Vec::new(), 0, 0, 0),
         };
         Ok(RecordSummary {
             captured: per_thread.iter().map(|c| c.captured).sum(),
@@ -325,6 +330,7 @@ impl Recorder {
             dumps,
             triggers_suppressed: suppressed,
             triggers_without_dump: unrenderable,
+            trigger_missed_chunks: trigger_missed,
         })
     }
 }
@@ -558,14 +564,19 @@ fn analyze(
 ) -> Result<Analyzed, LiveError> {
     let mut dumps = Vec::new();
     let mut unrenderable = 0u64;
-    let mut suppressed = 0;
+    let (mut suppressed, mut missed) = (0, 0);
     loop {
         let hit = analyzer.next_trigger(Duration::from_millis(200));
+        let counters = &dumper.counters;
         add(
-            &dumper.counters.triggers_suppressed,
+            &counters.triggers_suppressed,
             analyzer.suppressed() - suppressed,
         );
-        suppressed = analyzer.suppressed();
+        add(
+            &counters.trigger_missed_chunks,
+            analyzer.missed_chunks() - missed,
+        );
+        (suppressed, missed) = (analyzer.suppressed(), analyzer.missed_chunks());
         let hit = match hit {
             Ok(Some(hit)) => hit,
             Ok(None) => continue,
@@ -584,7 +595,12 @@ fn analyze(
             .map_or_else(|| "nonip".to_owned(), |a| a.to_string().replace(':', "_"));
         dumps.push(dumper.dump(filter, hit.ts_ns, trigger.before, trigger.after, &label)?);
     }
-    Ok((dumps, analyzer.suppressed(), unrenderable))
+    Ok((
+        dumps,
+        analyzer.suppressed(),
+        unrenderable,
+        analyzer.missed_chunks(),
+    ))
 }
 
 /// Writes dumps of the ring's window around a time: the analyzer's, and those

@@ -270,6 +270,12 @@ impl Analyzer {
         }
     }
 
+    /// Ring chunks overwritten before the analyzer read them (matches it could
+    /// not see).
+    pub fn missed_chunks(&self) -> u64 {
+        self.cursor.skipped()
+    }
+
     /// Matches ignored because they came within the hold-off of a trigger.
     pub fn suppressed(&self) -> u64 {
         self.suppressed

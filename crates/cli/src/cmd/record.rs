@@ -159,6 +159,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .collect();
         eprintln!("capture threads (fanout): {}", shares.join(" + "));
     }
+    if summary.trigger_missed_chunks > 0 {
+        eprintln!(
+            "the trigger analyzer fell behind: {} ring chunks were overwritten before \
+             it read them (raise --ring-mib)",
+            summary.trigger_missed_chunks
+        );
+    }
     if summary.triggers_without_dump > 0 {
         eprintln!(
             "{} trigger(s) gave no dump: their packet lacks a field --dump {:?} names",

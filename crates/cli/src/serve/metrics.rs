@@ -151,6 +151,12 @@ pub fn render(state: &AppState) -> Result<String> {
                 load(&c.archive_missed_chunks),
             ),
             (
+                "hindsight_ring_drops_trigger_chunks_total",
+                "counter",
+                "Ring chunks the trigger analyzer lost: overwritten before it read them.",
+                load(&c.trigger_missed_chunks),
+            ),
+            (
                 "hindsight_archived_packets_total",
                 "counter",
                 "Packets written to the archive from the ring.",

@@ -164,12 +164,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let summary = recorder.stop()?;
         eprintln!(
             "hindsight serve: captured {} packets ({} dropped by the kernel, {} by the \
-             interface); archived {} ({} ring chunks missed); {} dump(s); archive sealed",
+             interface); archived {} ({} ring chunks missed; {} missed by the trigger \
+             analyzer); {} dump(s); archive sealed",
             summary.captured,
             summary.kernel_dropped,
             summary.interface_dropped,
             summary.archived,
             summary.archive_missed_chunks,
+            summary.trigger_missed_chunks,
             counters.dumps.load(std::sync::atomic::Ordering::Relaxed),
         );
     }
