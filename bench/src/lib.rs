@@ -21,6 +21,19 @@ pub fn median(mut samples: Vec<Duration>) -> Duration {
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
+/// Runs the command `runs` times (quietly; it must succeed) and returns the
+/// median wall time.
+pub fn time_command(runs: usize, mut command: impl FnMut() -> Command) -> Duration {
+    let samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            run_quiet(&mut command());
+            started.elapsed()
+        })
+        .collect();
+    median(samples)
+}
+
 /// Returns the CPU time (user + system) this process has used, in seconds.
 pub fn cpu_seconds() -> f64 {
     // Fields 14 and 15 of /proc/self/stat are utime and stime in clock ticks (USER_HZ = 100).

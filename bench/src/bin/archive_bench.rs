@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use hindsight_bench::{
     cpu_seconds, median, replicate, run_quiet, run_quiet_keeping_stdout, segment_column_bytes,
+    time_command,
 };
 use hindsight_capture::CaptureReader;
 use hindsight_ingest::{IngestOptions, Ingestor};
@@ -69,17 +70,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-fn time_command(runs: usize, mut command: impl FnMut() -> Command) -> Duration {
-    let samples: Vec<Duration> = (0..runs)
-        .map(|_| {
-            let started = Instant::now();
-            run_quiet(&mut command());
-            started.elapsed()
-        })
-        .collect();
-    median(samples)
 }
 
 fn main() {

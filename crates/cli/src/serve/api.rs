@@ -371,12 +371,19 @@ async fn query(
     }
     .range()?;
     let (format, content_type, extension) = packet_format(params.format.as_deref())?;
-    let limit = row_limit(&state, params.limit)?;
+    // An explicit limit cuts the result there. Without one the search reads
+    // ahead in parallel, and a result longer than max_rows is an error, never
+    // a silently short answer.
+    let limit = match params.limit {
+        Some(_) => Some(row_limit(&state, params.limit)?),
+        None => None,
+    };
+    let max_rows = state.limits.max_rows;
     let permit = permit(&state)?;
     let request = SearchRequest {
         filter,
         time,
-        limit: Some(limit),
+        limit,
         with_data: format.is_capture(),
         capture_only: format.is_capture(),
     };
@@ -407,8 +414,16 @@ async fn query(
             }
             let out = ChannelWriter::new(chunks.clone());
             let mut sink = packet_sink(format, Box::new(out), PCAP_SNAPLEN);
+            let mut rows = 0u64;
             let result = search
                 .execute(&request, &plan, &mut |record, data| {
+                    rows += 1;
+                    if rows > max_rows {
+                        return Err(io::Error::other(format!(
+                            "the result has more than {max_rows} packets, the server's \
+                             max_rows: add a limit or narrow the filter or the window"
+                        )));
+                    }
                     if Instant::now() > deadline {
                         return Err(io::Error::new(
                             io::ErrorKind::TimedOut,

@@ -141,6 +141,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Duration::from_secs(5),
         ));
         let (stopping, stop) = tokio::sync::watch::channel(false);
+        // No Nagle: a response's last piece would otherwise wait for the
+        // client's delayed ACK (40 ms on Linux).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+            let _ = stream.set_nodelay(true);
+        });
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             let mut stop = stop;
             let _ = stop.wait_for(|stopped| *stopped).await;
