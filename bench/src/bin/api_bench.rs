@@ -130,7 +130,9 @@ fn main() {
     let window_start = first_ts + 30 * 60 * NANOS;
     let epoch = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
     let (since, until) = (epoch(window_start), epoch(window_start + 60 * NANOS));
-    let queries: [(&str, &str, Option<(&str, &str)>, &str); 3] = [
+    // (name, filter, window (since, until), tcpdump's filter)
+    type Case<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>, &'a str);
+    let queries: [Case; 3] = [
         (
             "rare address",
             "host 172.30.100.1",
