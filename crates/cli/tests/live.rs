@@ -531,6 +531,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
         &["-o", downloaded.to_str().unwrap()],
     );
     let metrics = String::from_utf8(curl("/metrics", &[])).unwrap();
+    common::assert_prometheus_text(&metrics);
     assert!(
         metrics.contains("hindsight_capture_kernel_drops_total{interface=\"hs-a\"} 0"),
         "{metrics}"

@@ -327,6 +327,7 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
             .text()
             .contains("hindsight_segment_rows{table=\"packets\"} 62781")
     );
+    common::assert_prometheus_text(&metrics.text());
     assert_eq!(get(&server, "/api/v1/dumps", t).json()["dumps"], json!([]));
     let spec = get(&server, "/api/openapi.yaml", None);
     assert_eq!(spec.status, 200);

@@ -80,3 +80,47 @@ pub fn read_frames(path: &Path) -> Vec<PacketKey> {
     }
     packets
 }
+
+/// Checks the text exposition format: every sample is `name{labels} value` with
+/// a valid name and a number, and follows its family's HELP and TYPE lines.
+pub fn assert_prometheus_text(text: &str) {
+    let mut typed = std::collections::HashSet::new();
+    let mut helped = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            helped.insert(rest.split(' ').next().unwrap().to_owned());
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let name = parts.next().unwrap();
+            let kind = parts.next().unwrap();
+            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            assert!(!name.ends_with("_total") || kind == "counter", "{line}");
+            typed.insert(name.to_owned());
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+                && !name.as_bytes()[0].is_ascii_digit(),
+            "bad metric name in {line:?}"
+        );
+        if let Some(labels) = series.strip_prefix(name) {
+            assert!(
+                labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}')),
+                "{line:?}"
+            );
+        }
+        assert!(value.parse::<f64>().is_ok(), "bad value in {line:?}");
+        assert!(
+            typed.contains(name) && helped.contains(name),
+            "no HELP/TYPE before {line:?}"
+        );
+    }
+    assert!(typed.len() >= 8, "{text}");
+}
