@@ -210,6 +210,7 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     let health = get(&server, "/api/v1/health", None);
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
+    assert_eq!(health.json()["limits"]["max_rows"], 50_000);
     get(&server, "/api/v1/stats", None).error(401, "Authorization: Bearer");
     get(&server, "/api/v1/stats", Some("wrong")).error(401, "Bearer");
     let lower_case_scheme = agent()
@@ -584,7 +585,10 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
     let archive = archive_lan_hour(dir.path());
     let server = Server::start(
         dir.path(),
-        &format!("archive = {:?}\n", archive.to_str().unwrap()),
+        &format!(
+            "archive = {:?}\n[api]\nmax_rows = 1000\n",
+            archive.to_str().unwrap()
+        ),
     );
     let downloads = dir.path().join("downloads");
     std::fs::create_dir_all(&downloads).unwrap();
@@ -644,4 +648,16 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(read_frames(&saved), expected);
+
+    // Past the server's max_rows (1,000 here) the button asks for the first
+    // max_rows packets and says so.
+    browser.type_into("#filter", "");
+    browser.click("#search");
+    browser.wait_for(
+        "return document.getElementById('status').textContent.startsWith('62781 matching')",
+    );
+    let button = browser.script("return document.getElementById('download').textContent");
+    assert_eq!(button, "Download first 1000 (pcap)");
+    let href = browser.script("return document.getElementById('download').getAttribute('href')");
+    assert!(href.as_str().unwrap().contains("limit=1000"), "{href}");
 }

@@ -290,6 +290,12 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
         "capture": capture,
+        "limits": {
+            "max_rows": state.limits.max_rows,
+            "max_body_bytes": state.limits.max_body_bytes,
+            "timeout_secs": state.limits.timeout.as_secs(),
+            "max_concurrent": state.limits.max_concurrent,
+        },
     }))
 }
 
