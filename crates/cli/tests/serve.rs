@@ -241,6 +241,22 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     ]));
     assert!(!cli.is_empty());
     assert_eq!(jsonl.text(), cli);
+    // The same, gzip-compressed for a client that asks.
+    let mut compressed = agent()
+        .get(server.url(&format!("/api/v1/query?filter={}", encode(&filter))))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .header("Accept-Encoding", "gzip")
+        .call()
+        .unwrap();
+    assert_eq!(compressed.headers()["content-encoding"], "gzip");
+    let gzipped = compressed.body_mut().read_to_vec().unwrap();
+    let mut unzipped = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(gzipped.as_slice()),
+        &mut unzipped,
+    )
+    .unwrap();
+    assert_eq!(unzipped, cli);
 
     // Query as pcap: exactly what tcpdump selects from the capture.
     for filter in [

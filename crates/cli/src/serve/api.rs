@@ -186,6 +186,13 @@ pub fn router(state: Shared) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        // gzip for clients that ask (`Accept-Encoding: gzip`), at the fastest
+        // level so that a large pcap download is not bound by the compressor.
+        // Streams stay streams.
+        .layer(
+            tower_http::compression::CompressionLayer::new()
+                .quality(tower_http::CompressionLevel::Fastest),
+        )
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             count_responses,
