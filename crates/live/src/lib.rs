@@ -181,12 +181,12 @@ pub struct Recorder {
 /// packet could not fill the dump template, and the ring chunks it missed.
 type Analyzed = (Vec<DumpReport>, u64, u64, u64);
 
+/// What one capture thread did: packets into the ring, and its socket's
+/// libpcap counters at the end.
 #[derive(Debug, Default)]
 struct CaptureCounts {
     captured: u64,
-    received: u32,
-    dropped: u32,
-    if_dropped: u32,
+    kernel: KernelSeen,
 }
 
 /// How long the capture waits in the kernel before it looks at the stop flag and
@@ -309,10 +309,10 @@ impl Recorder {
         let analyzed = self.analyzer.take().map(|h| join(Some(h)));
         let per_thread = per_thread?;
         let (archived, missed) = archived?;
-        let sum = |f: fn(&CaptureCounts) -> u32| {
+        let sum = |f: fn(&KernelSeen) -> u32| {
             per_thread
                 .iter()
-                .fold(0u32, |sum, c| sum.wrapping_add(f(c)))
+                .fold(0u32, |sum, c| sum.wrapping_add(f(&c.kernel)))
         };
         let (dumps, suppressed, unrenderable, trigger_missed) = match analyzed {
             Some(result) => result?,
@@ -417,7 +417,6 @@ fn capture_loop(
 ) -> Result<CaptureCounts, LiveError> {
     let _running = Running::start(&live.capture_threads);
     let mut counts = CaptureCounts::default();
-    let mut kernel = KernelSeen::default();
     let mut stats_at = Instant::now();
     let (mut packets, mut bytes) = (0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
@@ -426,7 +425,7 @@ fn capture_loop(
             add(&live.captured_bytes, std::mem::take(&mut bytes));
             if stats_at.elapsed() >= KERNEL_STATS_EVERY {
                 stats_at = Instant::now();
-                kernel.update(&mut capture, live);
+                counts.kernel.update(&mut capture, live);
             }
         }
         match capture.next_packet() {
@@ -448,7 +447,7 @@ fn capture_loop(
                 add(&live.captured_bytes, std::mem::take(&mut bytes));
                 if stats_at.elapsed() >= KERNEL_STATS_EVERY {
                     stats_at = Instant::now();
-                    kernel.update(&mut capture, live);
+                    counts.kernel.update(&mut capture, live);
                 }
                 wait_readable(capture.as_raw_fd(), POLL_MS);
             }
@@ -463,10 +462,7 @@ fn capture_loop(
     producer.publish();
     add(&live.captured, packets);
     add(&live.captured_bytes, bytes);
-    kernel.update(&mut capture, live);
-    counts.received = kernel.received;
-    counts.dropped = kernel.dropped;
-    counts.if_dropped = kernel.if_dropped;
+    counts.kernel.update(&mut capture, live);
     Ok(counts)
 }
 
@@ -624,6 +620,16 @@ impl Dumper {
         format!("dump-{at_ns}-{label}.pcap")
     }
 
+    /// The trigger time of a finished dump named by [`Self::file_name`]; `None`
+    /// for any other name (a `.part` being written among them).
+    pub fn time_of(name: &str) -> Option<i64> {
+        let (at, _label) = name
+            .strip_prefix("dump-")?
+            .strip_suffix(".pcap")?
+            .split_once('-')?;
+        at.parse().ok()
+    }
+
     /// Writes the packets of `[at − before, at + after]` matching `filter` to
     /// `dump-<at_ns>-<label>.pcap` in the dump directory, waiting for the window's
     /// end to be captured; then deletes the oldest dumps beyond the total bound.
@@ -666,15 +672,8 @@ fn prune_dumps(dir: &Path, max_total: u64, newest: &Path) {
     let mut dumps: Vec<(i64, PathBuf, u64)> = entries
         .filter_map(Result::ok)
         .filter_map(|entry| {
-            let name = entry.file_name().into_string().ok()?;
-            let at: i64 = name
-                .strip_prefix("dump-")?
-                .split('-')
-                .next()?
-                .parse()
-                .ok()?;
-            name.ends_with(".pcap")
-                .then(|| Some((at, entry.path(), entry.metadata().ok()?.len())))?
+            let at = Dumper::time_of(entry.file_name().to_str()?)?;
+            Some((at, entry.path(), entry.metadata().ok()?.len()))
         })
         .collect();
     dumps.sort();

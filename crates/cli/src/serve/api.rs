@@ -798,8 +798,7 @@ pub fn list_dumps(dir: &Path) -> Vec<(String, u64, i64)> {
 /// A finished dump's name: `dump-<digits>-<label>.pcap`, nothing that leaves the
 /// directory (the `.part` of a dump being written is not one).
 fn valid_dump_name(name: &str) -> bool {
-    name.starts_with("dump-")
-        && name.ends_with(".pcap")
+    Dumper::time_of(name).is_some()
         && name.len() <= 255
         && name
             .bytes()

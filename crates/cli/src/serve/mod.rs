@@ -19,7 +19,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
 use hindsight_query::Filter;
 use hindsight_ring::RingConfig;
@@ -218,26 +217,6 @@ fn start_capture(
         }),
         None => None,
     };
-    let settings = crate::config::archive_settings(root, None)?;
-    let options = IngestOptions {
-        expiry: settings.expiry,
-        retention: settings.retention,
-        ..IngestOptions::default()
-    };
-    let (ingestor, opened) = Ingestor::open(root, options)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let recovery = &opened.recovery;
-    if !recovery.temp_files_removed.is_empty() || !opened.reindexed.is_empty() {
-        eprintln!(
-            "hindsight serve: recovered the archive: {} unsealed temporary file(s) removed, \
-             {} segment(s) re-indexed",
-            recovery.temp_files_removed.len(),
-            opened.reindexed.len()
-        );
-    }
-    // After the archive is opened: a new archive must start as an empty directory.
-    std::fs::create_dir_all(dumps_dir)
-        .with_context(|| format!("cannot create the dump directory {}", dumps_dir.display()))?;
     let record = RecordConfig {
         interface: capture.interface.clone(),
         snaplen: capture.snaplen,
@@ -252,7 +231,17 @@ fn start_capture(
             max_total_bytes: config.dumps.max_total_mib << 20,
         },
     };
-    let recorder = Recorder::start(record, ingestor)?;
+    // The dump directory always: requests may dump without a trigger.
+    let (recorder, opened) = crate::cmd::record::start(root, record, true)?;
+    let recovery = &opened.recovery;
+    if !recovery.temp_files_removed.is_empty() || !opened.reindexed.is_empty() {
+        eprintln!(
+            "hindsight serve: recovered the archive: {} unsealed temporary file(s) removed, \
+             {} segment(s) re-indexed",
+            recovery.temp_files_removed.len(),
+            opened.reindexed.len()
+        );
+    }
     eprintln!(
         "hindsight serve: ring {}",
         human_bytes((capture.ring_mib as u64) << 20)
