@@ -12,29 +12,25 @@ use hindsight_store::{Archive, Table};
 
 use super::api::{AppState, list_dumps};
 
-/// One metric family being written.
-struct Family<'a> {
-    out: &'a mut String,
+/// Writes the HELP and TYPE lines of a metric family.
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-impl Family<'_> {
-    fn head(out: &mut String, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-    }
-
-    fn value(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
-        if labels.is_empty() {
-            let _ = writeln!(self.out, "{name} {value}");
-        } else {
-            let _ = writeln!(self.out, "{name}{{{labels}}} {value}");
-        }
+/// Writes one sample; `labels` is `key="value",...` or empty.
+fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
 }
 
+/// A family of one unlabelled sample.
 fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    Family::head(out, name, kind, help);
-    Family { out }.value(name, "", value);
+    head(out, name, kind, help);
+    sample(out, name, "", value);
 }
 
 /// Escapes a label value.
@@ -48,13 +44,14 @@ fn label(value: &str) -> String {
 /// Renders every metric.
 pub fn render(state: &AppState) -> Result<String> {
     let mut out = String::with_capacity(4096);
-    Family::head(
+    head(
         &mut out,
         "hindsight_build_info",
         "gauge",
         "Version of this server.",
     );
-    Family { out: &mut out }.value(
+    sample(
+        &mut out,
         "hindsight_build_info",
         &format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
         1,
@@ -108,8 +105,8 @@ pub fn render(state: &AppState) -> Result<String> {
                 load(&c.interface_dropped),
             ),
         ] {
-            Family::head(&mut out, name, kind, help);
-            Family { out: &mut out }.value(name, &iface, value);
+            head(&mut out, name, kind, help);
+            sample(&mut out, name, &iface, value);
         }
         let ring = live.ring.stats();
         let config = live.ring.config();
@@ -210,7 +207,7 @@ pub fn render(state: &AppState) -> Result<String> {
             "Bytes on disk of sealed segments.",
         ),
     ] {
-        Family::head(&mut out, name, "gauge", help);
+        head(&mut out, name, "gauge", help);
         for table in Table::ALL {
             let entries: Vec<_> = archive.catalog().entries_of(table).collect();
             let value = match name {
@@ -218,7 +215,12 @@ pub fn render(state: &AppState) -> Result<String> {
                 "hindsight_segment_rows" => entries.iter().map(|e| e.rows).sum(),
                 _ => entries.iter().map(|e| e.size_bytes).sum(),
             };
-            Family { out: &mut out }.value(name, &format!("table=\"{}\"", table.name()), value);
+            sample(
+                &mut out,
+                name,
+                &format!("table=\"{}\"", table.name()),
+                value,
+            );
         }
     }
     single(
@@ -252,14 +254,15 @@ pub fn render(state: &AppState) -> Result<String> {
         "Bytes of the finished dumps.",
         dumps.iter().map(|d| d.1).sum::<u64>(),
     );
-    Family::head(
+    head(
         &mut out,
         "hindsight_http_responses_total",
         "counter",
         "HTTP responses by status class.",
     );
     for (i, count) in state.responses.iter().enumerate() {
-        Family { out: &mut out }.value(
+        sample(
+            &mut out,
             "hindsight_http_responses_total",
             &format!("code=\"{}xx\"", i + 1),
             count.load(Ordering::Relaxed),
