@@ -724,7 +724,50 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
     ]));
     assert_eq!(count.trim().parse::<u64>().unwrap(), rows);
 
-    // The next writer recovers and keeps everything.
+    // The next writer recovers. The connection index then holds every catalogued
+    // flow record, those of the segments sealed before the kill included (the
+    // index commits its entries only now and then; the next writer puts in those
+    // of segments sealed after the last commit): one forward entry per distinct
+    // connection key. The writer reads an empty capture, so that every entry is
+    // one the recovery put in.
+    let empty = work.path().join("empty.pcap");
+    let mut header = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    header.extend_from_slice(&[0; 8]);
+    header.extend_from_slice(&65535u32.to_le_bytes());
+    header.extend_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&empty, header).unwrap();
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--archive",
+        archive.to_str().unwrap(),
+        empty.to_str().unwrap(),
+    ]));
+    let after = hindsight_store::Archive::open_reader(&archive).unwrap();
+    let mut connections = std::collections::BTreeSet::new();
+    let mut flows_rows = 0u64;
+    for entry in after.catalog().entries_of(hindsight_store::Table::Flows) {
+        let reader = hindsight_store::SegmentReader::open(&after.segment_path(entry)).unwrap();
+        flows_rows += reader.rows();
+        for batch in reader
+            .read((0..reader.row_groups()).collect(), None)
+            .unwrap()
+        {
+            for r in hindsight_store::flows::flow_records(&batch.unwrap()).unwrap() {
+                connections.insert((r.src, r.first_ns, r.dst, r.src_port, r.dst_port, r.proto));
+            }
+        }
+    }
+    assert!(flows_rows > 0);
+    let index = hindsight_index::ConnectionIndex::open_read_only(&after.connections_dir())
+        .unwrap()
+        .expect("a connection index");
+    let (events, index_entries) = index.count().unwrap();
+    assert_eq!(events, connections.len() as u64);
+    assert_eq!(index_entries, 2 * events);
+    drop(index);
+
+    // The next writer keeps everything.
     ok(&hindsight(&[
         "ingest",
         "--quiet",

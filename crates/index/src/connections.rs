@@ -18,15 +18,16 @@
 use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState};
+use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, SegmentId};
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
-    ColumnFamilyDescriptor, DB, Direction, IteratorMode, MergeOperands, Options, WriteBatch,
+    ColumnFamilyDescriptor, DB, Direction, IngestExternalFileOptions, IteratorMode, MergeOperands,
+    Options, SstFileWriter, WriteBatch, WriteOptions,
 };
 
 use crate::histogram::TimestampHistogram;
@@ -42,6 +43,11 @@ const CF_HISTOGRAM: &str = "histogram";
 /// expiration cutoff (i64 big-endian nanoseconds).
 const CF_META: &str = "meta";
 const META_CUTOFF: &[u8] = b"cutoff";
+/// Key in `meta` of the last `flows` segment whose records are all in the index
+/// (u64 big-endian segment id); see [`ConnectionIndex::flows_mark`].
+const META_FLOWS_MARK: &[u8] = b"flows-indexed-through";
+/// Name prefix of the table files written before they are ingested.
+const TABLE_PREFIX: &str = "staged-";
 
 /// Length of a connection key.
 pub const KEY_LEN: usize = 16 + 8 + 16 + 2 + 2 + 1 + 1;
@@ -349,6 +355,26 @@ pub struct ConnectionIndex {
     expiry: Expiry,
     cutoff: Arc<AtomicI64>,
     histogram: Mutex<TimestampHistogram>,
+    /// Entries waiting for the next table file ([`ConnectionIndex::stage`]).
+    staged: Mutex<Staged>,
+    /// Table files written so far by this process (names of the temporary files).
+    tables_written: AtomicU64,
+}
+
+/// Connection entries staged for the next table file, with their histogram counts.
+#[derive(Debug, Default)]
+struct Staged {
+    keys: Vec<[u8; KEY_LEN]>,
+    /// Each key's summary, as (start, length) in `values`.
+    spans: Vec<(u32, u8)>,
+    values: Vec<u8>,
+    counts: BTreeMap<i64, u64>,
+}
+
+impl Staged {
+    fn bytes(&self) -> usize {
+        self.keys.len() * (KEY_LEN + std::mem::size_of::<(u32, u8)>()) + self.values.len()
+    }
 }
 
 impl std::fmt::Debug for ExpireFilterFactory {
@@ -368,10 +394,7 @@ impl ConnectionIndex {
         options.create_missing_column_families(true);
         options.set_keep_log_file_num(4);
         options.increase_parallelism(2);
-        let mut connections = Options::default();
-        connections.set_compression_type(rocksdb::DBCompressionType::Lz4);
-        connections.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
-        connections.set_write_buffer_size(64 << 20);
+        let mut connections = table_options();
         connections.set_compaction_filter_factory(ExpireFilterFactory {
             cutoff: Arc::clone(&cutoff),
         });
@@ -383,12 +406,23 @@ impl ConnectionIndex {
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
         ];
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
+        // Table files of a commit that did not finish (their entries are staged
+        // again from the `flows` segments: see `flows_mark`).
+        if let Ok(listing) = std::fs::read_dir(dir) {
+            for file in listing.flatten() {
+                if file.file_name().to_string_lossy().starts_with(TABLE_PREFIX) {
+                    let _already_gone = std::fs::remove_file(file.path());
+                }
+            }
+        }
         let index = Self {
             path: dir.to_owned(),
             db,
             expiry,
             cutoff,
             histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&expiry))),
+            staged: Mutex::default(),
+            tables_written: AtomicU64::new(0),
         };
         index.load_state()?;
         Ok(index)
@@ -415,6 +449,8 @@ impl ConnectionIndex {
             expiry: Expiry::OFF,
             cutoff: Arc::new(AtomicI64::new(NO_CUTOFF)),
             histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&Expiry::OFF))),
+            staged: Mutex::default(),
+            tables_written: AtomicU64::new(0),
         };
         index.load_state()?;
         Ok(Some(index))
@@ -490,45 +526,175 @@ impl ConnectionIndex {
         Some(self.cutoff.load(Ordering::Acquire)).filter(|&c| c != NO_CUTOFF)
     }
 
-    /// Inserts the records, two entries each, and counts them in the histogram,
-    /// in one atomic write batch.
+    /// Inserts the records, two entries each, and counts them in the histogram:
+    /// [`stage`](Self::stage) then [`commit`](Self::commit) without a mark.
     pub fn insert(&self, records: &[FlowRecord]) -> Result<()> {
-        let connections = self.family(CF_CONNECTIONS)?;
-        let histogram_family = self.family(CF_HISTOGRAM)?;
-        let mut batch = WriteBatch::default();
-        // The summaries, one after another; each entry names its summary's range.
-        let mut values = Vec::with_capacity(records.len() * 16);
-        let mut entries = Vec::with_capacity(records.len() * 2);
-        let mut counts: BTreeMap<i64, u64> = BTreeMap::new();
+        self.stage(records);
+        self.commit(None)
+    }
+
+    /// Stages the records, two entries each, for the next [`commit`](Self::commit).
+    /// Staged entries are in memory only: neither durable nor visible to scans.
+    pub fn stage(&self, records: &[FlowRecord]) {
         let width = granularity_ns(&self.expiry);
+        let mut staged = self.lock_staged();
+        let staged = &mut *staged;
+        staged.keys.reserve(records.len() * 2);
+        staged.spans.reserve(records.len() * 2);
         for record in records {
-            let start = values.len();
-            ConnSummary::of(record).encode(&mut values);
-            let summary = start..values.len();
-            entries.push((encode_key(record, false), summary.clone()));
-            entries.push((encode_key(record, true), summary));
-            *counts.entry(record.first_ns.div_euclid(width)).or_default() += 1;
+            let start = staged.values.len();
+            ConnSummary::of(record).encode(&mut staged.values);
+            // A summary is at most 13 bytes; offsets past 4 GiB cannot be staged
+            // (the sink commits at 64 MiB).
+            let span = (
+                u32::try_from(start).unwrap_or(u32::MAX),
+                (staged.values.len() - start) as u8,
+            );
+            staged.keys.push(encode_key(record, false));
+            staged.keys.push(encode_key(record, true));
+            staged.spans.push(span);
+            staged.spans.push(span);
+            *staged
+                .counts
+                .entry(record.first_ns.div_euclid(width))
+                .or_default() += 1;
         }
-        // In key order, each insert into the memtable's skip list starts where the
-        // last one ended (RocksDB keeps that position): 1.8x the connections per
-        // second of inserting in record order (index_bench --insert-only).
-        entries.sort_unstable_by_key(|(key, _)| *key);
-        for (key, summary) in entries {
-            batch.put_cf(connections, key, &values[summary]);
+    }
+
+    /// Returns the bytes of memory the staged entries take.
+    pub fn staged_bytes(&self) -> usize {
+        self.lock_staged().bytes()
+    }
+
+    /// Writes the staged entries into the index as one table file, ingested into
+    /// the `connections` family (no write-ahead log, no memtable), then adds their
+    /// histogram counts and, if given, records `mark` as the last `flows` segment
+    /// whose records are all in the index, in one synced write batch. A crash
+    /// between the two leaves the entries without their counts and the mark
+    /// behind them: the caller stages those segments again (entries are keyed by
+    /// their content, so writing one twice changes nothing).
+    pub fn commit(&self, mark: Option<SegmentId>) -> Result<()> {
+        let staged = std::mem::take(&mut *self.lock_staged());
+        if !staged.keys.is_empty() {
+            self.write_table(&staged)?;
         }
-        for (&bucket, &count) in &counts {
+        let meta = self.family(CF_META)?;
+        let histogram_family = self.family(CF_HISTOGRAM)?;
+        let width = granularity_ns(&self.expiry);
+        let mut batch = WriteBatch::default();
+        for (&bucket, &count) in &staged.counts {
             batch.merge_cf(
                 histogram_family,
                 histogram_key(bucket.saturating_mul(width)),
                 count.to_le_bytes(),
             );
         }
-        self.db.write(batch).map_err(rocks(&self.path))?;
+        if let Some(mark) = mark {
+            batch.put_cf(meta, META_FLOWS_MARK, mark.0.to_be_bytes());
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut synced = WriteOptions::default();
+        synced.set_sync(true);
+        self.db
+            .write_opt(batch, &synced)
+            .map_err(rocks(&self.path))?;
         let mut histogram = self.lock_histogram();
-        for (bucket, count) in counts {
+        for (bucket, count) in staged.counts {
             histogram.add(bucket, count);
         }
         Ok(())
+    }
+
+    /// Writes `staged`'s entries, in key order, to a table file and ingests it.
+    fn write_table(&self, staged: &Staged) -> Result<()> {
+        // Sorted by address and time as integers, then the whole key; for equal
+        // keys the last staged wins, as the last write of a key would.
+        let mut order: Vec<(u128, u64, u32)> = staged
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let addr = u128::from_be_bytes(key[..16].try_into().unwrap_or_default());
+                let ts = u64::from_be_bytes(key[16..24].try_into().unwrap_or_default());
+                (addr, ts, i as u32)
+            })
+            .collect();
+        let key = |i: u32| &staged.keys[i as usize];
+        order.sort_unstable_by(|a, b| {
+            (a.0, a.1)
+                .cmp(&(b.0, b.1))
+                .then_with(|| key(a.2).cmp(key(b.2)))
+                .then(a.2.cmp(&b.2))
+        });
+        let file = self.path.join(format!(
+            "{TABLE_PREFIX}{}-{}.sst",
+            std::process::id(),
+            self.tables_written.fetch_add(1, Ordering::Relaxed)
+        ));
+        // LZ4, as for memtable flushes: a table file writer takes the bottommost
+        // level's compression (zstd), which compactions apply later anyway.
+        let mut options = table_options();
+        options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
+        let mut writer = SstFileWriter::create(&options);
+        writer.open(&file).map_err(rocks(&self.path))?;
+        let mut entries = order.iter().peekable();
+        while let Some(&(_, _, i)) = entries.next() {
+            if entries.peek().is_some_and(|next| key(next.2) == key(i)) {
+                continue;
+            }
+            let (start, len) = staged.spans[i as usize];
+            let value = &staged.values[start as usize..start as usize + usize::from(len)];
+            writer.put(key(i), value).map_err(rocks(&self.path))?;
+        }
+        writer.finish().map_err(rocks(&self.path))?;
+        let mut ingest = IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
+        let ingested = self.family(CF_CONNECTIONS).and_then(|family| {
+            self.db
+                .ingest_external_file_cf_opts(family, &ingest, vec![&file])
+                .map_err(rocks(&self.path))
+        });
+        // Moved files are linked into the database; the name given is removed
+        // either way.
+        let _already_gone = std::fs::remove_file(&file);
+        ingested
+    }
+
+    /// Returns the last `flows` segment whose records are all in the index, as
+    /// recorded by [`commit`](Self::commit) or [`set_flows_mark`](Self::set_flows_mark).
+    pub fn flows_mark(&self) -> Result<Option<SegmentId>> {
+        let meta = self.family(CF_META)?;
+        let Some(bytes) = self
+            .db
+            .get_cf(meta, META_FLOWS_MARK)
+            .map_err(rocks(&self.path))?
+        else {
+            return Ok(None);
+        };
+        let bytes: [u8; 8] = bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| self.corrupt(CF_META, "flows mark is not 8 bytes".to_owned()))?;
+        Ok(Some(SegmentId(u64::from_be_bytes(bytes))))
+    }
+
+    /// Records `mark` as the last `flows` segment whose records are all in the
+    /// index (synced).
+    pub fn set_flows_mark(&self, mark: SegmentId) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.family(CF_META)?, META_FLOWS_MARK, mark.0.to_be_bytes());
+        let mut synced = WriteOptions::default();
+        synced.set_sync(true);
+        self.db.write_opt(batch, &synced).map_err(rocks(&self.path))
+    }
+
+    fn lock_staged(&self) -> std::sync::MutexGuard<'_, Staged> {
+        // A panic while holding the lock leaves whole entries.
+        self.staged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Recomputes the cutoff from the histogram (the paper's periodic cutoff
@@ -689,6 +855,15 @@ impl ConnectionIndex {
 }
 
 /// Returns the key of a histogram interval starting at `start_ns`.
+/// Options of the `connections` family, which its table files are also written with.
+fn table_options() -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
+    options.set_write_buffer_size(64 << 20);
+    options
+}
+
 fn histogram_key(start_ns: i64) -> [u8; 16] {
     let mut key = [0u8; 16];
     key[..8].copy_from_slice(&ts_bytes(start_ns));

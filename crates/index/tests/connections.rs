@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hindsight_index::connections::{scale, scale_range};
 use hindsight_index::{ConnScan, ConnSummary, ConnectionIndex, Expiry};
-use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, ip_proto};
+use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, SegmentId, ip_proto};
 
 const SEC: i64 = 1_000_000_000;
 
@@ -188,4 +188,45 @@ fn read_only_open_sees_what_the_writer_flushed() {
             .expect("open")
             .is_none()
     );
+}
+
+#[test]
+fn staged_entries_appear_at_commit_the_last_of_a_key_wins_and_the_mark_persists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = v4(10, 1, 2, 3);
+    {
+        let index = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("open");
+        assert_eq!(index.flows_mark().expect("mark"), None);
+        index.stage(&sample());
+        assert!(index.staged_bytes() > 0);
+        // Staged entries are not visible.
+        let page = index.scan(&scan(a, a, 0, 1_000), None, 100).expect("scan");
+        assert!(page.entries.is_empty());
+        // The same connection again, longer: the later record's summary stays.
+        let mut again = sample()[0].clone();
+        again.last_ns += 10 * SEC;
+        index.stage(&[again]);
+        index.commit(Some(SegmentId(7))).expect("commit");
+        assert_eq!(index.staged_bytes(), 0);
+        let page = index.scan(&scan(a, a, 0, 1_000), None, 100).expect("scan");
+        let times: Vec<i64> = page.entries.iter().map(|e| e.ts_ns / SEC).collect();
+        assert_eq!(times, [100, 200, 300, 500]);
+        assert_eq!(page.entries[0].summary.duration_ms, 12_500);
+        assert_eq!(index.count().expect("count"), (5, 10));
+        // Committing nothing changes nothing but the mark.
+        index.commit(Some(SegmentId(9))).expect("commit");
+        index.flush().expect("flush");
+    }
+    let reopened = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("reopen");
+    assert_eq!(reopened.flows_mark().expect("mark"), Some(SegmentId(9)));
+    assert_eq!(reopened.count().expect("count"), (5, 10));
+    // No table file of a commit is left beside the database.
+    let strays = std::fs::read_dir(dir.path())
+        .expect("list")
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("staged-"))
+        })
+        .count();
+    assert_eq!(strays, 0);
 }

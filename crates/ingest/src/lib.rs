@@ -28,10 +28,11 @@ use hindsight_capture::CaptureReader;
 use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
 use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
-use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord};
+use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord, SegmentId};
+use hindsight_store::flows::flow_records;
 use hindsight_store::schema::{MAX_BATCH_DATA_BYTES, PacketBatchBuilder};
 use hindsight_store::{
-    Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, Table,
+    Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, StoreError, Table,
 };
 
 pub use crate::error::IngestError;
@@ -209,8 +210,57 @@ const FLOW_BATCH: usize = 8192;
 pub struct OpenReport {
     /// Catalog-level repairs (see [`RecoveryReport`]).
     pub recovery: RecoveryReport,
-    /// Catalogued segments whose postings were missing and have been rebuilt.
+    /// Catalogued segments whose index entries were missing and have been rebuilt:
+    /// address postings of `packets` segments, connection entries of `flows`
+    /// segments sealed after the connection index's last commit.
     pub reindexed: Vec<CatalogEntry>,
+}
+
+/// Puts into the connection index the records of the `flows` segments sealed
+/// after its last commit (a crash in between: the sink commits the index's staged
+/// entries only now and then, see `sink.rs`). Returns those segments.
+fn restage_flows(
+    archive: &Archive,
+    connections: &ConnectionIndex,
+) -> Result<Vec<CatalogEntry>, IngestError> {
+    let mut flows: Vec<&CatalogEntry> = archive.catalog().entries_of(Table::Flows).collect();
+    flows.sort_by_key(|entry| entry.segment_id());
+    let Some(mark) = connections.flows_mark()? else {
+        // An index without a mark is new, or was written by a version that put
+        // every record in before sealing its segment: either way it holds every
+        // catalogued segment's records.
+        let last = flows
+            .last()
+            .map_or(SegmentId(0), |entry| entry.segment_id());
+        connections.set_flows_mark(last)?;
+        return Ok(Vec::new());
+    };
+    let missing: Vec<CatalogEntry> = flows
+        .into_iter()
+        .filter(|entry| entry.segment_id() > mark)
+        .cloned()
+        .collect();
+    for entry in &missing {
+        let reader = SegmentReader::open(&archive.segment_path(entry))?;
+        let groups = (0..reader.row_groups()).collect();
+        for batch in reader.read(groups, None)? {
+            let corrupt = |reason: String| {
+                IngestError::Store(StoreError::Corrupt {
+                    path: reader.path().to_owned(),
+                    offset: 0,
+                    reason,
+                })
+            };
+            let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+            let records =
+                flow_records(&batch).ok_or_else(|| corrupt("not a flows segment".to_owned()))?;
+            connections.stage(&records);
+        }
+    }
+    if let Some(last) = missing.last() {
+        connections.commit(Some(last.segment_id()))?;
+    }
+    Ok(missing)
 }
 
 impl Ingestor {
@@ -235,6 +285,7 @@ impl Ingestor {
             &archive.connections_dir(),
             options.expiry,
         )?);
+        reindexed.extend(restage_flows(&archive, &connections)?);
         let maintenance = (options.expiry.keep_events > 0).then(|| {
             Maintenance::start(Arc::clone(&connections), |error| {
                 eprintln!("hindsight: connection index expiration: {error}");

@@ -37,6 +37,10 @@ enum Command {
     Seal(Option<Sender<Result<(), IngestError>>>),
 }
 
+/// Connection entries staged (see `ConnectionIndex::stage`) beyond which they are
+/// committed as a table file of the index, the open flows segment sealed first.
+const STAGED_MAX_BYTES: usize = 64 << 20;
+
 /// How often a seal waiting for its acknowledgement checks the sink is alive.
 const SEAL_POLL: Duration = Duration::from_millis(100);
 
@@ -190,6 +194,9 @@ fn run(
     };
     let mut flow_batch = FlowBatchBuilder::new();
     let mut next_id = archive.next_segment_id();
+    // The last flows segment sealed: all staged connection entries are of it or
+    // of segments before it once the open flows segment is sealed.
+    let mut last_flows: Option<SegmentId> = None;
     for command in commands {
         match command {
             Command::Write(batch) => {
@@ -198,23 +205,48 @@ fn run(
                     .write(&batch)?;
             }
             Command::Flows(records) => {
-                indexes.connections.insert(&records)?;
+                indexes.connections.stage(&records);
                 for record in &records {
                     flow_batch.append(record);
                 }
                 flows
                     .writer(&archive, &mut next_id, options)?
                     .write(&flow_batch.finish())?;
+                if indexes.connections.staged_bytes() >= STAGED_MAX_BYTES {
+                    // Memory is bounded: the flows segment is sealed early, so
+                    // that every staged entry is of a sealed segment.
+                    if let Some(writer) = flows.writer.take() {
+                        last_flows =
+                            seal(writer, &mut archive, indexes, &mut report)?.or(last_flows);
+                    }
+                    indexes.connections.commit(last_flows)?;
+                }
             }
             Command::Seal(ack) => {
                 let mut result = Ok(());
                 for open in [&mut packets, &mut flows] {
                     if let Some(writer) = open.writer.take() {
-                        result =
-                            result.and_then(|()| seal(writer, &mut archive, indexes, &mut report));
+                        result = result.and_then(|()| {
+                            let sealed = seal(writer, &mut archive, indexes, &mut report)?;
+                            if open.table == Table::Flows {
+                                last_flows = sealed.or(last_flows);
+                            }
+                            Ok(())
+                        });
                     }
                 }
+                // Every staged entry is now of a sealed segment. A seal that is
+                // waited for makes them visible; others leave them staged (one
+                // table file per 64 MiB of entries rather than per segment).
+                let commit =
+                    ack.is_some() || indexes.connections.staged_bytes() >= STAGED_MAX_BYTES;
                 let result = result
+                    .and_then(|()| {
+                        if commit {
+                            indexes.connections.commit(last_flows)?;
+                        }
+                        Ok(())
+                    })
                     .and_then(|()| expire_flows(&mut archive, indexes))
                     .and_then(|()| expire_packets(&mut archive, indexes, retention));
                 match (ack, result) {
@@ -249,15 +281,17 @@ fn abort(open: [Open; 2]) {
     }
 }
 
+/// Seals, catalogues and (for packets) indexes the segment; returns its id, or
+/// `None` if it was empty (and is dropped).
 fn seal(
     writer: SegmentWriter,
     archive: &mut Archive,
     indexes: &Indexes,
     report: &mut SinkReport,
-) -> Result<(), IngestError> {
+) -> Result<Option<SegmentId>, IngestError> {
     if writer.rows() == 0 {
         writer.abort();
-        return Ok(());
+        return Ok(None);
     }
     let sealed = writer.seal()?;
     let entry = archive.register(&sealed)?;
@@ -267,7 +301,7 @@ fn seal(
             .add_segment(sealed.id, &sealed.addresses, &sealed.covered)?;
     }
     report.sealed.push(entry);
-    Ok(())
+    Ok(Some(sealed.id))
 }
 
 /// Removes the oldest `packets` segments beyond the retention bounds, with their
