@@ -143,6 +143,19 @@ pub(super) fn encode_column(
             array: array.as_binary::<i32>(),
             bounds: options.statistics || options.page_index,
         }),
+        // Strings are byte arrays to Parquet: the same buffers, seen as binary.
+        DataType::Utf8 => {
+            let strings = array.as_string::<i32>();
+            let bytes = BinaryArray::new(
+                strings.offsets().clone(),
+                strings.values().clone(),
+                strings.nulls().cloned(),
+            );
+            write(&Binary {
+                array: &bytes,
+                bounds: options.statistics || options.page_index,
+            })
+        }
         other => Err(ParquetError::General(format!(
             "column {}: no chunk encoder for Arrow type {other}",
             descr.path()

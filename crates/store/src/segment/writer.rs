@@ -11,16 +11,12 @@ use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use arrow::datatypes::{DataType, Field, SchemaRef, TimestampNanosecondType};
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
 use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_writer::{
-    ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn, ArrowRowGroupWriterFactory,
-    compute_leaves,
-};
-use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::basic::Encoding;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
-use parquet::schema::types::{ColumnDescPtr, ColumnPath};
+use parquet::schema::types::ColumnDescPtr;
 
 use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
 use super::postings::{CoveringLimits, PostingsCollector};
@@ -49,8 +45,8 @@ pub struct SegmentOptions {
     pub row_group_rows: usize,
     /// Rows per data page: the unit of page-index pruning.
     pub page_rows: usize,
-    /// zstd level of the header columns (any level zstd accepts, negative ones
-    /// included; `flows` segments use it clamped to 1–22).
+    /// zstd level of the header columns and of `flows` segments (any level zstd
+    /// accepts, negative ones included).
     pub zstd_level: i32,
     /// zstd level of the `data` column (packet bytes), which dominates the cost.
     pub data_zstd_level: i32,
@@ -114,40 +110,40 @@ impl SegmentOptions {
         }
     }
 
-    /// Properties of the file writer: the footer's metadata for every table, and
-    /// how the `parquet` crate's column writers write `flows` columns (the chunk
-    /// encoder writes `packets` columns by `packet_chunk_options`).
-    fn writer_properties(
-        &self,
-        table: Table,
-    ) -> Result<WriterProperties, parquet::errors::ParquetError> {
-        let mut builder = WriterProperties::builder()
+    /// How each column of a `flows` segment is written by the chunk encoder: page
+    /// statistics for every column, timestamps as deltas, addresses as
+    /// dictionaries with Bloom filters on the two endpoints, integers as byte
+    /// streams, strings plain (zstd takes the repeats of `state` and `source`).
+    fn flow_chunk_options(&self, field: &Field) -> ChunkOptions {
+        let column = field.name().as_str();
+        let endpoint = column == col::SRC_ADDR || column == col::DST_ADDR;
+        ChunkOptions {
+            page_rows: self.page_rows,
+            page_bytes: 0,
+            zstd_level: self.zstd_level,
+            statistics: true,
+            page_index: true,
+            encoding: match field.data_type() {
+                DataType::Timestamp(..) => Encoding::DELTA_BINARY_PACKED,
+                data_type if data_type.is_integer() => Encoding::BYTE_STREAM_SPLIT,
+                DataType::FixedSizeBinary(_) => Encoding::RLE_DICTIONARY,
+                _ => Encoding::PLAIN,
+            },
+            bloom: endpoint.then_some((self.row_group_rows as u64, self.bloom_fpp)),
+        }
+    }
+
+    /// Properties of the file writer: the footer's metadata. (The chunk encoder
+    /// writes the columns, by `packet_chunk_options` and `flow_chunk_options`.)
+    fn writer_properties(&self, table: Table) -> WriterProperties {
+        WriterProperties::builder()
             .set_created_by(format!("hindsight {}", env!("CARGO_PKG_VERSION")))
             .set_key_value_metadata(Some(vec![
                 KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_owned()),
                 KeyValue::new(TABLE_KEY.to_owned(), table.name().to_owned()),
             ]))
-            .set_max_row_group_row_count(Some(self.row_group_rows));
-        if table == Table::Flows {
-            // The crate's zstd codec takes levels 1 to 22 only.
-            let zstd = Compression::ZSTD(ZstdLevel::try_new(self.zstd_level.clamp(1, 22))?);
-            let ts = ColumnPath::from(col::TS);
-            builder = builder
-                .set_compression(zstd)
-                .set_data_page_row_count_limit(self.page_rows)
-                .set_statistics_enabled(EnabledStatistics::Page)
-                // Timestamps are nearly sorted: deltas beat a dictionary.
-                .set_column_dictionary_enabled(ts.clone(), false)
-                .set_column_encoding(ts, Encoding::DELTA_BINARY_PACKED);
-            for address in [col::SRC_ADDR, col::DST_ADDR] {
-                let path = ColumnPath::from(address);
-                builder = builder
-                    .set_column_bloom_filter_enabled(path.clone(), true)
-                    .set_column_bloom_filter_fpp(path.clone(), self.bloom_fpp)
-                    .set_column_bloom_filter_max_ndv(path, self.row_group_rows as u64);
-            }
-        }
-        Ok(builder.build())
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .build()
     }
 }
 
@@ -240,9 +236,7 @@ impl SegmentWriter {
             crc: crc32fast::Hasher::new(),
             len_bytes: 0,
         };
-        let properties = options
-            .writer_properties(table)
-            .map_err(StoreError::parquet(&temp_path))?;
+        let properties = options.writer_properties(table);
         let encoder = RowGroupEncoder::new(sink, table, properties, options)
             .map_err(StoreError::parquet(&temp_path))?;
         Ok(Self {
@@ -376,32 +370,20 @@ impl SegmentWriter {
 /// a row group (`row_group_rows`); the columns of a row group are then encoded by
 /// `encode_threads` threads, each taking whole columns (the costliest first, to
 /// the least loaded thread), and the encoded chunks are written in schema order.
-/// `packets` columns go through the chunk encoder of `chunk.rs`; `flows`
-/// columns (few rows, strings worth a dictionary) through the `parquet` crate's
-/// Arrow column writers.
+/// Columns of both tables go through the chunk encoder of `chunk.rs`.
 struct RowGroupEncoder {
     file: SerializedFileWriter<ChecksummingFile>,
-    factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
-    /// Per column: its descriptor and chunk options, if the chunk encoder writes it.
-    chunk_columns: Option<Vec<(ColumnDescPtr, ChunkOptions)>>,
+    /// Per column: its descriptor and how the chunk encoder writes it.
+    chunk_columns: Vec<(ColumnDescPtr, ChunkOptions)>,
     row_groups: usize,
     row_group_rows: usize,
     threads: usize,
     pending: Vec<RecordBatch>,
 }
 
-/// One column of a row group to encode, with its position.
-enum ColumnJob {
-    Arrow(usize, Box<ArrowColumnWriter>, ArrowLeafColumn),
-    Chunk(usize, ArrayRef, ColumnDescPtr, ChunkOptions),
-}
-
-/// One encoded column of a row group.
-enum EncodedColumn {
-    Arrow(ArrowColumnChunk),
-    Chunk(EncodedChunk),
-}
+/// One column of a row group to encode: its position, values, descriptor and options.
+struct ColumnJob(usize, ArrayRef, ColumnDescPtr, ChunkOptions);
 
 impl RowGroupEncoder {
     fn new(
@@ -411,21 +393,23 @@ impl RowGroupEncoder {
         options: &SegmentOptions,
     ) -> Result<Self, ParquetError> {
         let schema = table.schema();
-        let (file, factory) =
-            ArrowWriter::try_new(sink, SchemaRef::clone(&schema), Some(properties))?
-                .into_serialized_writer()?;
-        let chunk_columns = (table == Table::Packets).then(|| {
-            let descriptors = file.schema_descr();
-            schema
-                .fields()
-                .iter()
-                .enumerate()
-                .map(|(i, field)| (descriptors.column(i), options.packet_chunk_options(field)))
-                .collect()
-        });
+        let (file, _) = ArrowWriter::try_new(sink, SchemaRef::clone(&schema), Some(properties))?
+            .into_serialized_writer()?;
+        let descriptors = file.schema_descr();
+        let chunk_columns = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, field)| {
+                let chunk_options = match table {
+                    Table::Packets => options.packet_chunk_options(field),
+                    Table::Flows => options.flow_chunk_options(field),
+                };
+                (descriptors.column(i), chunk_options)
+            })
+            .collect();
         Ok(Self {
             file,
-            factory,
             schema,
             chunk_columns,
             row_groups: 0,
@@ -481,54 +465,30 @@ impl RowGroupEncoder {
     }
 
     /// The columns of one row group as encoding jobs, each with its estimated cost.
-    fn jobs(&self, group: &RecordBatch) -> Result<Vec<(ColumnJob, usize)>, ParquetError> {
+    fn jobs(&self, group: &RecordBatch) -> Vec<(ColumnJob, usize)> {
         // Estimated cost: a per-value part (levels, statistics, encoding) and a
         // per-byte part (compression).
         let cost = |column: &ArrayRef| column.len() * 8 + column.get_buffer_memory_size();
-        if let Some(chunk_columns) = &self.chunk_columns {
-            return Ok(group
-                .columns()
-                .iter()
-                .zip(chunk_columns)
-                .enumerate()
-                .map(|(position, (column, (descr, options)))| {
-                    let job = ColumnJob::Chunk(
-                        position,
-                        ArrayRef::clone(column),
-                        ColumnDescPtr::clone(descr),
-                        options.clone(),
-                    );
-                    (job, cost(column))
-                })
-                .collect());
-        }
-        let writers = self.factory.create_column_writers(self.row_groups)?;
-        let mut leaves = Vec::with_capacity(writers.len());
-        for (field, column) in self.schema.fields().iter().zip(group.columns()) {
-            for leaf in compute_leaves(field, column)? {
-                leaves.push((leaf, cost(column)));
-            }
-        }
-        if leaves.len() != writers.len() {
-            return Err(ParquetError::General(format!(
-                "{} column writers for {} leaf columns",
-                writers.len(),
-                leaves.len()
-            )));
-        }
-        Ok(writers
-            .into_iter()
-            .zip(leaves)
+        group
+            .columns()
+            .iter()
+            .zip(&self.chunk_columns)
             .enumerate()
-            .map(|(position, (writer, (leaf, cost)))| {
-                (ColumnJob::Arrow(position, Box::new(writer), leaf), cost)
+            .map(|(position, (column, (descr, options)))| {
+                let job = ColumnJob(
+                    position,
+                    ArrayRef::clone(column),
+                    ColumnDescPtr::clone(descr),
+                    options.clone(),
+                );
+                (job, cost(column))
             })
-            .collect())
+            .collect()
     }
 
     /// Encodes one row group and appends it to the file.
     fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
-        let mut jobs = self.jobs(group)?;
+        let mut jobs = self.jobs(group);
         // Costliest columns first, each to the thread with the least cost so far.
         jobs.sort_by_key(|(_, cost)| std::cmp::Reverse(*cost));
         let mut bins: Vec<(usize, Vec<ColumnJob>)> =
@@ -541,7 +501,7 @@ impl RowGroupEncoder {
         }
         let mut bins = bins.into_iter().map(|(_, jobs)| jobs);
         let first = bins.next().unwrap_or_default();
-        let mut chunks: Vec<(usize, EncodedColumn)> = std::thread::scope(|scope| {
+        let mut chunks: Vec<(usize, EncodedChunk)> = std::thread::scope(|scope| {
             let others: Vec<_> = bins
                 .filter(|jobs| !jobs.is_empty())
                 .map(|jobs| scope.spawn(move || encode_columns(jobs)))
@@ -558,12 +518,7 @@ impl RowGroupEncoder {
         chunks.sort_by_key(|(position, _)| *position);
         let mut row_group = self.file.next_row_group()?;
         for (_, chunk) in chunks {
-            match chunk {
-                EncodedColumn::Arrow(chunk) => chunk.append_to_row_group(&mut row_group)?,
-                EncodedColumn::Chunk(chunk) => {
-                    row_group.append_column(&chunk.bytes, chunk.close)?
-                }
-            }
+            row_group.append_column(&chunk.bytes, chunk.close)?;
         }
         row_group.close()?;
         self.row_groups += 1;
@@ -577,18 +532,14 @@ impl RowGroupEncoder {
     }
 }
 
-fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, EncodedColumn)>, ParquetError> {
+fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, EncodedChunk)>, ParquetError> {
     let mut zstd = Compressors::default();
     jobs.into_iter()
-        .map(|job| match job {
-            ColumnJob::Arrow(position, mut writer, leaf) => {
-                writer.write(&leaf)?;
-                Ok((position, EncodedColumn::Arrow(writer.close()?)))
-            }
-            ColumnJob::Chunk(position, column, descr, options) => {
-                let chunk = encode_column(&column, descr, &options, &mut zstd)?;
-                Ok((position, EncodedColumn::Chunk(chunk)))
-            }
+        .map(|ColumnJob(position, column, descr, options)| {
+            Ok((
+                position,
+                encode_column(&column, descr, &options, &mut zstd)?,
+            ))
         })
         .collect()
 }
