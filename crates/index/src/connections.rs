@@ -640,8 +640,11 @@ impl ConnectionIndex {
         let mut writer = SstFileWriter::create(&options);
         writer.open(&file).map_err(rocks(&self.path))?;
         let mut entries = order.iter().peekable();
-        while let Some(&(_, _, i)) = entries.next() {
-            if entries.peek().is_some_and(|next| key(next.2) == key(i)) {
+        while let Some(&(addr, ts, i)) = entries.next() {
+            let repeated = entries
+                .peek()
+                .is_some_and(|next| (next.0, next.1) == (addr, ts) && key(next.2) == key(i));
+            if repeated {
                 continue;
             }
             let (start, len) = staged.spans[i as usize];
