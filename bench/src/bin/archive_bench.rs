@@ -1,6 +1,7 @@
 //! Archive benchmark (issue 2): ingest rate, bytes per packet and query latency of
 //! hindsight, side by side with the peer tools in the same run:
-//! - ingest vs `tcpdump -r X -w /dev/null` (the raw read floor);
+//! - ingest vs `tcpdump -r X -w /dev/null` (the raw read floor), with connection
+//!   records (the default) and without (`--no-flows`, packets only);
 //! - bytes per packet vs the raw pcap and vs `zstd -3` of it;
 //! - query latency for a rare and a busy address vs `tcpdump -r X 'host A'` (and
 //!   `stenoread` with `--stenographer`); 1-minute window vs `editcap -A -B`.
@@ -96,28 +97,41 @@ fn main() {
         c
     });
     let archive = args.work.join("archive");
-    let mut ingest_samples = Vec::new();
-    let mut cpu_samples = Vec::new();
+    // Runs alternate between the default (connection records built too) and
+    // `--no-flows` (packets only), so that both see the machine alike.
+    let packets_only = args.work.join("archive-packets-only");
+    let mut samples: [(Vec<Duration>, Vec<Duration>); 2] = Default::default();
     for _ in 0..args.runs {
-        let _ = std::fs::remove_dir_all(&archive);
-        let cpu_before = cpu_seconds();
-        let started = Instant::now();
-        let mut options = IngestOptions::default();
-        if let Some(rows) = args.page_rows {
-            options.segment.page_rows = rows;
+        for (variant, (dir, flows)) in [(&archive, true), (&packets_only, false)]
+            .into_iter()
+            .enumerate()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+            let cpu_before = cpu_seconds();
+            let started = Instant::now();
+            let mut options = IngestOptions {
+                flows_from_packets: flows,
+                ..IngestOptions::default()
+            };
+            if let Some(rows) = args.page_rows {
+                options.segment.page_rows = rows;
+            }
+            if let Some(rows) = args.covering_rows {
+                options.segment.covering_rows = rows;
+            }
+            let (mut ingestor, _) = Ingestor::open(dir, options).expect("open archive");
+            let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
+            assert!(outcome.error.is_none(), "{:?}", outcome.error);
+            ingestor.finish().expect("finish");
+            samples[variant].0.push(started.elapsed());
+            samples[variant]
+                .1
+                .push(Duration::from_secs_f64(cpu_seconds() - cpu_before));
         }
-        if let Some(rows) = args.covering_rows {
-            options.segment.covering_rows = rows;
-        }
-        let (mut ingestor, _) = Ingestor::open(&archive, options).expect("open archive");
-        let outcome = ingestor.ingest_file(&capture, &mut |_| {}).expect("ingest");
-        assert!(outcome.error.is_none(), "{:?}", outcome.error);
-        ingestor.finish().expect("finish");
-        ingest_samples.push(started.elapsed());
-        cpu_samples.push(Duration::from_secs_f64(cpu_seconds() - cpu_before));
     }
-    let ingest = median(ingest_samples);
-    let ingest_cpu = median(cpu_samples);
+    let _ = std::fs::remove_dir_all(&packets_only);
+    let [(ingest, ingest_cpu), (packets_only_wall, packets_only_cpu)] =
+        samples.map(|(wall, cpu)| (median(wall), median(cpu)));
     let rate = |d: Duration| packets as f64 / d.as_secs_f64();
     println!("## ingest ({packets} packets)");
     println!("| tool | wall s | packets/s | note |");
@@ -133,6 +147,13 @@ fn main() {
         rate(ingest),
         ingest_cpu.as_secs_f64(),
         rate(ingest_cpu)
+    );
+    println!(
+        "| hindsight ingest --no-flows (packets only) | {:.3} | {:.0} | {:.2} CPU s → {:.0} packets per CPU-second (per core) |",
+        packets_only_wall.as_secs_f64(),
+        rate(packets_only_wall),
+        packets_only_cpu.as_secs_f64(),
+        rate(packets_only_cpu)
     );
     println!(
         "ratio hindsight/tcpdump wall time: {:.2}\n",

@@ -884,3 +884,56 @@ fn segments_of(stats: &serde_json::Value) -> Vec<(i64, u64, u64)> {
     segments.sort_unstable();
     segments
 }
+
+/// `--no-flows` archives the same packets and builds no connection records.
+#[test]
+fn ingest_without_flows_archives_the_same_packets_and_no_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = dir.path().join("with");
+    let without = dir.path().join("without");
+    ingest_full_with(&lan_hour(), &with, &[]);
+    ingest_full_with(&lan_hour(), &without, &["--no-flows"]);
+    let tables = |archive: &Path| -> (u64, u64) {
+        let stats = stats_json(archive);
+        let rows = |table: &str| -> u64 {
+            stats["segment_list"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["table"] == table)
+                .map(|s| s["rows"].as_u64().unwrap())
+                .sum()
+        };
+        (rows("packets"), rows("flows"))
+    };
+    let (packets_with, flows_with) = tables(&with);
+    assert_eq!(tables(&without), (packets_with, 0));
+    assert!(flows_with > 0);
+    let out = dir.path().join("a.pcap");
+    assert_eq!(
+        hindsight_pcap(&without, "host 172.30.100.1", &out),
+        hindsight_pcap(&with, "host 172.30.100.1", &out)
+    );
+    let no_connections = hindsight(&[
+        "flows",
+        "--ip",
+        "172.30.100.1",
+        "--archive",
+        without.to_str().unwrap(),
+    ]);
+    let with_connections = ok(&hindsight(&[
+        "flows",
+        "--ip",
+        "172.30.100.1",
+        "--archive",
+        with.to_str().unwrap(),
+    ]));
+    assert!(
+        with_connections.contains("172.30.100.1"),
+        "{with_connections}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&no_connections.stdout).contains("172.30.100.1"),
+        "{no_connections:?}"
+    );
+}

@@ -52,6 +52,10 @@ pub struct IngestOptions {
     pub segment: SegmentOptions,
     /// Timeouts and size of the flow table that builds connection records.
     pub flows: FlowTableConfig,
+    /// Build connection records from the packets (`flows` segments and the
+    /// connection index); false archives packets only. Records pushed with
+    /// [`Ingestor::push_flow_records`] are archived either way.
+    pub flows_from_packets: bool,
     /// Count-based expiration of the connection index.
     pub expiry: Expiry,
     /// Bounds of the packets table on disk.
@@ -78,6 +82,7 @@ impl Default for IngestOptions {
             segment_max_rows: 4 * 1024 * 1024,
             segment: SegmentOptions::default(),
             flows: FlowTableConfig::default(),
+            flows_from_packets: true,
             expiry: Expiry::OFF,
             retention: Retention::default(),
         }
@@ -347,8 +352,10 @@ impl Ingestor {
         };
         self.builder
             .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
-        self.flow_table
-            .push(frame.ts_nanos, &headers, frame.wire_len, &mut self.flow_out);
+        if self.options.flows_from_packets {
+            self.flow_table
+                .push(frame.ts_nanos, &headers, frame.wire_len, &mut self.flow_out);
+        }
         if self.flow_out.len() >= FLOW_BATCH {
             self.flush_flows()?;
         }

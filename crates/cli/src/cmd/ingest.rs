@@ -42,6 +42,11 @@ pub struct Args {
     /// opens no segment; 0 turns this off. Bounded to 2 bytes per packet.
     #[arg(long, default_value_t = SegmentOptions::default().covering_rows, value_name = "PACKETS")]
     covering_rows: u32,
+    /// Archive packets only: build no connection records from them (no flows
+    /// segments, no connection index entries). Saves about a third of ingest's
+    /// CPU time (docs/PERFORMANCE.md).
+    #[arg(long)]
+    no_flows: bool,
     /// What the input files are.
     #[arg(long, value_enum, default_value = "pcap")]
     format: InputFormat,
@@ -73,6 +78,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         segment_max_rows: args.segment_packets,
         expiry: settings.expiry,
         retention: settings.retention,
+        flows_from_packets: !args.no_flows,
         segment: SegmentOptions {
             covering_rows: args.covering_rows,
             ..SegmentOptions::default()
@@ -152,20 +158,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         human_bytes(segment_bytes),
     );
     let flows = summary.flows;
-    println!(
-        "  flows: {} connection records from {} IP packets ({} not IP){}",
-        flows.records,
-        flows.packets,
-        flows.not_flows,
-        if flows.evicted > 0 {
-            format!(
-                ", {} closed early because the flow table was full",
-                flows.evicted
-            )
-        } else {
-            String::new()
-        }
-    );
+    if args.no_flows {
+        println!("  flows: none built (--no-flows)");
+    } else {
+        println!(
+            "  flows: {} connection records from {} IP packets ({} not IP){}",
+            flows.records,
+            flows.packets,
+            flows.not_flows,
+            if flows.evicted > 0 {
+                format!(
+                    ", {} closed early because the flow table was full",
+                    flows.evicted
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     if damaged > 0 {
         eprintln!(
             "{damaged} of {} capture file(s) were damaged",
