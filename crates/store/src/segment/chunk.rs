@@ -1,11 +1,12 @@
-//! The column-chunk encoder of `packets` segments.
+//! The column-chunk encoder of segments (`packets` and `flows`).
 //!
 //! The `parquet` crate's Arrow writer is general: it computes definition levels
 //! value by value, encodes in mini-batches of 1,024 values, makes a
 //! reference-counted buffer per fixed-size binary value and compresses through
 //! a codec limited to zstd levels 1–22. For the flat, fixed schema of packet
-//! headers that generality was about a third of the CPU time of ingest. This
-//! encoder writes the same kind of column chunk directly from Arrow's buffers:
+//! headers that generality was about a third of the CPU time of ingest (and for
+//! `flows` segments 0.13 of 2.78 CPU s). This encoder writes the same kind of
+//! column chunk directly from Arrow's buffers:
 //!
 //! - data pages (v1) of `page_rows` rows (and at most `page_bytes` of values);
 //! - definition levels as bit-packed runs copied from the Arrow validity bitmap
@@ -109,8 +110,8 @@ fn external(e: std::io::Error) -> ParquetError {
 }
 
 /// Encodes `array` as one column chunk of column `descr`. Supports the Arrow types
-/// of the `packets` table (integers, timestamps, booleans, fixed-size and
-/// variable binary); anything else is an error.
+/// of the `packets` and `flows` tables (integers, timestamps, booleans, fixed-size
+/// and variable binary, strings); anything else is an error.
 pub(super) fn encode_column(
     array: &ArrayRef,
     descr: ColumnDescPtr,
