@@ -48,6 +48,9 @@ const META_CUTOFF: &[u8] = b"cutoff";
 const META_FLOWS_MARK: &[u8] = b"flows-indexed-through";
 /// Name prefix of the table files written before they are ingested.
 const TABLE_PREFIX: &str = "staged-";
+/// Staged entries from which a commit writes a table file rather than a write
+/// batch (see [`ConnectionIndex::commit`]).
+pub const TABLE_COMMIT_BYTES: usize = 4 << 20;
 
 /// Length of a connection key.
 pub const KEY_LEN: usize = 16 + 8 + 16 + 2 + 2 + 1 + 1;
@@ -375,6 +378,43 @@ impl Staged {
     fn bytes(&self) -> usize {
         self.keys.len() * (KEY_LEN + std::mem::size_of::<(u32, u8)>()) + self.values.len()
     }
+
+    /// The entries in key order, each key once: for equal keys the last staged
+    /// wins, as the last write of a key would.
+    fn in_key_order(&self) -> impl Iterator<Item = (&[u8; KEY_LEN], &[u8])> {
+        // Sorted by address and time as integers, then the whole key.
+        let mut order: Vec<(u128, u64, u32)> = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let addr = u128::from_be_bytes(key[..16].try_into().unwrap_or_default());
+                let ts = u64::from_be_bytes(key[16..24].try_into().unwrap_or_default());
+                (addr, ts, i as u32)
+            })
+            .collect();
+        let key = |i: u32| &self.keys[i as usize];
+        order.sort_unstable_by(|a, b| {
+            (a.0, a.1)
+                .cmp(&(b.0, b.1))
+                .then_with(|| key(a.2).cmp(key(b.2)))
+                .then(a.2.cmp(&b.2))
+        });
+        let mut entries = order.into_iter().peekable();
+        std::iter::from_fn(move || {
+            loop {
+                let (addr, ts, i) = entries.next()?;
+                let repeated = entries
+                    .peek()
+                    .is_some_and(|next| (next.0, next.1) == (addr, ts) && key(next.2) == key(i));
+                if !repeated {
+                    let (start, len) = self.spans[i as usize];
+                    let value = &self.values[start as usize..start as usize + usize::from(len)];
+                    return Some((key(i), value));
+                }
+            }
+        })
+    }
 }
 
 impl std::fmt::Debug for ExpireFilterFactory {
@@ -566,22 +606,35 @@ impl ConnectionIndex {
         self.lock_staged().bytes()
     }
 
-    /// Writes the staged entries into the index as one table file, ingested into
-    /// the `connections` family (no write-ahead log, no memtable), then adds their
-    /// histogram counts and, if given, records `mark` as the last `flows` segment
-    /// whose records are all in the index, in one synced write batch. A crash
+    /// Writes the staged entries into the index with their histogram counts and,
+    /// if given, records `mark` as the last `flows` segment whose records are all
+    /// in the index.
+    ///
+    /// At least [`TABLE_COMMIT_BYTES`] of entries go in as one table file,
+    /// ingested into the `connections` family (no write-ahead log, no memtable),
+    /// followed by one synced write batch with the counts and the mark. A crash
     /// between the two leaves the entries without their counts and the mark
     /// behind them: the caller stages those segments again (entries are keyed by
-    /// their content, so writing one twice changes nothing).
+    /// their content, so writing one twice changes nothing). Fewer entries (a
+    /// live capture's seal every minute) go in one write batch with the counts
+    /// and the mark, through the write-ahead log and the memtable, so that small
+    /// commits do not make small table files for compactions to rewrite.
     pub fn commit(&self, mark: Option<SegmentId>) -> Result<()> {
         let staged = std::mem::take(&mut *self.lock_staged());
-        if !staged.keys.is_empty() {
+        let mut batch = WriteBatch::default();
+        let mut synced = WriteOptions::default();
+        if staged.bytes() >= TABLE_COMMIT_BYTES {
             self.write_table(&staged)?;
+            synced.set_sync(true);
+        } else if !staged.keys.is_empty() {
+            let connections = self.family(CF_CONNECTIONS)?;
+            for (key, value) in staged.in_key_order() {
+                batch.put_cf(connections, key, value);
+            }
         }
         let meta = self.family(CF_META)?;
         let histogram_family = self.family(CF_HISTOGRAM)?;
         let width = granularity_ns(&self.expiry);
-        let mut batch = WriteBatch::default();
         for (&bucket, &count) in &staged.counts {
             batch.merge_cf(
                 histogram_family,
@@ -595,8 +648,6 @@ impl ConnectionIndex {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut synced = WriteOptions::default();
-        synced.set_sync(true);
         self.db
             .write_opt(batch, &synced)
             .map_err(rocks(&self.path))?;
@@ -609,25 +660,6 @@ impl ConnectionIndex {
 
     /// Writes `staged`'s entries, in key order, to a table file and ingests it.
     fn write_table(&self, staged: &Staged) -> Result<()> {
-        // Sorted by address and time as integers, then the whole key; for equal
-        // keys the last staged wins, as the last write of a key would.
-        let mut order: Vec<(u128, u64, u32)> = staged
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, key)| {
-                let addr = u128::from_be_bytes(key[..16].try_into().unwrap_or_default());
-                let ts = u64::from_be_bytes(key[16..24].try_into().unwrap_or_default());
-                (addr, ts, i as u32)
-            })
-            .collect();
-        let key = |i: u32| &staged.keys[i as usize];
-        order.sort_unstable_by(|a, b| {
-            (a.0, a.1)
-                .cmp(&(b.0, b.1))
-                .then_with(|| key(a.2).cmp(key(b.2)))
-                .then(a.2.cmp(&b.2))
-        });
         let file = self.path.join(format!(
             "{TABLE_PREFIX}{}-{}.sst",
             std::process::id(),
@@ -639,17 +671,8 @@ impl ConnectionIndex {
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
         let mut writer = SstFileWriter::create(&options);
         writer.open(&file).map_err(rocks(&self.path))?;
-        let mut entries = order.iter().peekable();
-        while let Some(&(addr, ts, i)) = entries.next() {
-            let repeated = entries
-                .peek()
-                .is_some_and(|next| (next.0, next.1) == (addr, ts) && key(next.2) == key(i));
-            if repeated {
-                continue;
-            }
-            let (start, len) = staged.spans[i as usize];
-            let value = &staged.values[start as usize..start as usize + usize::from(len)];
-            writer.put(key(i), value).map_err(rocks(&self.path))?;
+        for (key, value) in staged.in_key_order() {
+            writer.put(key, value).map_err(rocks(&self.path))?;
         }
         writer.finish().map_err(rocks(&self.path))?;
         let mut ingest = IngestExternalFileOptions::default();

@@ -230,3 +230,59 @@ fn staged_entries_appear_at_commit_the_last_of_a_key_wins_and_the_mark_persists(
         .count();
     assert_eq!(strays, 0);
 }
+
+#[test]
+fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 50,000 connections of 250 clients to 200 servers, one second apart, and
+    // the first 1,000 of them again (equal keys).
+    let records: Vec<FlowRecord> = (0..50_000u32)
+        .map(|i| {
+            let client = v4(10, 1, (i % 250) as u8, 1);
+            let server = v4(192, 0, 2, (i % 200) as u8);
+            conn(
+                i64::from(i),
+                client,
+                40_000 + (i % 1000) as u16,
+                server,
+                443,
+            )
+        })
+        .collect();
+    let large = ConnectionIndex::open(&dir.path().join("large"), Expiry::OFF).expect("open");
+    large.stage(&records);
+    large.stage(&records[..1_000]);
+    assert!(large.staged_bytes() >= hindsight_index::connections::TABLE_COMMIT_BYTES);
+    large.commit(Some(SegmentId(3))).expect("commit");
+    let small = ConnectionIndex::open(&dir.path().join("small"), Expiry::OFF).expect("open");
+    for chunk in records.chunks(1_000) {
+        small.stage(chunk);
+        assert!(small.staged_bytes() < hindsight_index::connections::TABLE_COMMIT_BYTES);
+        small.commit(Some(SegmentId(3))).expect("commit");
+    }
+    assert_eq!(large.count().expect("count"), (50_000, 100_000));
+    assert_eq!(small.count().expect("count"), (50_000, 100_000));
+    assert_eq!(large.flows_mark().expect("mark"), Some(SegmentId(3)));
+    let client = v4(10, 1, 7, 1);
+    let all = scan(v4(0, 0, 0, 0), v4(255, 255, 255, 255), 0, 100_000);
+    for window in [scan(client, client, 0, 100_000), all] {
+        let mut after = None;
+        loop {
+            let a = large.scan(&window, after.as_deref(), 777).expect("scan");
+            let b = small.scan(&window, after.as_deref(), 777).expect("scan");
+            assert_eq!(a, b);
+            match a.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+    }
+    let strays = std::fs::read_dir(dir.path().join("large"))
+        .expect("list")
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("staged-"))
+        })
+        .count();
+    assert_eq!(strays, 0);
+}
