@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{PacketKey, fixtures_dir, hindsight, lan_hour, ok, read_frames, require_tool};
+use common::{
+    PacketKey, archived_flows, fixtures_dir, hindsight, lan_hour, ok, read_frames, require_tool,
+};
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -744,21 +746,12 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
         empty.to_str().unwrap(),
     ]));
     let after = hindsight_store::Archive::open_reader(&archive).unwrap();
-    let mut connections = std::collections::BTreeSet::new();
-    let mut flows_rows = 0u64;
-    for entry in after.catalog().entries_of(hindsight_store::Table::Flows) {
-        let reader = hindsight_store::SegmentReader::open(&after.segment_path(entry)).unwrap();
-        flows_rows += reader.rows();
-        for batch in reader
-            .read((0..reader.row_groups()).collect(), None)
-            .unwrap()
-        {
-            for r in hindsight_store::flows::flow_records(&batch.unwrap()).unwrap() {
-                connections.insert((r.src, r.first_ns, r.dst, r.src_port, r.dst_port, r.proto));
-            }
-        }
-    }
-    assert!(flows_rows > 0);
+    let flows = archived_flows(&archive);
+    assert!(!flows.is_empty());
+    let connections: BTreeSet<_> = flows
+        .iter()
+        .map(|r| (r.src, r.first_ns, r.dst, r.src_port, r.dst_port, r.proto))
+        .collect();
     let index = hindsight_index::ConnectionIndex::open_read_only(&after.connections_dir())
         .unwrap()
         .expect("a connection index");

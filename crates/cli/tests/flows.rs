@@ -4,15 +4,14 @@
 
 mod common;
 
-use common::{fixtures_dir, hindsight, lan_hour, ok, require_tool};
+use common::{archived_flows, fixtures_dir, hindsight, lan_hour, ok, require_tool};
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use hindsight_model::{Addr16, FlowRecord};
-use hindsight_store::flows::flow_records;
-use hindsight_store::{Archive, SegmentReader, Table};
+use hindsight_store::{Archive, Table};
 
 fn ingest(capture: &Path, archive: &Path) -> String {
     ok(&hindsight(&[
@@ -22,20 +21,6 @@ fn ingest(capture: &Path, archive: &Path) -> String {
         archive.to_str().unwrap(),
         capture.to_str().unwrap(),
     ]))
-}
-
-fn archived_flows(archive: &Path) -> Vec<FlowRecord> {
-    let archive = Archive::open_reader(archive).expect("open archive");
-    let mut records = Vec::new();
-    for entry in archive.catalog().entries_of(Table::Flows) {
-        let reader = SegmentReader::open(&archive.segment_path(entry)).expect("open segment");
-        let groups = (0..reader.row_groups()).collect();
-        for batch in reader.read(groups, None).expect("read segment") {
-            let batch = batch.expect("decode segment");
-            records.extend(flow_records(&batch).expect("a flows batch"));
-        }
-    }
-    records
 }
 
 /// A unidirectional 5-tuple: proto, source, source port, destination, destination port.

@@ -42,6 +42,17 @@ fn scan(low: Addr16, high: Addr16, start: i64, end: i64) -> ConnScan {
     }
 }
 
+/// The table files of commits (`staged-*.sst`) in an index directory.
+fn staged_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("staged-"))
+        })
+        .count()
+}
+
 fn sample() -> Vec<FlowRecord> {
     let a = v4(10, 1, 2, 3);
     vec![
@@ -221,14 +232,7 @@ fn staged_entries_appear_at_commit_the_last_of_a_key_wins_and_the_mark_persists(
     assert_eq!(reopened.flows_mark().expect("mark"), Some(SegmentId(9)));
     assert_eq!(reopened.count().expect("count"), (5, 10));
     // No table file of a commit is left beside the database.
-    let strays = std::fs::read_dir(dir.path())
-        .expect("list")
-        .filter(|f| {
-            f.as_ref()
-                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("staged-"))
-        })
-        .count();
-    assert_eq!(strays, 0);
+    assert_eq!(staged_files(dir.path()), 0);
 }
 
 #[test]
@@ -277,12 +281,5 @@ fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
             }
         }
     }
-    let strays = std::fs::read_dir(dir.path().join("large"))
-        .expect("list")
-        .filter(|f| {
-            f.as_ref()
-                .is_ok_and(|f| f.file_name().to_string_lossy().starts_with("staged-"))
-        })
-        .count();
-    assert_eq!(strays, 0);
+    assert_eq!(staged_files(&dir.path().join("large")), 0);
 }

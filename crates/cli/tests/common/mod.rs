@@ -124,3 +124,19 @@ pub fn assert_prometheus_text(text: &str) {
     }
     assert!(typed.len() >= 8, "{text}");
 }
+
+/// Every connection record in the `flows` segments of `archive`, in catalog order.
+pub fn archived_flows(archive: &Path) -> Vec<hindsight_model::FlowRecord> {
+    use hindsight_store::{Archive, SegmentReader, Table};
+    let archive = Archive::open_reader(archive).expect("open archive");
+    let mut records = Vec::new();
+    for entry in archive.catalog().entries_of(Table::Flows) {
+        let reader = SegmentReader::open(&archive.segment_path(entry)).expect("open segment");
+        let groups = (0..reader.row_groups()).collect();
+        for batch in reader.read(groups, None).expect("read segment") {
+            let batch = batch.expect("decode segment");
+            records.extend(hindsight_store::flows::flow_records(&batch).expect("a flows batch"));
+        }
+    }
+    records
+}
