@@ -138,8 +138,8 @@ fn replicate(flows: &[FlowRecord], copies: usize) -> Vec<FlowRecord> {
     out
 }
 
-/// Inserts `records` as ingest does: staged in batches, committed as a table file
-/// every 64 MiB of staged entries and at the end; returns the wall time.
+/// Inserts `records` as ingest does: staged in batches, committed every
+/// `STAGED_MAX_BYTES` of staged entries and at the end; returns the wall time.
 fn insert_all(dir: &Path, records: &[FlowRecord], expiry: Expiry) -> (Duration, u64) {
     let _ = std::fs::remove_dir_all(dir);
     let index = Arc::new(ConnectionIndex::open(dir, expiry).expect("open the index"));
@@ -148,7 +148,7 @@ fn insert_all(dir: &Path, records: &[FlowRecord], expiry: Expiry) -> (Duration, 
     let started = Instant::now();
     for batch in records.chunks(4096) {
         index.stage(batch);
-        if index.staged_bytes() >= 64 << 20 {
+        if index.staged_bytes() >= hindsight_ingest::STAGED_MAX_BYTES {
             index.commit(None).expect("commit");
         }
     }

@@ -36,6 +36,7 @@ use hindsight_store::{
 };
 
 pub use crate::error::IngestError;
+pub use crate::sink::STAGED_MAX_BYTES;
 use crate::sink::SegmentSink;
 
 /// Tunables of ingest. The defaults are what `hindsight ingest` uses.

@@ -39,7 +39,7 @@ enum Command {
 
 /// Connection entries staged (see `ConnectionIndex::stage`) beyond which they are
 /// committed as a table file of the index, the open flows segment sealed first.
-const STAGED_MAX_BYTES: usize = 64 << 20;
+pub const STAGED_MAX_BYTES: usize = 64 << 20;
 
 /// How often a seal waiting for its acknowledgement checks the sink is alive.
 const SEAL_POLL: Duration = Duration::from_millis(100);
