@@ -653,8 +653,19 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
     // The download button saves what tcpdump selects.
     browser.click("#download");
     let saved = downloads.join("hindsight.pcap");
+    // Chromium reserves the name with an empty file and writes into a
+    // `.crdownload` beside it, renamed over the name at the end: the download
+    // is whole once the name holds bytes and no `.crdownload` is left.
+    let in_progress = || {
+        std::fs::read_dir(&downloads).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".crdownload")
+        })
+    };
     let started = Instant::now();
-    while !saved.exists() {
+    while !(saved.metadata().is_ok_and(|m| m.len() > 0) && !in_progress()) {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "no download in {}: {:?}",
