@@ -292,20 +292,20 @@ fn put_bit_packed(values: &[u32], width: u8, out: &mut Vec<u8>) {
 /// Appends `values`, `width` bits each (at most 64), packed least significant bit
 /// first; a last partial byte is padded with zeros.
 fn put_packed(values: impl IntoIterator<Item = u64>, width: u32, out: &mut Vec<u8>) {
+    // Eight bytes at a time: fewer than 64 bits are held between values, so a
+    // value of up to 64 bits always fits the 128-bit accumulator.
     let mut acc: u128 = 0;
     let mut held = 0u32;
     for value in values {
         acc |= u128::from(value) << held;
         held += width;
-        while held >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            held -= 8;
+        if held >= 64 {
+            out.extend_from_slice(&(acc as u64).to_le_bytes());
+            acc >>= 64;
+            held -= 64;
         }
     }
-    if held > 0 {
-        out.push(acc as u8);
-    }
+    out.extend_from_slice(&(acc as u64).to_le_bytes()[..held.div_ceil(8) as usize]);
 }
 
 /// Widens the range `(lo, hi)` (none yet: empty) to include `from..=to`.
@@ -475,6 +475,20 @@ impl Values for Bools<'_> {
     ) -> Result<Option<(bool, bool)>> {
         // PLAIN booleans: one bit per valid value, LSB first.
         let values = self.0.values();
+        if valid.is_none() {
+            // Every row: the page's bits as they are.
+            let bits = values.slice(rows.start, rows.len());
+            let set = bits.count_set_bits();
+            let at = out.len();
+            out.extend_from_slice(&bits.sliced());
+            // Bits past the page's last row (the next rows') are padding: zeros.
+            if !rows.len().is_multiple_of(8)
+                && let Some(last) = out[at..].last_mut()
+            {
+                *last &= (1u8 << (rows.len() % 8)) - 1;
+            }
+            return Ok((!rows.is_empty()).then_some((set == rows.len(), set > 0)));
+        }
         let mut packed = MutableBuffer::new(rows.len().div_ceil(8));
         let mut count = 0usize;
         let (mut any_true, mut any_false) = (false, false);
@@ -1110,6 +1124,58 @@ mod tests {
                 };
                 let (read, _) = round_trip(&slice, &options);
                 assert_eq!(read, slice, "all columns, {encoding} at {offset}");
+            }
+        }
+    }
+
+    #[test]
+    fn booleans_without_nulls_read_back_equal_with_their_statistics() {
+        // A page without nulls copies its value bits as they are: pages that
+        // start and end mid-byte, in arrays sliced mid-byte.
+        let bits: Vec<bool> = (0..10_000u32)
+            .map(|i| {
+                i.wrapping_mul(2_654_435_761) >> 31 == 1
+                    || i % 7 == 0
+                    || (4_000..4_100).contains(&i)
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "bit",
+            DataType::Boolean,
+            false,
+        )]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(BooleanArray::from(bits.clone()))]).unwrap();
+        // The last case is all true: its minimum is true.
+        let cases = [
+            (0, 10_000),
+            (3, 5_000),
+            (1_001, 7_777),
+            (9_990, 10),
+            (4_003, 90),
+        ];
+        for (offset, len) in cases {
+            let slice = batch.slice(offset, len);
+            let options = ChunkOptions {
+                page_rows: 999,
+                ..options()
+            };
+            let (read, bytes) = round_trip(&slice, &options);
+            assert_eq!(read, slice, "at {offset}");
+            let reader = SerializedFileReader::new(bytes).unwrap();
+            let values = &bits[offset..offset + len];
+            match reader
+                .metadata()
+                .row_group(0)
+                .column(0)
+                .statistics()
+                .unwrap()
+            {
+                Statistics::Boolean(s) => {
+                    assert_eq!(s.min_opt(), Some(&values.iter().all(|&b| b)), "at {offset}");
+                    assert_eq!(s.max_opt(), Some(&values.iter().any(|&b| b)), "at {offset}");
+                }
+                other => panic!("{other:?}"),
             }
         }
     }
