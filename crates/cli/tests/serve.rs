@@ -664,8 +664,9 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
                 .ends_with(".crdownload")
         })
     };
+    let whole = || saved.metadata().is_ok_and(|m| m.len() > 0) && !in_progress();
     let started = Instant::now();
-    while !(saved.metadata().is_ok_and(|m| m.len() > 0) && !in_progress()) {
+    while !whole() {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "no download in {}: {:?}",
