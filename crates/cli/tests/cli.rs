@@ -530,6 +530,47 @@ fn segments_decoded_in_parallel_come_out_in_order() {
     }
 }
 
+/// Packets segments follow the time partitions: a packet at or past the end of
+/// the open segment's partition starts the next segment; a late one stays.
+#[test]
+fn packets_segments_follow_the_time_partitions() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    ingest_full_with(&lan_hour(), &archive, &["--partition-secs", "300"]);
+    // The segments of the rule, from the capture's timestamps in file order:
+    // (rows, earliest, latest).
+    let partition = 300 * 1_000_000_000i64;
+    let mut expected: Vec<(u64, i64, i64)> = Vec::new();
+    let mut end = None;
+    for (ts, _, _) in read_frames(&lan_hour()) {
+        match (end, expected.last_mut()) {
+            (Some(end), Some(open)) if ts < end => {
+                *open = (open.0 + 1, open.1.min(ts), open.2.max(ts));
+            }
+            _ => {
+                expected.push((1, ts, ts));
+                end = Some((ts.div_euclid(partition) + 1) * partition);
+            }
+        }
+    }
+    let catalog = std::fs::read_to_string(archive.join("catalog.jsonl")).unwrap();
+    let segments: Vec<(u64, i64, i64)> = catalog
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|entry| entry["op"] == "add" && entry["table"] == "packets")
+        .map(|entry| {
+            (
+                entry["rows"].as_u64().unwrap(),
+                entry["min_ts_nanos"].as_i64().unwrap(),
+                entry["max_ts_nanos"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    // The hour starts 39 s into a five-minute partition: thirteen of them.
+    assert_eq!(expected.len(), 13);
+    assert_eq!(segments, expected);
+}
+
 #[test]
 fn bad_filters_point_at_the_column() {
     let work = tempfile::tempdir().unwrap();

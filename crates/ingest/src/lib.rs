@@ -193,8 +193,10 @@ pub struct Ingestor {
     options: IngestOptions,
     sink: SegmentSink,
     builder: PacketBatchBuilder,
-    /// Partition of the open segment (`ts / partition_nanos`), if a segment is open.
-    partition: Option<i64>,
+    /// End (exclusive, in nanoseconds) of the partition of the open segment, if a
+    /// segment is open; `i64::MAX` where no later partition starts within `i64`.
+    /// Kept as a bound, so that a packet costs a comparison and not a division.
+    partition_end: Option<i64>,
     /// Rows handed to the open segment, including the unflushed batch.
     segment_rows: u64,
     counts: IngestCounts,
@@ -312,7 +314,7 @@ impl Ingestor {
             builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
             options,
             sink,
-            partition: None,
+            partition_end: None,
             segment_rows: 0,
             counts: IngestCounts::default(),
             started: Instant::now(),
@@ -328,14 +330,13 @@ impl Ingestor {
 
     /// Decodes one frame and adds it to the open segment.
     pub fn push(&mut self, frame: &Frame<'_>) -> Result<DecodeStatus, IngestError> {
-        let partition = frame.ts_nanos.div_euclid(self.options.partition_nanos);
-        match self.partition {
+        match self.partition_end {
             // Late packets stay in the open segment; only time moving forward rolls it.
-            Some(open) if partition > open => {
+            Some(end) if frame.ts_nanos >= end && end != i64::MAX => {
                 self.roll()?;
-                self.partition = Some(partition);
+                self.partition_end = Some(self.partition_end_of(frame.ts_nanos));
             }
-            None => self.partition = Some(partition),
+            None => self.partition_end = Some(self.partition_end_of(frame.ts_nanos)),
             Some(_) => {}
         }
         let headers = hindsight_decode::decode(frame.link_type, frame.data);
@@ -397,8 +398,16 @@ impl Ingestor {
         Ok(())
     }
 
+    /// The end (exclusive) of the partition holding `ts_nanos`.
+    fn partition_end_of(&self, ts_nanos: i64) -> i64 {
+        let nanos = self.options.partition_nanos;
+        (ts_nanos.div_euclid(nanos) + 1)
+            .checked_mul(nanos)
+            .unwrap_or(i64::MAX)
+    }
+
     fn segment_started(&mut self) {
-        self.partition = None;
+        self.partition_end = None;
         self.segment_rows = 0;
     }
 
