@@ -29,17 +29,14 @@ fn parse_args() -> Args {
         runs: 21,
         work: std::env::temp_dir().join("hindsight-bench"),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_default();
+    let mut flags =
+        hindsight_bench::Flags::new("api_bench", "[--packets N] [--runs N] [--work DIR]");
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--packets" => args.packets = value.parse().expect("--packets N"),
-            "--runs" => args.runs = value.parse().expect("--runs N"),
-            "--work" => args.work = PathBuf::from(value),
-            _ => {
-                eprintln!("usage: api_bench [--packets N] [--runs N] [--work DIR]");
-                std::process::exit(2)
-            }
+            "--packets" => args.packets = flags.value(&flag),
+            "--runs" => args.runs = flags.value(&flag),
+            "--work" => args.work = flags.value(&flag),
+            other => flags.unknown(other),
         }
     }
     args

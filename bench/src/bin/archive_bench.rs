@@ -47,27 +47,20 @@ fn parse_args() -> Args {
         page_rows: None,
         covering_rows: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--stenographer" {
-            args.stenographer = true;
-            continue;
-        }
-        let value = it.next().unwrap_or_default();
+    let mut flags = hindsight_bench::Flags::new(
+        "archive_bench",
+        "[--packets N] [--work DIR] [--source PCAP] [--runs N] [--page-rows N] [--covering-rows N] [--stenographer]",
+    );
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--packets" => args.packets = value.parse().expect("--packets N"),
-            "--work" => args.work = PathBuf::from(value),
-            "--source" => args.source = PathBuf::from(value),
-            "--runs" => args.runs = value.parse().expect("--runs N"),
-            "--page-rows" => args.page_rows = Some(value.parse().expect("--page-rows N")),
-            "--covering-rows" => {
-                args.covering_rows = Some(value.parse().expect("--covering-rows N"));
-            }
-            other => {
-                panic!(
-                    "unknown flag {other}; flags: --packets N --work DIR --source PCAP --runs N --page-rows N --covering-rows N --stenographer"
-                )
-            }
+            "--stenographer" => args.stenographer = true,
+            "--packets" => args.packets = flags.value(&flag),
+            "--work" => args.work = flags.value(&flag),
+            "--source" => args.source = flags.value(&flag),
+            "--runs" => args.runs = flags.value(&flag),
+            "--page-rows" => args.page_rows = Some(flags.value(&flag)),
+            "--covering-rows" => args.covering_rows = Some(flags.value(&flag)),
+            other => flags.unknown(other),
         }
     }
     args

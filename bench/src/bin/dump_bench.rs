@@ -26,19 +26,12 @@ use hindsight_trigger::{DumpLimits, DumpRequest, dump, write_pcap};
 
 fn parse_args() -> (usize, usize) {
     let (mut copies, mut runs) = (16usize, 5usize);
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value: usize = it.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-            eprintln!("usage: dump_bench [--copies N] [--runs N]");
-            std::process::exit(2)
-        });
+    let mut flags = hindsight_bench::Flags::new("dump_bench", "[--copies N] [--runs N]");
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--copies" => copies = value.max(1),
-            "--runs" => runs = value.max(1),
-            _ => {
-                eprintln!("usage: dump_bench [--copies N] [--runs N]");
-                std::process::exit(2)
-            }
+            "--copies" => copies = flags.value::<usize>(&flag).max(1),
+            "--runs" => runs = flags.value::<usize>(&flag).max(1),
+            other => flags.unknown(other),
         }
     }
     (copies, runs)

@@ -51,30 +51,22 @@ fn parse_args() -> Args {
         cutoff_interval: Duration::from_millis(500),
         compaction_interval: Duration::from_secs(2),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--insert-only" {
-            args.insert_only = true;
-            continue;
-        }
-        let value = it.next().unwrap_or_default();
+    let mut flags = hindsight_bench::Flags::new(
+        "index_bench",
+        "[--copies N] [--runs N] [--work DIR] [--source PCAP] [--insert-only] [--cutoff-ms N] [--compaction-ms N]",
+    );
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--copies" => args.copies = value.parse().expect("--copies N"),
-            "--runs" => args.runs = value.parse().expect("--runs N"),
-            "--work" => args.work = PathBuf::from(value),
-            "--source" => args.source = PathBuf::from(value),
-            "--cutoff-ms" => {
-                args.cutoff_interval = Duration::from_millis(value.parse().expect("--cutoff-ms N"));
-            }
+            "--insert-only" => args.insert_only = true,
+            "--copies" => args.copies = flags.value(&flag),
+            "--runs" => args.runs = flags.value(&flag),
+            "--work" => args.work = flags.value(&flag),
+            "--source" => args.source = flags.value(&flag),
+            "--cutoff-ms" => args.cutoff_interval = Duration::from_millis(flags.value(&flag)),
             "--compaction-ms" => {
-                args.compaction_interval =
-                    Duration::from_millis(value.parse().expect("--compaction-ms N"));
+                args.compaction_interval = Duration::from_millis(flags.value(&flag));
             }
-            other => {
-                panic!(
-                    "unknown flag {other}; flags: --copies N --runs N --work DIR --source PCAP --insert-only --cutoff-ms N --compaction-ms N"
-                )
-            }
+            other => flags.unknown(other),
         }
     }
     args

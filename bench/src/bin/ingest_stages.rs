@@ -46,24 +46,23 @@ fn parse_args() -> Args {
         stages: Vec::new(),
         segment: SegmentOptions::default(),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+    let mut flags = hindsight_bench::Flags::new(
+        "ingest_stages",
+        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N]",
+    );
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--packets" => args.packets = value.parse().expect("--packets N"),
-            "--runs" => args.runs = value.parse().expect("--runs N"),
-            "--work" => args.work = PathBuf::from(value),
-            "--stages" => args.stages = value.split(',').map(str::to_owned).collect(),
-            "--zstd-level" => args.segment.zstd_level = value.parse().expect("--zstd-level N"),
-            "--encode-threads" => {
-                args.segment.encode_threads = value.parse().expect("--encode-threads N");
+            "--packets" => args.packets = flags.value(&flag),
+            "--runs" => args.runs = flags.value(&flag),
+            "--work" => args.work = flags.value(&flag),
+            "--stages" => {
+                let stages: String = flags.value(&flag);
+                args.stages = stages.split(',').map(str::to_owned).collect();
             }
-            "--data-zstd-level" => {
-                args.segment.data_zstd_level = value.parse().expect("--data-zstd-level N");
-            }
-            other => panic!(
-                "unknown flag {other}; flags: --packets N --runs N --work DIR --stages tcpdump,read,decode,columns,flows,encode,ingest --zstd-level N --data-zstd-level N --encode-threads N"
-            ),
+            "--zstd-level" => args.segment.zstd_level = flags.value(&flag),
+            "--encode-threads" => args.segment.encode_threads = flags.value(&flag),
+            "--data-zstd-level" => args.segment.data_zstd_level = flags.value(&flag),
+            other => flags.unknown(other),
         }
     }
     args

@@ -37,23 +37,14 @@ fn parse_args() -> Args {
         runs: 3,
         ring_mib: 512,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().unwrap_or_default();
-        let number = || -> f64 {
-            value.parse().unwrap_or_else(|_| {
-                eprintln!("ring_bench: {flag} needs a number, got {value:?}");
-                std::process::exit(2)
-            })
-        };
+    let mut flags =
+        hindsight_bench::Flags::new("ring_bench", "[--seconds S] [--runs N] [--ring-mib M]");
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--seconds" => args.seconds = number(),
-            "--runs" => args.runs = number() as usize,
-            "--ring-mib" => args.ring_mib = number() as usize,
-            _ => {
-                eprintln!("usage: ring_bench [--seconds S] [--runs N] [--ring-mib M]");
-                std::process::exit(2)
-            }
+            "--seconds" => args.seconds = flags.value(&flag),
+            "--runs" => args.runs = flags.value(&flag),
+            "--ring-mib" => args.ring_mib = flags.value(&flag),
+            other => flags.unknown(other),
         }
     }
     args
