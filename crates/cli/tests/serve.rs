@@ -655,7 +655,13 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
     let saved = downloads.join("hindsight.pcap");
     // Chromium reserves the name with an empty file and writes into a
     // `.crdownload` beside it, renamed over the name at the end: the download
-    // is whole once the name holds bytes and no `.crdownload` is left.
+    // is whole once no `.crdownload` is left and the name holds the size of a
+    // pcap of the expected packets (file header, then a record header each).
+    let size = 24
+        + expected
+            .iter()
+            .map(|(_, _, data)| 16 + data.len() as u64)
+            .sum::<u64>();
     let in_progress = || {
         std::fs::read_dir(&downloads).unwrap().any(|e| {
             e.unwrap()
@@ -664,14 +670,18 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
                 .ends_with(".crdownload")
         })
     };
-    let whole = || saved.metadata().is_ok_and(|m| m.len() > 0) && !in_progress();
+    let whole = || saved.metadata().is_ok_and(|m| m.len() == size) && !in_progress();
     let started = Instant::now();
     while !whole() {
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "no download in {}: {:?}",
+            "no download of {size} bytes in {}: {:?}",
             downloads.display(),
-            std::fs::read_dir(&downloads).unwrap().collect::<Vec<_>>()
+            std::fs::read_dir(&downloads)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| (e.file_name(), e.metadata().map(|m| m.len()).ok()))
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
