@@ -90,6 +90,36 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration) {
     (median(wall), median(cpu))
 }
 
+/// The encode stage's CPU time by column (the encoding threads' own time, last
+/// run), costliest first, printed after the stage table.
+fn print_column_cpu(column_cpu: &[Duration], packets: u64) {
+    let schema = Table::Packets.schema();
+    let mut columns: Vec<(&str, Duration)> = schema
+        .fields()
+        .iter()
+        .map(|field| field.name().as_str())
+        .zip(column_cpu.iter().copied())
+        .collect();
+    columns.sort_by_key(|(_, cpu)| std::cmp::Reverse(*cpu));
+    let total: Duration = column_cpu.iter().sum();
+    println!();
+    println!(
+        "encode CPU by column (last run; {:.3} s in all)",
+        total.as_secs_f64()
+    );
+    println!("| column | CPU s | ns/packet | share |");
+    println!("|---|---:|---:|---:|");
+    for (name, cpu) in columns {
+        println!(
+            "| {name} | {:.3} | {:.1} | {:.1}% |",
+            cpu.as_secs_f64(),
+            cpu.as_nanos() as f64 / packets.max(1) as f64,
+            100.0 * cpu.as_secs_f64() / total.as_secs_f64().max(f64::MIN_POSITIVE)
+        );
+    }
+    println!();
+}
+
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
@@ -230,6 +260,8 @@ fn main() {
     let segments = args.work.join("stages-segments");
     let segment_rows = IngestOptions::default().segment_max_rows as usize;
     if wanted("encode") {
+        // Encoding CPU time per column, of the last run.
+        let mut column_cpu = Vec::new();
         row(
             "encode",
             time(args.runs, || {
@@ -237,7 +269,7 @@ fn main() {
                 std::fs::create_dir_all(&segments).expect("create segment dir");
                 let mut id = 0;
                 let mut writer: Option<SegmentWriter> = None;
-                let mut bytes = 0;
+                let mut sealed = Vec::new();
                 for batch in &batches {
                     let open = writer.get_or_insert_with(|| {
                         id += 1;
@@ -246,18 +278,19 @@ fn main() {
                     });
                     open.write(batch).expect("write batch");
                     if open.rows() as usize >= segment_rows {
-                        bytes += writer
-                            .take()
-                            .expect("open")
-                            .seal()
-                            .expect("seal")
-                            .size_bytes;
+                        sealed.push(writer.take().expect("open").seal().expect("seal"));
                     }
                 }
                 if let Some(open) = writer {
-                    bytes += open.seal().expect("seal").size_bytes;
+                    sealed.push(open.seal().expect("seal"));
                 }
-                bytes
+                column_cpu = vec![Duration::ZERO; Table::Packets.schema().fields().len()];
+                for segment in &sealed {
+                    for (total, cpu) in column_cpu.iter_mut().zip(&segment.column_cpu) {
+                        *total += *cpu;
+                    }
+                }
+                sealed.iter().map(|segment| segment.size_bytes).sum::<u64>()
             }),
         );
         let (data, headers, _) = segment_column_bytes(&segments);
@@ -266,6 +299,7 @@ fn main() {
             headers as f64 / packets as f64,
             data as f64 / packets as f64
         );
+        print_column_cpu(&column_cpu, packets);
     }
     drop(batches);
     drop(decoded);

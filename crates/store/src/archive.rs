@@ -306,6 +306,8 @@ fn summarize_orphan(table: Table, id: SegmentId, path: &Path) -> Result<SealedSe
         addresses,
         // Covering postings are built only while writing; granules suffice.
         covered: Vec::new(),
+        // Not encoded here.
+        column_cpu: Vec::new(),
     })
 }
 

@@ -100,6 +100,11 @@ fn segment_round_trips_and_summarizes() {
     assert!(!dir.path().join(temp_file_name(SegmentId(1))).exists());
     let (size, crc) = hindsight_store::archive::checksum_file(&sealed.path).unwrap();
     assert_eq!((size, crc), (sealed.size_bytes, sealed.crc32));
+    // Encoding time is kept for every column of the schema.
+    assert_eq!(
+        sealed.column_cpu.len(),
+        Table::Packets.schema().fields().len()
+    );
 
     let reader = SegmentReader::open(&sealed.path).unwrap();
     assert_eq!(reader.rows(), 5000);

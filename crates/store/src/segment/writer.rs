@@ -5,6 +5,7 @@
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
@@ -194,6 +195,9 @@ pub struct SealedSegment {
     /// The covering postings (see `postings.rs`): sorted addresses with their
     /// encoded rows (`hindsight_model::decode_covered_rows`).
     pub covered: Vec<(Addr16, Vec<u8>)>,
+    /// CPU time spent encoding each column (the encoding threads' own CPU time),
+    /// in the table schema's order: where a segment's cost goes, for benchmarks.
+    pub column_cpu: Vec<Duration>,
 }
 
 /// Writes one segment of a table. Batches go in with [`write`](Self::write); nothing is
@@ -325,7 +329,7 @@ impl SegmentWriter {
     /// point leaves either no segment or a whole one under its final name.
     pub fn seal(self) -> Result<SealedSegment> {
         let temp_path = self.temp_path;
-        let sink = self
+        let (sink, column_cpu) = self
             .encoder
             .finish()
             .map_err(StoreError::parquet(&temp_path))?;
@@ -357,6 +361,7 @@ impl SegmentWriter {
             crc32: crc.finalize(),
             addresses: postings.granules,
             covered: postings.covered,
+            column_cpu,
         })
     }
 
@@ -381,6 +386,8 @@ struct RowGroupEncoder {
     row_group_rows: usize,
     threads: usize,
     pending: Vec<RecordBatch>,
+    /// CPU time spent encoding each column so far.
+    column_cpu: Vec<Duration>,
 }
 
 /// One column of a row group to encode: its position, values, descriptor and options.
@@ -394,6 +401,7 @@ impl RowGroupEncoder {
         options: &SegmentOptions,
     ) -> Result<Self, ParquetError> {
         let schema = table.schema();
+        let column_cpu = vec![Duration::ZERO; schema.fields().len()];
         let (file, _) = ArrowWriter::try_new(sink, SchemaRef::clone(&schema), Some(properties))?
             .into_serialized_writer()?;
         let descriptors = file.schema_descr();
@@ -417,6 +425,7 @@ impl RowGroupEncoder {
             row_group_rows: options.row_group_rows.max(1),
             threads: options.encode_threads.max(1),
             pending: Vec::new(),
+            column_cpu,
         })
     }
 
@@ -502,7 +511,7 @@ impl RowGroupEncoder {
         }
         let mut bins = bins.into_iter().map(|(_, jobs)| jobs);
         let first = bins.next().unwrap_or_default();
-        let mut chunks: Vec<(usize, EncodedChunk)> = std::thread::scope(|scope| {
+        let mut chunks: Vec<(usize, EncodedChunk, Duration)> = std::thread::scope(|scope| {
             let others: Vec<_> = bins
                 .filter(|jobs| !jobs.is_empty())
                 .map(|jobs| scope.spawn(move || encode_columns(jobs)))
@@ -516,33 +525,56 @@ impl RowGroupEncoder {
             }
             Ok::<_, ParquetError>(chunks)
         })?;
-        chunks.sort_by_key(|(position, _)| *position);
+        chunks.sort_by_key(|(position, _, _)| *position);
         let mut row_group = self.file.next_row_group()?;
-        for (_, chunk) in chunks {
+        for (position, chunk, cpu) in chunks {
             row_group.append_column(&chunk.bytes, chunk.close)?;
+            if let Some(total) = self.column_cpu.get_mut(position) {
+                *total += cpu;
+            }
         }
         row_group.close()?;
         self.row_groups += 1;
         Ok(())
     }
 
-    /// Encodes what is pending, writes the footer and returns the file.
-    fn finish(mut self) -> Result<ChecksummingFile, ParquetError> {
+    /// Encodes what is pending, writes the footer and returns the file with the
+    /// CPU time each column took.
+    fn finish(mut self) -> Result<(ChecksummingFile, Vec<Duration>), ParquetError> {
         self.flush(true)?;
-        self.file.into_inner()
+        Ok((self.file.into_inner()?, self.column_cpu))
     }
 }
 
-fn encode_columns(jobs: Vec<ColumnJob>) -> Result<Vec<(usize, EncodedChunk)>, ParquetError> {
+/// Encodes the columns of `jobs`, each with the CPU time this thread spent on it.
+fn encode_columns(
+    jobs: Vec<ColumnJob>,
+) -> Result<Vec<(usize, EncodedChunk, Duration)>, ParquetError> {
     let mut zstd = Compressors::default();
     jobs.into_iter()
         .map(|ColumnJob(position, column, descr, options)| {
-            Ok((
-                position,
-                encode_column(&column, descr, &options, &mut zstd)?,
-            ))
+            let started = thread_cpu_time();
+            let chunk = encode_column(&column, descr, &options, &mut zstd)?;
+            Ok((position, chunk, thread_cpu_time().saturating_sub(started)))
         })
         .collect()
+}
+
+/// CPU time the calling thread has used (zero where the clock cannot be read).
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut now) };
+    if read != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u32::try_from(now.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Makes a directory's entries (a rename, a new file) durable.
