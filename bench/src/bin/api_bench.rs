@@ -80,18 +80,6 @@ impl Drop for Server {
     }
 }
 
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
@@ -154,14 +142,12 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, filter, window, bpf) in queries {
-        let mut url = format!(
-            "{}/api/v1/query?format=pcap&filter={}",
-            server.base,
-            percent_encode(filter)
-        );
+        let url = format!("{}/api/v1/query", server.base);
+        // ureq percent-encodes the parameters.
+        let mut params = vec![("format", "pcap"), ("filter", filter)];
         let mut cli_window: Vec<String> = Vec::new();
         if let Some((since, until)) = window {
-            url.push_str(&format!("&since={since}&until={until}"));
+            params.extend([("since", since), ("until", until)]);
             cli_window = vec![
                 "--since".to_owned(),
                 since.to_owned(),
@@ -170,10 +156,12 @@ fn main() {
             ];
         }
         let mut samples = Vec::with_capacity(args.runs);
+        let mut body = Vec::new();
         for _ in 0..args.runs {
             let started = Instant::now();
-            let body = agent
+            body = agent
                 .get(&url)
+                .query_pairs(params.iter().copied())
                 .call()
                 .expect("query the API")
                 .body_mut()
@@ -207,8 +195,7 @@ fn main() {
                 command
             }))
         };
-        // Packets in the answer: pcap records after the 24-byte header.
-        let matched = count_records(&agent, &url).unwrap_or(0);
+        let matched = count_records(&body);
         println!(
             "| {name} | {matched} | {:.2} | {:.2} | {} | {} |",
             ms(api),
@@ -222,23 +209,14 @@ fn main() {
     }
 }
 
-/// Counts the records of the pcap the API answers for `url`.
-fn count_records(agent: &ureq::Agent, url: &str) -> Option<u64> {
-    let body = agent
-        .get(url)
-        .call()
-        .ok()?
-        .body_mut()
-        .with_config()
-        .limit(u64::MAX)
-        .read_to_vec()
-        .ok()?;
+/// Counts the records of a pcap answer: the records after the 24-byte header.
+fn count_records(pcap: &[u8]) -> u64 {
     let mut at = 24;
     let mut records = 0;
-    while at + 16 <= body.len() {
-        let captured = u32::from_le_bytes(body[at + 8..at + 12].try_into().ok()?) as usize;
-        at += 16 + captured;
+    while let Some(header) = pcap.get(at..at + 16) {
+        let captured = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        at += 16 + captured as usize;
         records += 1;
     }
-    Some(records)
+    records
 }
