@@ -216,8 +216,7 @@ fn run(
                     // Memory is bounded: the flows segment is sealed early, so
                     // that every staged entry is of a sealed segment.
                     if let Some(writer) = flows.writer.take() {
-                        last_flows =
-                            seal(writer, &mut archive, indexes, &mut report)?.or(last_flows);
+                        seal(writer, &mut archive, indexes, &mut report, &mut last_flows)?;
                     }
                     indexes.connections.commit(last_flows)?;
                 }
@@ -227,11 +226,7 @@ fn run(
                 for open in [&mut packets, &mut flows] {
                     if let Some(writer) = open.writer.take() {
                         result = result.and_then(|()| {
-                            let sealed = seal(writer, &mut archive, indexes, &mut report)?;
-                            if open.table == Table::Flows {
-                                last_flows = sealed.or(last_flows);
-                            }
-                            Ok(())
+                            seal(writer, &mut archive, indexes, &mut report, &mut last_flows)
                         });
                     }
                 }
@@ -281,17 +276,18 @@ fn abort(open: [Open; 2]) {
     }
 }
 
-/// Seals, catalogues and (for packets) indexes the segment; returns its id, or
-/// `None` if it was empty (and is dropped).
+/// Seals, catalogues and (for packets) indexes the segment, or drops it if it is
+/// empty. A sealed `flows` segment becomes `last_flows`.
 fn seal(
     writer: SegmentWriter,
     archive: &mut Archive,
     indexes: &Indexes,
     report: &mut SinkReport,
-) -> Result<Option<SegmentId>, IngestError> {
+    last_flows: &mut Option<SegmentId>,
+) -> Result<(), IngestError> {
     if writer.rows() == 0 {
         writer.abort();
-        return Ok(None);
+        return Ok(());
     }
     let sealed = writer.seal()?;
     let entry = archive.register(&sealed)?;
@@ -300,8 +296,11 @@ fn seal(
             .addresses
             .add_segment(sealed.id, &sealed.addresses, &sealed.covered)?;
     }
+    if sealed.table == Table::Flows {
+        *last_flows = Some(sealed.id);
+    }
     report.sealed.push(entry);
-    Ok(Some(sealed.id))
+    Ok(())
 }
 
 /// Removes the oldest `packets` segments beyond the retention bounds, with their
