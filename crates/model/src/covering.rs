@@ -17,14 +17,18 @@
 //! present        varint   bit i set: optional field i follows (order of FIELDS)
 //! fields         ...      MACs 6 bytes, addresses 16 bytes, numbers varint, flags none
 //!                         (a flag's value is its second bit in `present`)
+//! data form      u8       `DataForm` code of the stored bytes (version 2 only;
+//!                         version 1 rows are verbatim)
 //! data length    varint
-//! data           bytes
+//! data           bytes    the stored form, as in the segment's `data` column
 //! ```
 
-use crate::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecord};
+use crate::{Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord};
 
 /// Version byte of the layout above.
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// The version before rows had a data form byte.
+const VERSION_VERBATIM: u8 = 1;
 
 /// One row of a covering posting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +37,9 @@ pub struct CoveredRow {
     pub row: u64,
     /// The stored fields of the row (`ip_len` is not stored and reads as absent).
     pub record: PacketRecord,
-    /// The stored packet bytes (already cut to the snap length).
+    /// Which header fields `data` leaves out (see [`crate::snap`]).
+    pub form: DataForm,
+    /// The stored packet bytes (cut to the snap length, in their stored form).
     pub data: Vec<u8>,
 }
 
@@ -101,8 +107,9 @@ impl CoveredRowsBuilder {
         (self.rows > 0).then_some(self.previous_row)
     }
 
-    /// Appends row `row`, which must be above every row pushed before.
-    pub fn push(&mut self, row: u64, record: &PacketRecord, data: &[u8]) {
+    /// Appends row `row`, which must be above every row pushed before, with its
+    /// stored bytes `data` of form `form`.
+    pub fn push(&mut self, row: u64, record: &PacketRecord, form: DataForm, data: &[u8]) {
         let out = &mut self.bytes;
         let gap = if self.rows == 0 {
             row
@@ -178,6 +185,7 @@ impl CoveredRowsBuilder {
         for value in [h.icmp_type, h.icmp_code].into_iter().flatten() {
             put_varint(out, u64::from(value));
         }
+        out.push(form.code());
         put_varint(out, data.len() as u64);
         out.extend_from_slice(data);
     }
@@ -191,7 +199,7 @@ impl CoveredRowsBuilder {
 /// Decodes a covering posting; `None` if the bytes are not one (a corrupt entry).
 pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
     let (&version, mut rest) = bytes.split_first()?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_VERBATIM {
         return None;
     }
     let mut rows = Vec::new();
@@ -245,6 +253,11 @@ pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
         h.tcp_flags = optional(cursor, has(TCP_FLAGS))?;
         h.icmp_type = optional(cursor, has(ICMP_TYPE))?;
         h.icmp_code = optional(cursor, has(ICMP_CODE))?;
+        let form = if version == VERSION_VERBATIM {
+            DataForm::VERBATIM
+        } else {
+            DataForm::from_code(take::<1>(cursor)?[0])?
+        };
         let data_len = usize::try_from(varint(cursor)?).ok()?;
         if data_len > cursor.len() {
             return None;
@@ -260,6 +273,7 @@ pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
                 iface,
                 headers: h,
             },
+            form,
             data: data.to_vec(),
         });
         rest = tail;
@@ -367,33 +381,71 @@ mod tests {
 
     #[test]
     fn rows_round_trip_every_field_and_out_of_order_times() {
+        let elided = DataForm::from_code(2).unwrap();
         let rows = [
-            (5, record(1_700_000_000_000_000_000, true), vec![0xaa; 128]),
-            (6, record(1_699_999_999_000_000_000, false), Vec::new()),
-            (90_000, record(-5, true), vec![1, 2, 3]),
+            (
+                5,
+                record(1_700_000_000_000_000_000, true),
+                elided,
+                vec![0xaa; 128],
+            ),
+            (
+                6,
+                record(1_699_999_999_000_000_000, false),
+                DataForm::VERBATIM,
+                Vec::new(),
+            ),
+            (90_000, record(-5, true), DataForm::VERBATIM, vec![1, 2, 3]),
         ];
         let mut builder = CoveredRowsBuilder::new();
-        for (row, record, data) in &rows {
-            builder.push(*row, record, data);
+        for (row, record, form, data) in &rows {
+            builder.push(*row, record, *form, data);
         }
         assert_eq!(builder.rows(), 3);
         assert_eq!(builder.last_row(), Some(90_000));
         let decoded = decode_covered_rows(&builder.finish()).unwrap();
         let expected: Vec<CoveredRow> = rows
             .into_iter()
-            .map(|(row, record, data)| CoveredRow { row, record, data })
+            .map(|(row, record, form, data)| CoveredRow {
+                row,
+                record,
+                form,
+                data,
+            })
             .collect();
         assert_eq!(decoded, expected);
         assert_eq!(decode_covered_rows(&[VERSION]), Some(Vec::new()));
     }
 
     #[test]
+    fn version_1_rows_without_a_form_byte_read_as_verbatim() {
+        let mut builder = CoveredRowsBuilder::new();
+        builder.push(1, &record(10, false), DataForm::VERBATIM, b"abc");
+        let mut bytes = builder.finish();
+        // version, gap, ts, wire_len (3 bytes), cap_len (2), link_type (2), iface,
+        // status, present, then the form byte.
+        let form_at = 1 + 1 + 1 + 3 + 2 + 2 + 1 + 1 + 1;
+        assert_eq!(bytes[form_at], DataForm::VERBATIM.code());
+        let mut bad_form = bytes.clone();
+        bad_form[form_at] = 200;
+        assert!(decode_covered_rows(&bad_form).is_none(), "unknown form");
+        bytes.remove(form_at);
+        bytes[0] = VERSION_VERBATIM;
+        let rows = decode_covered_rows(&bytes).unwrap();
+        assert_eq!(
+            (rows[0].form, rows[0].data.as_slice()),
+            (DataForm::VERBATIM, &b"abc"[..])
+        );
+        assert_eq!(rows[0].record, record(10, false));
+    }
+
+    #[test]
     fn damaged_postings_are_rejected_not_misread() {
         let mut builder = CoveredRowsBuilder::new();
-        builder.push(1, &record(10, true), b"abcdef");
+        builder.push(1, &record(10, true), DataForm::VERBATIM, b"abcdef");
         let bytes = builder.finish();
         assert!(decode_covered_rows(&[]).is_none(), "empty");
-        assert!(decode_covered_rows(&[2]).is_none(), "unknown version");
+        assert!(decode_covered_rows(&[3]).is_none(), "unknown version");
         // A version byte alone is an empty posting; any longer cut is damage.
         for cut in 2..bytes.len() {
             assert!(

@@ -10,9 +10,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod covering;
 mod flow;
+pub mod snap;
 
 pub use covering::{CoveredRow, CoveredRowsBuilder, decode_covered_rows, put_varint};
 pub use flow::{FlowRecord, FlowSource, FlowState};
+pub use snap::DataForm;
 
 /// Link-layer header type, numbered as in the tcpdump.org `LINKTYPE_` registry
 /// (the values pcap and pcapng files carry).

@@ -17,7 +17,7 @@ use std::sync::{Mutex, mpsc};
 
 use hindsight_index::AddressIndex;
 use hindsight_model::{
-    Addr16, CoveredRow, GranuleSet, PacketRecord, SegmentId, decode_covered_rows,
+    Addr16, CoveredRow, DataForm, GranuleSet, PacketRecord, SegmentId, decode_covered_rows, snap,
 };
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::{PacketBatchView, col};
@@ -195,7 +195,9 @@ impl PacketSearch {
             RECORD_COLUMNS.to_vec()
         };
         if request.with_data {
-            columns.push(col::DATA);
+            columns.extend(col::FRAME);
+            columns.sort_unstable();
+            columns.dedup();
         }
         let limit = request.limit.unwrap_or(u64::MAX);
         if limit == 0 {
@@ -230,6 +232,8 @@ impl PacketSearch {
             visit,
             stats: &mut stats,
             limit,
+            segment: SegmentId(0),
+            frame: Vec::new(),
         };
         // Without a row limit every planned segment is read to its end, so
         // several are decoded at once; with one, reading ahead would be wasted.
@@ -240,7 +244,7 @@ impl PacketSearch {
         };
         if threads < 2 {
             let mut files = files.into_iter();
-            visitor.segments(&covered, |visitor| {
+            visitor.segments(&plan.segments, &covered, |visitor| {
                 let Some(entry) = files.next() else {
                     return Ok(false);
                 };
@@ -283,7 +287,7 @@ impl PacketSearch {
             for _ in 0..=threads {
                 submit(&mut in_flight);
             }
-            visitor.segments(&covered, |visitor| {
+            visitor.segments(&plan.segments, &covered, |visitor| {
                 let Some(received) = in_flight.pop_front() else {
                     return Ok(false);
                 };
@@ -383,6 +387,10 @@ struct Visitor<'a, 'v> {
     visit: &'v mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     stats: &'a mut SearchStats,
     limit: u64,
+    /// The segment being visited, for errors.
+    segment: SegmentId,
+    /// The bytes of the frame handed on, put back together from its stored form.
+    frame: Vec<u8>,
 }
 
 impl Visitor<'_, '_> {
@@ -391,10 +399,12 @@ impl Visitor<'_, '_> {
     /// file; each returns false once the query is done.
     fn segments(
         &mut self,
+        segments: &[CatalogEntry],
         covered: &[Option<Vec<CoveredRow>>],
         mut next_file: impl FnMut(&mut Self) -> Result<bool, QueryError>,
     ) -> Result<(), QueryError> {
-        for rows in covered {
+        for (entry, rows) in segments.iter().zip(covered) {
+            self.segment = entry.segment_id();
             let go_on = match rows {
                 Some(rows) => self.covered(rows)?,
                 None => next_file(self)?,
@@ -409,8 +419,11 @@ impl Visitor<'_, '_> {
     /// Visits the rows of a covering posting; false once the query is done.
     fn covered(&mut self, rows: &[CoveredRow]) -> Result<bool, QueryError> {
         self.stats.rows_read += rows.len() as u64;
-        for CoveredRow { record, data, .. } in rows {
-            if !self.row(record, data)? {
+        for CoveredRow {
+            record, form, data, ..
+        } in rows
+        {
+            if !self.row(record, Some(*form), data)? {
                 return Ok(false);
             }
         }
@@ -433,7 +446,7 @@ impl Visitor<'_, '_> {
             SegmentItem::Batch(batch) => {
                 let view = PacketBatchView::new(&batch);
                 for row in 0..view.len() {
-                    if !self.row(&view.record(row), view.data(row))? {
+                    if !self.row(&view.record(row), view.data_form(row), view.data(row))? {
                         return Ok(false);
                     }
                 }
@@ -442,11 +455,35 @@ impl Visitor<'_, '_> {
         }
     }
 
-    fn row(&mut self, record: &PacketRecord, data: &[u8]) -> Result<bool, QueryError> {
+    /// Hands the row on if it matches, with its frame's bytes put back together
+    /// from `stored` (of form `form`, `None` if unknown) when the request wants them.
+    fn row(
+        &mut self,
+        record: &PacketRecord,
+        form: Option<DataForm>,
+        stored: &[u8],
+    ) -> Result<bool, QueryError> {
         if !self.request.time.contains(record.ts_nanos) || !self.request.filter.matches(record) {
             return Ok(true);
         }
         self.stats.rows_matched += 1;
+        let data = if self.request.with_data {
+            self.frame.clear();
+            let restored = form
+                .is_some_and(|form| snap::restore(form, &record.headers, stored, &mut self.frame));
+            if !restored {
+                return Err(QueryError::Execution {
+                    message: format!(
+                        "segment {}: the stored bytes of the packet at {} ns do not fit their \
+                         data form (a damaged segment)",
+                        self.segment.0, record.ts_nanos
+                    ),
+                });
+            }
+            self.frame.as_slice()
+        } else {
+            stored
+        };
         let go_on = (self.visit)(record, data).map_err(QueryError::Output)?;
         Ok(go_on && self.stats.rows_matched < self.limit)
     }

@@ -15,7 +15,9 @@ use arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
     UInt32Type,
 };
-use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecord};
+use hindsight_model::{
+    Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord, snap,
+};
 
 /// Column names of the `packets` table, in schema order.
 pub mod col {
@@ -69,8 +71,19 @@ pub mod col {
     pub const ICMP_TYPE: &str = "icmp_type";
     /// ICMP/ICMPv6 code.
     pub const ICMP_CODE: &str = "icmp_code";
-    /// The first captured bytes of the frame (hindsight's snap length), link header included.
+    /// Which header fields `data` leaves out (a `DataForm` code; absent in
+    /// segments written before it: verbatim).
+    pub const DATA_FORM: &str = "data_form";
+    /// The first captured bytes of the frame (hindsight's snap length), link header
+    /// included, less the header fields `data_form` names (see `hindsight_model::snap`).
     pub const DATA: &str = "data";
+
+    /// The columns a frame's bytes are read back from: `data`, its form, and the
+    /// header fields a form leaves out of it.
+    pub const FRAME: [&str; 11] = [
+        DATA, DATA_FORM, ETH_SRC, ETH_DST, SRC_ADDR, DST_ADDR, IP_PROTO, IP_TTL, IP_ID, SRC_PORT,
+        DST_PORT,
+    ];
 }
 
 /// Length of an Ethernet MAC address column value.
@@ -106,6 +119,8 @@ static PACKETS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(col::TCP_FLAGS, DataType::UInt16, true),
         Field::new(col::ICMP_TYPE, DataType::UInt8, true),
         Field::new(col::ICMP_CODE, DataType::UInt8, true),
+        // Nullable only so that segments written before it read with this schema.
+        Field::new(col::DATA_FORM, DataType::UInt8, true),
         Field::new(col::DATA, DataType::Binary, false),
     ]))
 });
@@ -247,6 +262,7 @@ pub struct PacketBatchBuilder {
     tcp_flags: Nullable<u16>,
     icmp_type: Nullable<u8>,
     icmp_code: Nullable<u8>,
+    data_form: Vec<u8>,
     data_offsets: Vec<i32>,
     data: Vec<u8>,
 }
@@ -283,6 +299,7 @@ impl PacketBatchBuilder {
             tcp_flags: Nullable::with_capacity(capacity),
             icmp_type: Nullable::with_capacity(capacity),
             icmp_code: Nullable::with_capacity(capacity),
+            data_form: Vec::with_capacity(capacity),
             data_offsets,
             data: Vec::with_capacity(data_capacity),
         }
@@ -298,7 +315,8 @@ impl PacketBatchBuilder {
         self.ts.is_empty()
     }
 
-    /// Appends one packet: its record and the bytes to keep (already cut to the snap length).
+    /// Appends one packet: its record and the bytes to keep (already cut to the snap
+    /// length), which are stored without the header fields the record holds.
     #[inline]
     pub fn append(&mut self, record: &PacketRecord, data: &[u8]) {
         let h = &record.headers;
@@ -327,7 +345,8 @@ impl PacketBatchBuilder {
         self.tcp_flags.push(h.tcp_flags);
         self.icmp_type.push(h.icmp_type);
         self.icmp_code.push(h.icmp_code);
-        self.data.extend_from_slice(data);
+        let form = snap::strip(record.link_type, h, data, &mut self.data);
+        self.data_form.push(form.code());
         self.data_offsets.push(
             i32::try_from(self.data.len())
                 .expect("callers finish a batch before MAX_BATCH_DATA_BYTES of packet data"),
@@ -375,6 +394,7 @@ impl PacketBatchBuilder {
         self.tcp_flags.move_last_to(to);
         self.icmp_type.move_last_to(to);
         self.icmp_code.move_last_to(to);
+        self.data_form[to..].rotate_right(1);
         // Packet bytes: row i is data[offsets[i]..offsets[i + 1]].
         let offsets = &mut self.data_offsets;
         let moved = offsets[last + 1] - offsets[last];
@@ -439,6 +459,7 @@ impl PacketBatchBuilder {
             primitive::<UInt16Type>(self.tcp_flags.take()),
             primitive::<UInt8Type>(self.icmp_type.take()),
             primitive::<UInt8Type>(self.icmp_code.take()),
+            primitive::<UInt8Type>((take_vec(&mut self.data_form), None)),
             Arc::new(data),
         ];
         RecordBatch::try_new(packets_schema(), columns)
@@ -475,6 +496,7 @@ pub struct PacketBatchView<'a> {
     tcp_flags: Option<&'a UInt16Array>,
     icmp_type: Option<&'a UInt8Array>,
     icmp_code: Option<&'a UInt8Array>,
+    data_form: Option<&'a UInt8Array>,
     data: Option<&'a BinaryArray>,
     rows: usize,
 }
@@ -547,6 +569,7 @@ impl<'a> PacketBatchView<'a> {
             tcp_flags: column(batch, col::TCP_FLAGS),
             icmp_type: column(batch, col::ICMP_TYPE),
             icmp_code: column(batch, col::ICMP_CODE),
+            data_form: column(batch, col::DATA_FORM),
             data: column(batch, col::DATA),
             rows: batch.num_rows(),
         }
@@ -600,9 +623,21 @@ impl<'a> PacketBatchView<'a> {
         }
     }
 
-    /// Returns the stored bytes of row `row`, or an empty slice if the column is not projected.
+    /// Returns the stored bytes of row `row`, or an empty slice if the column is
+    /// not projected. They leave out the header fields [`data_form`](Self::data_form)
+    /// names; [`hindsight_model::snap::restore`] puts them back from the record.
     pub fn data(&self, row: usize) -> &'a [u8] {
         self.data.map_or(&[], |array| array.value(row))
+    }
+
+    /// Returns the form of row `row`'s stored bytes, `None` if its code is not a
+    /// form (a damaged segment). Segments without the column are verbatim.
+    pub fn data_form(&self, row: usize) -> Option<DataForm> {
+        match self.data_form {
+            None => Some(DataForm::VERBATIM),
+            Some(forms) if forms.is_null(row) => Some(DataForm::VERBATIM),
+            Some(forms) => DataForm::from_code(forms.value(row)),
+        }
     }
 }
 

@@ -115,20 +115,22 @@ impl PostingsCollector {
                     self.covered_bytes += rows.encoded_len() as u64;
                     posting.covered = Some(rows);
                 }
-                match &mut posting.covered {
+                // A row of a damaged segment whose data form is unknown is not
+                // covered: its address is looked up in the segment.
+                match (&mut posting.covered, view.data_form(row)) {
                     // A packet sent to itself: its row is already there.
-                    Some(rows) if rows.last_row() == Some(segment_row) => {}
-                    Some(rows) if rows.rows() < self.limits.rows => {
+                    (Some(rows), _) if rows.last_row() == Some(segment_row) => {}
+                    (Some(rows), Some(form)) if rows.rows() < self.limits.rows => {
                         let before = rows.encoded_len();
-                        rows.push(segment_row, &view.record(row), view.data(row));
+                        rows.push(segment_row, &view.record(row), form, view.data(row));
                         self.covered_bytes += (rows.encoded_len() - before) as u64;
                     }
-                    Some(rows) => {
+                    (Some(rows), _) => {
                         self.covered_bytes -= rows.encoded_len() as u64;
                         posting.covered = None;
                         seen.insert(key, granule);
                     }
-                    None => seen.insert(key, granule),
+                    (None, _) => seen.insert(key, granule),
                 }
             }
         }
