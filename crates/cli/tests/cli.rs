@@ -607,7 +607,10 @@ fn stored_frames_leave_out_header_fields_and_export_byte_for_byte() {
         .collect();
     expected.sort();
     assert_eq!(exported.len(), 62_781);
-    assert!(exported == expected, "exported frames differ from the capture's");
+    assert!(
+        exported == expected,
+        "exported frames differ from the capture's"
+    );
 }
 
 #[test]

@@ -102,6 +102,7 @@ fn be16(bytes: &[u8], at: usize) -> Option<u16> {
 /// to `out` and returns its form: without the fields `headers` holds with the
 /// same value at the same place, or verbatim where any of them differs or is cut
 /// off by the snap length.
+#[inline]
 pub fn strip(
     link_type: LinkType,
     headers: &PacketHeaders,
@@ -113,15 +114,19 @@ pub fn strip(
         out.extend_from_slice(frame);
         return form;
     };
+    out.reserve(frame.len());
     let ip = if ethernet { ETHERNET_LEN } else { 0 };
     let l4 = if ipv6 {
         out.extend_from_slice(&frame[ip..ip + IPV6_KEPT]);
         ip + IPV6_LEN
     } else {
         let l4 = ip + usize::from(frame[ip] & 0x0f) * 4;
-        out.extend_from_slice(&frame[ip..ip + 4]);
-        out.extend_from_slice(&frame[ip + 6..ip + 8]);
-        out.extend_from_slice(&frame[ip + 10..ip + 12]);
+        let header = &frame[ip..ip + IPV4_LEN];
+        let kept: [u8; IPV4_KEPT] = [
+            header[0], header[1], header[2], header[3], header[6], header[7], header[10],
+            header[11],
+        ];
+        out.extend_from_slice(&kept);
         out.extend_from_slice(&frame[ip + IPV4_LEN..l4]);
         l4
     };

@@ -191,6 +191,8 @@ pub struct SealedSegment {
     pub crc32: u32,
     /// Every distinct source or destination address in the segment, sorted, with
     /// the granules (row ranges) where it occurs: the segment's address postings.
+    /// Empty for `flows` segments, which the address index does not hold (the
+    /// connection index answers for them).
     pub addresses: Vec<(Addr16, GranuleSet)>,
     /// The covering postings (see `postings.rs`): sorted addresses with their
     /// encoded rows (`hindsight_model::decode_covered_rows`).
@@ -211,7 +213,8 @@ pub struct SegmentWriter {
     rows: u64,
     min_ts_nanos: i64,
     max_ts_nanos: i64,
-    postings: PostingsCollector,
+    /// Address postings, collected for `packets` segments only.
+    postings: Option<PostingsCollector>,
 }
 
 impl std::fmt::Debug for SegmentWriter {
@@ -253,13 +256,11 @@ impl SegmentWriter {
             rows: 0,
             min_ts_nanos: i64::MAX,
             max_ts_nanos: i64::MIN,
-            postings: PostingsCollector::new(CoveringLimits {
-                rows: if table == Table::Packets {
-                    options.covering_rows
-                } else {
-                    0
-                },
-                bytes_per_row: options.covering_bytes_per_row,
+            postings: (table == Table::Packets).then(|| {
+                PostingsCollector::new(CoveringLimits {
+                    rows: options.covering_rows,
+                    bytes_per_row: options.covering_bytes_per_row,
+                })
             }),
         })
     }
@@ -316,7 +317,9 @@ impl SegmentWriter {
             self.min_ts_nanos = self.min_ts_nanos.min(first);
             self.max_ts_nanos = self.max_ts_nanos.max(last);
         }
-        self.postings.collect(&batch, self.rows);
+        if let Some(postings) = &mut self.postings {
+            postings.collect(&batch, self.rows);
+        }
         let rows = batch.num_rows() as u64;
         self.encoder
             .write(batch)
@@ -349,7 +352,10 @@ impl SegmentWriter {
             .map_err(StoreError::io("rename segment", &temp_path))?;
         let dir = self.final_path.parent().unwrap_or(Path::new("."));
         sync_dir(dir)?;
-        let postings = self.postings.finish();
+        let postings = self
+            .postings
+            .map(PostingsCollector::finish)
+            .unwrap_or_default();
         Ok(SealedSegment {
             table: self.table,
             id: self.id,
