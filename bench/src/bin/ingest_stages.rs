@@ -48,7 +48,7 @@ fn parse_args() -> Args {
     };
     let mut flags = hindsight_bench::Flags::new(
         "ingest_stages",
-        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N]",
+        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N] [--page-rows N]",
     );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -62,6 +62,7 @@ fn parse_args() -> Args {
             "--zstd-level" => args.segment.zstd_level = flags.value(&flag),
             "--encode-threads" => args.segment.encode_threads = flags.value(&flag),
             "--data-zstd-level" => args.segment.data_zstd_level = flags.value(&flag),
+            "--page-rows" => args.segment.page_rows = flags.value(&flag),
             other => flags.unknown(other),
         }
     }

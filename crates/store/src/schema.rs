@@ -178,11 +178,35 @@ impl<T: Copy> Nullable<T> {
         let nulls = match std::mem::take(&mut self.nulls) {
             0 => None,
             all if all == self.valid.len() => Some(NullBuffer::new_null(all)),
-            _ => Some(NullBuffer::from(self.valid.as_slice())),
+            _ => Some(NullBuffer::new(pack_bools(&self.valid))),
         };
         self.valid.clear();
         (values, nulls)
     }
+}
+
+/// Packs booleans into an Arrow bitmap (bit i of byte i / 8 is `bools[i]`), eight
+/// at a time: the eight bytes (each 0 or 1) read as a little-endian word, times
+/// a constant that moves byte i's low bit to bit 56 + i, leave the eight bits in
+/// the top byte (the other products fall below bit 56 at distinct places, or
+/// past bit 63). Arrow's `From<&[bool]>` packs bit by bit.
+fn pack_bools(bools: &[bool]) -> BooleanBuffer {
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let mut bytes = Vec::with_capacity(bools.len().div_ceil(8));
+    let mut chunks = bools.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(std::array::from_fn(|i| u8::from(chunk[i])));
+        bytes.push((word.wrapping_mul(GATHER) >> 56) as u8);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        bytes.push(
+            rest.iter()
+                .enumerate()
+                .fold(0u8, |byte, (i, &bit)| byte | (u8::from(bit) << i)),
+        );
+    }
+    BooleanBuffer::new(Buffer::from_vec(bytes), 0, bools.len())
 }
 
 /// A nullable fixed-width binary column of `N`-byte values.
@@ -447,11 +471,11 @@ impl PacketBatchBuilder {
             primitive::<UInt16Type>(self.ip_id.take()),
             primitive::<UInt16Type>(self.frag_offset.take()),
             Arc::new(BooleanArray::new(
-                BooleanBuffer::from(more_fragments),
+                pack_bools(&more_fragments),
                 more_fragments_nulls,
             )),
             Arc::new(BooleanArray::new(
-                BooleanBuffer::from(dont_fragment),
+                pack_bools(&dont_fragment),
                 dont_fragment_nulls,
             )),
             primitive::<UInt16Type>(self.src_port.take()),
@@ -710,6 +734,27 @@ mod tests {
         assert_eq!(view.data(0), b"abc");
         assert_eq!(view.record(1), empty);
         assert_eq!(view.data(1), b"");
+    }
+
+    #[test]
+    fn packed_booleans_equal_arrows_bit_by_bit_packing() {
+        for len in [0, 1, 7, 8, 9, 63, 64, 65, 1000] {
+            for pattern in 0..4u64 {
+                let bools: Vec<bool> = (0..len as u64)
+                    .map(|i| match pattern {
+                        0 => true,
+                        1 => false,
+                        2 => i % 3 == 0,
+                        _ => (i * 0x9e37_79b9) >> 7 & 1 == 1,
+                    })
+                    .collect();
+                assert_eq!(
+                    pack_bools(&bools),
+                    BooleanBuffer::from(bools.as_slice()),
+                    "{len} {pattern}"
+                );
+            }
+        }
     }
 
     #[test]
