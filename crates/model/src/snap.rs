@@ -94,8 +94,13 @@ impl DataForm {
     }
 }
 
+/// The `N` bytes of `bytes` at `at`, as an array (compared without a call).
+fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at + N)?.try_into().ok()
+}
+
 fn be16(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+    array(bytes, at).map(u16::from_be_bytes)
 }
 
 /// Appends the stored form of `frame` (a frame's kept bytes, link header first)
@@ -146,7 +151,7 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
             let (Some(src_mac), Some(dst_mac)) = (h.src_mac, h.dst_mac) else {
                 return DataForm::VERBATIM;
             };
-            if frame.get(..6) != Some(&dst_mac) || frame.get(6..12) != Some(&src_mac) {
+            if array(frame, 0) != Some(dst_mac) || array(frame, 6) != Some(src_mac) {
                 return DataForm::VERBATIM;
             }
             match be16(frame, 12) {
@@ -159,11 +164,7 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
         12 | 14 | 101 | 228 | 229 => (false, 0, frame.first().map_or(0, |byte| byte >> 4)),
         _ => return DataForm::VERBATIM,
     };
-    let v4 = |at: usize| -> Option<Addr16> {
-        Some(Addr16::from_v4_bytes(
-            frame.get(at..at + 4)?.try_into().ok()?,
-        ))
-    };
+    let v4 = |at: usize| array(frame, at).map(Addr16::from_v4_bytes);
     let (ipv6, l4) = match (announced, frame.get(ip).map(|byte| byte >> 4)) {
         (4, Some(4)) => {
             let header = usize::from(frame[ip] & 0x0f) * 4;
@@ -182,8 +183,8 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
         (6, Some(6)) => {
             let fields_equal = frame.len() >= ip + IPV6_LEN
                 && frame[ip + 7] == ttl
-                && frame[ip + 8..ip + 24] == src.0
-                && frame[ip + 24..ip + 40] == dst.0;
+                && array(frame, ip + 8) == Some(src.0)
+                && array(frame, ip + 24) == Some(dst.0);
             if !fields_equal {
                 return DataForm::VERBATIM;
             }
