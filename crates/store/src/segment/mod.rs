@@ -15,8 +15,10 @@ use hindsight_model::SegmentId;
 
 /// Key of the Parquet key-value metadata entry holding the segment format version.
 pub const FORMAT_VERSION_KEY: &str = "hindsight.format_version";
-/// The segment format version this build writes (bumped on any incompatible change).
-pub const FORMAT_VERSION: &str = "1";
+/// The segment format version this build writes (bumped on any incompatible change):
+/// 2 since `packets.data` leaves out header fields (`data_form`); version 1
+/// segments hold the frames' bytes verbatim and read as such.
+pub const FORMAT_VERSION: &str = "2";
 /// Key of the Parquet key-value metadata entry naming the table (`packets`, `flows`).
 pub const TABLE_KEY: &str = "hindsight.table";
 
