@@ -191,8 +191,9 @@ pub struct SealedSegment {
     pub crc32: u32,
     /// Every distinct source or destination address in the segment, sorted, with
     /// the granules (row ranges) where it occurs: the segment's address postings.
-    /// Empty for `flows` segments, which the address index does not hold (the
-    /// connection index answers for them).
+    /// The writer leaves it empty for `flows` segments, which the address index
+    /// does not hold (the connection index answers for them); a summary rebuilt by
+    /// recovery scans it from the file for either table.
     pub addresses: Vec<(Addr16, GranuleSet)>,
     /// The covering postings (see `postings.rs`): sorted addresses with their
     /// encoded rows (`hindsight_model::decode_covered_rows`).
