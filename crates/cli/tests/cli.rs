@@ -4,7 +4,8 @@
 mod common;
 
 use common::{
-    PacketKey, archived_flows, fixtures_dir, hindsight, lan_hour, ok, read_frames, require_tool,
+    PacketKey, archived_flows, fixtures_dir, hindsight, ingest, lan_hour, ok, read_frames,
+    require_tool,
 };
 
 use std::collections::BTreeSet;
@@ -453,14 +454,7 @@ fn every_capture_format_of_the_same_traffic_gives_the_same_answers() {
 fn ingest_summary_counts_every_packet() {
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
-    let output = hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive.to_str().unwrap(),
-        lan_hour().to_str().unwrap(),
-    ]);
-    let stdout = ok(&output);
+    let stdout = ingest(&lan_hour(), &archive);
     assert!(stdout.contains("ingested 62781 packets"), "{stdout}");
     let stats = ok(&hindsight(&[
         "stats",
@@ -579,13 +573,7 @@ fn stored_frames_leave_out_header_fields_and_export_byte_for_byte() {
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
     let archive_arg = archive.to_str().unwrap();
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive_arg,
-        lan_hour().to_str().unwrap(),
-    ]));
+    ingest(&lan_hour(), &archive);
     let forms = ok(&hindsight(&[
         "sql",
         "SELECT data_form, count(*) AS n FROM packets GROUP BY data_form ORDER BY data_form",
@@ -821,13 +809,7 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
     header.extend_from_slice(&65535u32.to_le_bytes());
     header.extend_from_slice(&1u32.to_le_bytes());
     std::fs::write(&empty, header).unwrap();
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive.to_str().unwrap(),
-        empty.to_str().unwrap(),
-    ]));
+    ingest(&empty, &archive);
     let after = hindsight_store::Archive::open_reader(&archive).unwrap();
     let flows = archived_flows(&archive);
     assert!(!flows.is_empty());
@@ -844,13 +826,7 @@ fn sigkill_mid_ingest_leaves_only_whole_segments() {
     drop(index);
 
     // The next writer keeps everything.
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive.to_str().unwrap(),
-        capture_arg,
-    ]));
+    ingest(&capture, &archive);
     let after = hindsight_store::Archive::open_reader(&archive).unwrap();
     for entry in &entries {
         assert_eq!(after.catalog().get(entry.segment_id()), Some(entry));

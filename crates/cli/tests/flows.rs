@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{archived_flows, fixtures_dir, hindsight, lan_hour, ok, require_tool};
+use common::{archived_flows, fixtures_dir, hindsight, ingest, lan_hour, ok, require_tool};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,16 +12,6 @@ use std::process::{Command, Stdio};
 
 use hindsight_model::{Addr16, FlowRecord};
 use hindsight_store::{Archive, Table};
-
-fn ingest(capture: &Path, archive: &Path) -> String {
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive.to_str().unwrap(),
-        capture.to_str().unwrap(),
-    ]))
-}
 
 /// A unidirectional 5-tuple: proto, source, source port, destination, destination port.
 type Tuple = (u8, Addr16, u16, Addr16, u16);

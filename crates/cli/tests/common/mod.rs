@@ -30,6 +30,17 @@ pub fn hindsight(args: &[&str]) -> Output {
         .expect("run hindsight")
 }
 
+/// Ingests `capture` into `archive` with the defaults; returns the summary printed.
+pub fn ingest(capture: &Path, archive: &Path) -> String {
+    ok(&hindsight(&[
+        "ingest",
+        "--quiet",
+        "--archive",
+        archive.to_str().unwrap(),
+        capture.to_str().unwrap(),
+    ]))
+}
+
 /// Ingests `capture` into `archive` keeping whole packets (snap length 0), so
 /// exported pcaps compare byte for byte with the capture; `options` are added.
 pub fn ingest_whole(capture: &Path, archive: &Path, options: &[&str]) {
