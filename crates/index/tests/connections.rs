@@ -239,7 +239,8 @@ fn staged_entries_appear_at_commit_the_last_of_a_key_wins_and_the_mark_persists(
 fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     // 50,000 connections of 250 clients to 200 servers, one second apart, and
-    // the first 1,000 of them again (equal keys).
+    // the first 1,000 of them again, ten seconds longer (equal keys: the later
+    // summaries stay).
     let records: Vec<FlowRecord> = (0..50_000u32)
         .map(|i| {
             let client = v4(10, 1, (i % 250) as u8, 1);
@@ -253,9 +254,17 @@ fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
             )
         })
         .collect();
+    let again: Vec<FlowRecord> = records[..1_000]
+        .iter()
+        .cloned()
+        .map(|mut record| {
+            record.last_ns += 10 * SEC;
+            record
+        })
+        .collect();
     let large = ConnectionIndex::open(&dir.path().join("large"), Expiry::OFF).expect("open");
     large.stage(&records);
-    large.stage(&records[..1_000]);
+    large.stage(&again);
     assert!(large.staged_bytes() >= hindsight_index::connections::TABLE_COMMIT_BYTES);
     large.commit(Some(SegmentId(3))).expect("commit");
     let small = ConnectionIndex::open(&dir.path().join("small"), Expiry::OFF).expect("open");
@@ -264,9 +273,16 @@ fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
         assert!(small.staged_bytes() < hindsight_index::connections::TABLE_COMMIT_BYTES);
         small.commit(Some(SegmentId(3))).expect("commit");
     }
+    small.stage(&again);
+    small.commit(Some(SegmentId(3))).expect("commit");
     assert_eq!(large.count().expect("count"), (50_000, 100_000));
     assert_eq!(small.count().expect("count"), (50_000, 100_000));
     assert_eq!(large.flows_mark().expect("mark"), Some(SegmentId(3)));
+    let first = large
+        .scan(&scan(v4(10, 1, 0, 1), v4(10, 1, 0, 1), 0, 0), None, 10)
+        .expect("scan");
+    assert_eq!(first.entries.len(), 1);
+    assert_eq!(first.entries[0].summary.duration_ms, 12_500);
     let client = v4(10, 1, 7, 1);
     let all = scan(v4(0, 0, 0, 0), v4(255, 255, 255, 255), 0, 100_000);
     for window in [scan(client, client, 0, 100_000), all] {
