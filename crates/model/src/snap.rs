@@ -1,20 +1,22 @@
 //! The stored form of a frame's kept bytes: the bytes of header fields that the
 //! `packets` table also holds in their own columns (MAC addresses, ethertype, IP
-//! addresses, TTL, protocol, IPv4 identification, ports) are left out of the
-//! `data` column and put back from those columns when the frame is read.
+//! addresses, TTL, protocol, IPv4 identification, ports) or that follow from
+//! them (the IP length field, from the wire length; the IPv4 header checksum,
+//! from the rest of the header) are left out of the `data` column and put back
+//! when the frame is read.
 //!
-//! Those fields are the most repeated bytes of a capture, so leaving them out
-//! shortens what the `data` column compresses by about two fifths and what it
-//! stores by about a fifth (lan-hour: 76.4 → 46.8 bytes a frame before
-//! compression). The frame read back is the frame read in, byte for byte: a field
-//! is left out only where the frame's bytes at its place equal the column's
-//! value, whatever the decoder made of the frame, and [`restore`] puts the same
-//! value back at the same place.
+//! Those fields are the most repeated bytes of a capture, and the checksum the
+//! least compressible, so leaving them out shortens what the `data` column
+//! compresses by nearly half and what it stores by about a third (lan-hour: 76.4
+//! → 42.8 bytes a frame before compression). The frame read back is the frame
+//! read in, byte for byte: a field is left out only where the frame's bytes at
+//! its place equal the value it is put back from, whatever the decoder made of
+//! the frame, and [`restore`] puts the same value back at the same place.
 //!
 //! A [`DataForm`] code beside the bytes says which fields were left out; the
 //! layouts are in `docs/formats/segment.md`.
 
-use crate::{Addr16, LinkType, PacketHeaders};
+use crate::{Addr16, PacketRecord};
 
 /// Which header fields the stored bytes of a frame leave out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -26,20 +28,44 @@ pub struct DataForm {
 const PORTS: u8 = 1;
 const IPV6: u8 = 2;
 const NO_LINK_HEADER: u8 = 4;
+/// The IP length field (IPv4 total length, IPv6 payload length) is left out: it
+/// is the wire length less the link header (and the fixed IPv6 header).
+const IP_LENGTH: u8 = 8;
+/// The IPv4 header checksum is left out: it was the right one, and is computed
+/// again from the header put back.
+const IPV4_CHECKSUM: u8 = 16;
 /// The highest form code.
-const MAX_CODE: u8 = 1 + (PORTS | IPV6 | NO_LINK_HEADER);
+const MAX_CODE: u8 = 1 + (PORTS | IPV6 | NO_LINK_HEADER | IP_LENGTH | IPV4_CHECKSUM);
 
 /// Bytes of the Ethernet header: destination MAC, source MAC, ethertype.
 const ETHERNET_LEN: usize = 14;
 /// Bytes of the IPv4 header without options, and of the fixed IPv6 header.
 const IPV4_LEN: usize = 20;
 const IPV6_LEN: usize = 40;
-/// Bytes of an IPv4 header's fields the stored form keeps before the options:
-/// version/IHL, TOS, total length, flags/fragment offset, checksum.
-const IPV4_KEPT: usize = 8;
-/// Bytes of the fixed IPv6 header the stored form keeps: version, traffic class,
-/// flow label, payload length, next header.
-const IPV6_KEPT: usize = 7;
+
+/// What a form leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Parts {
+    /// The Ethernet header (else there is no link header: raw IP).
+    ethernet: bool,
+    /// The IP header is IPv6 (else IPv4).
+    ipv6: bool,
+    ports: bool,
+    length: bool,
+    /// Never set with `ipv6`.
+    checksum: bool,
+}
+
+impl Parts {
+    /// Bytes of the IP header kept before an IPv4 header's options: IPv4
+    /// version/IHL, TOS, total length, flags/fragment offset, checksum; IPv6
+    /// version/traffic class/flow label, payload length, next header; less the
+    /// length and checksum where they are left out.
+    fn ip_kept(self) -> usize {
+        let all = if self.ipv6 { 7 } else { 8 };
+        all - 2 * usize::from(self.length) - 2 * usize::from(self.checksum)
+    }
+}
 
 impl DataForm {
     /// The frame's bytes as they are.
@@ -47,7 +73,9 @@ impl DataForm {
 
     /// Returns the form of `code`, if it is one.
     pub fn from_code(code: u8) -> Option<Self> {
-        (code <= MAX_CODE).then_some(Self { code })
+        let form = Self { code };
+        let valid = code <= MAX_CODE && form.parts().is_none_or(|p| !(p.ipv6 && p.checksum));
+        valid.then_some(form)
     }
 
     /// Returns the code stored in the `data_form` column.
@@ -55,40 +83,43 @@ impl DataForm {
         self.code
     }
 
-    fn elided(ethernet: bool, ipv6: bool, ports: bool) -> Self {
-        let mut bits = 0;
-        if ports {
-            bits |= PORTS;
-        }
-        if ipv6 {
-            bits |= IPV6;
-        }
-        if !ethernet {
-            bits |= NO_LINK_HEADER;
-        }
+    fn elided(parts: Parts) -> Self {
+        let bit = |set: bool, bit: u8| if set { bit } else { 0 };
+        let bits = bit(parts.ports, PORTS)
+            | bit(parts.ipv6, IPV6)
+            | bit(!parts.ethernet, NO_LINK_HEADER)
+            | bit(parts.length, IP_LENGTH)
+            | bit(parts.checksum, IPV4_CHECKSUM);
         Self { code: 1 + bits }
     }
 
-    /// (Ethernet header left out, IPv6, ports left out) of a form that leaves
-    /// fields out; `None` for [`VERBATIM`](Self::VERBATIM).
-    fn parts(self) -> Option<(bool, bool, bool)> {
+    /// What a form that leaves fields out leaves out; `None` for
+    /// [`VERBATIM`](Self::VERBATIM).
+    fn parts(self) -> Option<Parts> {
         let bits = self.code.checked_sub(1)?;
-        Some((
-            bits & NO_LINK_HEADER == 0,
-            bits & IPV6 != 0,
-            bits & PORTS != 0,
-        ))
+        Some(Parts {
+            ethernet: bits & NO_LINK_HEADER == 0,
+            ipv6: bits & IPV6 != 0,
+            ports: bits & PORTS != 0,
+            length: bits & IP_LENGTH != 0,
+            checksum: bits & IPV4_CHECKSUM != 0,
+        })
     }
 
     /// Bytes the form leaves out of a frame.
     pub fn elided_len(self) -> usize {
         match self.parts() {
             None => 0,
-            Some((ethernet, ipv6, ports)) => {
-                let link = if ethernet { ETHERNET_LEN } else { 0 };
+            Some(parts) => {
+                let link = if parts.ethernet { ETHERNET_LEN } else { 0 };
                 // IPv6: hop limit and addresses; IPv4: id, TTL, protocol, addresses.
-                let ip = if ipv6 { 33 } else { 12 };
-                link + ip + if ports { 4 } else { 0 }
+                let ip = if parts.ipv6 { 33 } else { 12 };
+                let fixed = if parts.ipv6 {
+                    IPV6_LEN - 33
+                } else {
+                    IPV4_LEN - 12
+                };
+                link + ip + fixed - parts.ip_kept() + if parts.ports { 4 } else { 0 }
             }
         }
     }
@@ -103,50 +134,93 @@ fn be16(bytes: &[u8], at: usize) -> Option<u16> {
     array(bytes, at).map(u16::from_be_bytes)
 }
 
-/// Appends the stored form of `frame` (a frame's kept bytes, link header first)
-/// to `out` and returns its form: without the fields `headers` holds with the
-/// same value at the same place, or verbatim where any of them differs or is cut
-/// off by the snap length.
+/// The Internet checksum's one's-complement sum of `bytes` (a last odd byte
+/// padded with zero), folded to 16 bits.
+fn ones_complement_sum(bytes: &[u8]) -> u16 {
+    let mut sum: u64 = 0;
+    let mut words = bytes.chunks_exact(4);
+    for word in &mut words {
+        sum += u64::from(u32::from_be_bytes([word[0], word[1], word[2], word[3]]));
+    }
+    for pair in words.remainder().chunks(2) {
+        sum += u64::from(u16::from_be_bytes([
+            pair[0],
+            pair.get(1).copied().unwrap_or(0),
+        ])) << 16;
+    }
+    // Sixteen-bit words summed as 32-bit ones: fold the halves, then the carries.
+    let mut sum = (sum & 0xffff_ffff) + (sum >> 32);
+    sum = (sum & 0xffff) + (sum >> 16);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// The checksum an IPv4 header (of an even length of at least 12 bytes) should
+/// carry: the complement of its sum with the checksum field taken as zero.
+fn ipv4_checksum(header: &[u8]) -> u16 {
+    let sum = u32::from(ones_complement_sum(&header[..10]))
+        + u32::from(ones_complement_sum(&header[12..]));
+    !(((sum & 0xffff) + (sum >> 16)) as u16)
+}
+
+/// Appends the stored form of the frame of `record` (its kept bytes `frame`,
+/// link header first) to `out` and returns its form: without the fields that
+/// `record` gives back with the same value at the same place, or verbatim where
+/// any of the columns' fields differs or is cut off by the snap length.
 #[inline]
-pub fn strip(
-    link_type: LinkType,
-    headers: &PacketHeaders,
-    frame: &[u8],
-    out: &mut Vec<u8>,
-) -> DataForm {
-    let form = elision(link_type, headers, frame);
-    let Some((ethernet, ipv6, ports)) = form.parts() else {
+pub fn strip(record: &PacketRecord, frame: &[u8], out: &mut Vec<u8>) -> DataForm {
+    let form = elision(record, frame);
+    let Some(parts) = form.parts() else {
         out.extend_from_slice(frame);
         return form;
     };
     out.reserve(frame.len());
-    let ip = if ethernet { ETHERNET_LEN } else { 0 };
-    let l4 = if ipv6 {
-        out.extend_from_slice(&frame[ip..ip + IPV6_KEPT]);
+    let ip = if parts.ethernet { ETHERNET_LEN } else { 0 };
+    let l4 = if parts.ipv6 {
+        let header = &frame[ip..ip + IPV6_LEN];
+        out.extend_from_slice(&header[..4]);
+        if !parts.length {
+            out.extend_from_slice(&header[4..6]);
+        }
+        out.push(header[6]);
         ip + IPV6_LEN
     } else {
         let l4 = ip + usize::from(frame[ip] & 0x0f) * 4;
         let header = &frame[ip..ip + IPV4_LEN];
-        let kept: [u8; IPV4_KEPT] = [
-            header[0], header[1], header[2], header[3], header[6], header[7], header[10],
-            header[11],
-        ];
-        out.extend_from_slice(&kept);
+        out.extend_from_slice(&header[..2]);
+        if !parts.length {
+            out.extend_from_slice(&header[2..4]);
+        }
+        out.extend_from_slice(&header[6..8]);
+        if !parts.checksum {
+            out.extend_from_slice(&header[10..12]);
+        }
         out.extend_from_slice(&frame[ip + IPV4_LEN..l4]);
         l4
     };
-    out.extend_from_slice(&frame[l4 + if ports { 4 } else { 0 }..]);
+    out.extend_from_slice(&frame[l4 + if parts.ports { 4 } else { 0 }..]);
     form
 }
 
+/// The IP length field's value the wire length gives: the wire length less the
+/// link header, less the fixed header for IPv6 (whose field counts the payload).
+fn length_from_wire(wire_len: u32, ip: usize, ipv6: bool) -> Option<u16> {
+    let header = if ipv6 { IPV6_LEN } else { 0 };
+    let length = usize::try_from(wire_len).ok()?.checked_sub(ip + header)?;
+    u16::try_from(length).ok()
+}
+
 /// The form [`strip`] gives `frame`: the fields it leaves out are all present in
-/// `headers`, within `frame`, and equal there.
-fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
+/// the record, within `frame`, and equal there.
+fn elision(record: &PacketRecord, frame: &[u8]) -> DataForm {
+    let h = &record.headers;
     let (Some(ttl), Some(src), Some(dst)) = (h.ip_ttl, h.src_addr, h.dst_addr) else {
         return DataForm::VERBATIM;
     };
     // Where the IP header starts, and the version the link header announces.
-    let (ethernet, ip, announced) = match link_type.0 {
+    let (ethernet, ip, announced) = match record.link_type.0 {
         1 => {
             let (Some(src_mac), Some(dst_mac)) = (h.src_mac, h.dst_mac) else {
                 return DataForm::VERBATIM;
@@ -165,7 +239,7 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
         _ => return DataForm::VERBATIM,
     };
     let v4 = |at: usize| array(frame, at).map(Addr16::from_v4_bytes);
-    let (ipv6, l4) = match (announced, frame.get(ip).map(|byte| byte >> 4)) {
+    let (ipv6, l4, length, checksum) = match (announced, frame.get(ip).map(|byte| byte >> 4)) {
         (4, Some(4)) => {
             let header = usize::from(frame[ip] & 0x0f) * 4;
             let fields_equal = header >= IPV4_LEN
@@ -178,7 +252,9 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
             if !fields_equal {
                 return DataForm::VERBATIM;
             }
-            (false, ip + header)
+            let length = be16(frame, ip + 2) == length_from_wire(record.wire_len, ip, false);
+            let checksum = be16(frame, ip + 10) == Some(ipv4_checksum(&frame[ip..ip + header]));
+            (false, ip + header, length, checksum)
         }
         (6, Some(6)) => {
             let fields_equal = frame.len() >= ip + IPV6_LEN
@@ -188,7 +264,8 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
             if !fields_equal {
                 return DataForm::VERBATIM;
             }
-            (true, ip + IPV6_LEN)
+            let length = be16(frame, ip + 4) == length_from_wire(record.wire_len, ip, true);
+            (true, ip + IPV6_LEN, length, false)
         }
         _ => return DataForm::VERBATIM,
     };
@@ -198,35 +275,50 @@ fn elision(link_type: LinkType, h: &PacketHeaders, frame: &[u8]) -> DataForm {
         }
         _ => false,
     };
-    DataForm::elided(ethernet, ipv6, ports)
+    DataForm::elided(Parts {
+        ethernet,
+        ipv6,
+        ports,
+        length,
+        checksum,
+    })
 }
 
-/// Appends to `out` the frame whose stored form is `stored`, putting back the
-/// fields `form` left out from `headers`. Returns false, having appended nothing,
-/// if `headers` lacks one of them or `stored` is too short for the form (bytes
-/// that were not written by [`strip`]).
-pub fn restore(form: DataForm, headers: &PacketHeaders, stored: &[u8], out: &mut Vec<u8>) -> bool {
-    let Some((ethernet, ipv6, ports)) = form.parts() else {
+/// Appends to `out` the frame of `record` whose stored form is `stored`, putting
+/// back the fields `form` left out from the record. Returns false, having
+/// appended nothing, if the record lacks one of them or `stored` is too short for
+/// the form (bytes that were not written by [`strip`]).
+pub fn restore(form: DataForm, record: &PacketRecord, stored: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some(parts) = form.parts() else {
         out.extend_from_slice(stored);
         return true;
     };
-    let h = headers;
+    let h = &record.headers;
     let (Some(ttl), Some(src), Some(dst)) = (h.ip_ttl, h.src_addr, h.dst_addr) else {
         return false;
     };
-    let ports = match (ports, h.src_port, h.dst_port) {
+    let ports = match (parts.ports, h.src_port, h.dst_port) {
         (false, _, _) => None,
         (true, Some(src_port), Some(dst_port)) => Some([src_port, dst_port]),
         (true, _, _) => return false,
     };
-    let link = match (ethernet, h.dst_mac, h.src_mac) {
+    let link = match (parts.ethernet, h.dst_mac, h.src_mac) {
         (false, _, _) => None,
         (true, Some(dst_mac), Some(src_mac)) => Some((dst_mac, src_mac)),
         (true, _, _) => return false,
     };
+    let ip = if parts.ethernet { ETHERNET_LEN } else { 0 };
+    let length = match parts.length {
+        false => None,
+        true => match length_from_wire(record.wire_len, ip, parts.ipv6) {
+            Some(length) => Some(length.to_be_bytes()),
+            None => return false,
+        },
+    };
+    let kept = parts.ip_kept();
     // IPv4: the identification and protocol from their columns, and the stored
     // bytes the header's options take; IPv6 keeps its next header.
-    let ipv4 = if ipv6 {
+    let ipv4 = if parts.ipv6 {
         None
     } else {
         let (Some(id), Some(proto), Some(&version_ihl)) = (h.ip_id, h.ip_proto, stored.first())
@@ -240,8 +332,8 @@ pub fn restore(form: DataForm, headers: &PacketHeaders, stored: &[u8], out: &mut
         Some((id, proto, header - IPV4_LEN))
     };
     let rest = match ipv4 {
-        Some((_, _, options)) => IPV4_KEPT + options,
-        None => IPV6_KEPT,
+        Some((_, _, options)) => kept + options,
+        None => kept,
     };
     if stored.len() < rest {
         return false;
@@ -250,21 +342,45 @@ pub fn restore(form: DataForm, headers: &PacketHeaders, stored: &[u8], out: &mut
     if let Some((dst_mac, src_mac)) = link {
         out.extend_from_slice(&dst_mac);
         out.extend_from_slice(&src_mac);
-        out.extend_from_slice(if ipv6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        out.extend_from_slice(if parts.ipv6 {
+            &[0x86, 0xdd]
+        } else {
+            &[0x08, 0x00]
+        });
     }
+    let mut stored_ip = stored[..kept].iter().copied();
+    let mut take = |n: usize, out: &mut Vec<u8>| out.extend(stored_ip.by_ref().take(n));
     match ipv4 {
         Some((id, proto, _)) => {
-            out.extend_from_slice(&stored[..4]);
+            let start = out.len();
+            take(2, out);
+            match length {
+                Some(length) => out.extend_from_slice(&length),
+                None => take(2, out),
+            }
             out.extend_from_slice(&id.to_be_bytes());
-            out.extend_from_slice(&stored[4..6]);
+            take(2, out);
             out.extend_from_slice(&[ttl, proto]);
-            out.extend_from_slice(&stored[6..8]);
+            if parts.checksum {
+                out.extend_from_slice(&[0, 0]);
+            } else {
+                take(2, out);
+            }
             out.extend_from_slice(&src.0[12..]);
             out.extend_from_slice(&dst.0[12..]);
-            out.extend_from_slice(&stored[IPV4_KEPT..rest]);
+            out.extend_from_slice(&stored[kept..rest]);
+            if parts.checksum {
+                let checksum = ipv4_checksum(&out[start..]);
+                out[start + 10..start + 12].copy_from_slice(&checksum.to_be_bytes());
+            }
         }
         None => {
-            out.extend_from_slice(&stored[..IPV6_KEPT]);
+            take(4, out);
+            match length {
+                Some(length) => out.extend_from_slice(&length),
+                None => take(2, out),
+            }
+            take(1, out);
             out.push(ttl);
             out.extend_from_slice(&src.0);
             out.extend_from_slice(&dst.0);
@@ -280,6 +396,7 @@ pub fn restore(form: DataForm, headers: &PacketHeaders, stored: &[u8], out: &mut
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{LinkType, PacketHeaders};
 
     /// An Ethernet/IPv4/TCP frame with two bytes of IP options, and its headers.
     fn ipv4_tcp() -> (Vec<u8>, PacketHeaders) {
@@ -313,16 +430,69 @@ mod tests {
         (frame, headers)
     }
 
+    /// The record of a frame of `wire_len` bytes on the wire.
+    fn record(link_type: LinkType, headers: &PacketHeaders, wire_len: usize) -> PacketRecord {
+        PacketRecord {
+            ts_nanos: 0,
+            wire_len: wire_len as u32,
+            cap_len: wire_len as u32,
+            link_type,
+            iface: 0,
+            headers: *headers,
+        }
+    }
+
+    /// The form that leaves out the columns' fields where `ethernet`, `ipv6` and
+    /// `ports` say, and neither the IP length nor the checksum.
+    fn columns_form(ethernet: bool, ipv6: bool, ports: bool) -> DataForm {
+        DataForm::elided(Parts {
+            ethernet,
+            ipv6,
+            ports,
+            length: false,
+            checksum: false,
+        })
+    }
+
+    /// `form` with the IP length left out too.
+    fn with_length(form: DataForm) -> DataForm {
+        let parts = form.parts().expect("a form that leaves fields out");
+        DataForm::elided(Parts {
+            length: true,
+            ..parts
+        })
+    }
+
+    /// `ipv4_tcp` with the right total length (for a frame of 72 bytes) and checksum.
+    fn ipv4_tcp_consistent() -> (Vec<u8>, PacketHeaders) {
+        let (mut frame, headers) = ipv4_tcp();
+        frame[16..18].copy_from_slice(&58u16.to_be_bytes());
+        frame[24..26].copy_from_slice(&[0, 0]);
+        let checksum = ipv4_checksum(&frame[14..38]);
+        frame[24..26].copy_from_slice(&checksum.to_be_bytes());
+        (frame, headers)
+    }
+
     fn round_trip(link_type: LinkType, headers: &PacketHeaders, frame: &[u8]) -> (DataForm, usize) {
+        round_trip_on_wire(link_type, headers, frame, frame.len())
+    }
+
+    fn round_trip_on_wire(
+        link_type: LinkType,
+        headers: &PacketHeaders,
+        frame: &[u8],
+        wire_len: usize,
+    ) -> (DataForm, usize) {
+        let record = record(link_type, headers, wire_len);
         let mut stored = vec![0xee];
-        let form = strip(link_type, headers, frame, &mut stored);
+        let form = strip(&record, frame, &mut stored);
         assert_eq!(
             stored.len() - 1 + form.elided_len(),
             frame.len(),
             "{form:?}"
         );
         let mut back = vec![0xdd];
-        assert!(restore(form, headers, &stored[1..], &mut back), "{form:?}");
+        assert!(restore(form, &record, &stored[1..], &mut back), "{form:?}");
         assert_eq!(&back[1..], frame, "{form:?}");
         (form, stored.len() - 1)
     }
@@ -331,7 +501,7 @@ mod tests {
     fn ipv4_fields_and_ports_are_left_out_and_put_back() {
         let (frame, headers) = ipv4_tcp();
         let (form, stored) = round_trip(LinkType::ETHERNET, &headers, &frame);
-        assert_eq!(form, DataForm::elided(true, false, true));
+        assert_eq!(form, columns_form(true, false, true));
         assert_eq!(stored, frame.len() - 30);
     }
 
@@ -356,9 +526,9 @@ mod tests {
         let mut other_port = headers;
         other_port.dst_port = Some(80);
         let form = round_trip(LinkType::ETHERNET, &other_port, &frame).0;
-        assert_eq!(form, DataForm::elided(true, false, false));
+        assert_eq!(form, columns_form(true, false, false));
         let form = round_trip(LinkType::ETHERNET, &headers, &frame[..40]).0;
-        assert_eq!(form, DataForm::elided(true, false, false));
+        assert_eq!(form, columns_form(true, false, false));
         // A frame cut inside the IP header, or with another link type, is kept.
         for (link_type, cut) in [(LinkType::ETHERNET, 33), (LinkType::LINUX_SLL, frame.len())] {
             assert_eq!(
@@ -396,19 +566,22 @@ mod tests {
         let (form, stored) = round_trip(LinkType::ETHERNET, &headers, &frame);
         assert_eq!(
             (form, stored),
-            (DataForm::elided(true, true, true), frame.len() - 51)
+            (
+                with_length(columns_form(true, true, true)),
+                frame.len() - 53
+            )
         );
         let (form, stored) = round_trip(LinkType::RAW, &headers, &ip);
         assert_eq!(
             (form, stored),
-            (DataForm::elided(false, true, true), ip.len() - 37)
+            (with_length(columns_form(false, true, true)), ip.len() - 39)
         );
         let (mut v4, v4_headers) = ipv4_tcp();
         v4.drain(..ETHERNET_LEN);
         let (form, stored) = round_trip(LinkType::IPV4, &v4_headers, &v4);
         assert_eq!(
             (form, stored),
-            (DataForm::elided(false, false, true), v4.len() - 16)
+            (columns_form(false, false, true), v4.len() - 16)
         );
     }
 
@@ -416,18 +589,96 @@ mod tests {
     fn restore_refuses_bytes_too_short_for_their_form_or_missing_fields() {
         let (frame, headers) = ipv4_tcp();
         let mut stored = Vec::new();
-        let form = strip(LinkType::ETHERNET, &headers, &frame, &mut stored);
+        let record = record(LinkType::ETHERNET, &headers, frame.len());
+        let form = strip(&record, &frame, &mut stored);
         let mut out = Vec::new();
         // IHL 6 needs eight kept bytes and four of options.
-        assert!(!restore(form, &headers, &stored[..11], &mut out));
-        assert!(!restore(form, &headers, &[], &mut out));
-        let mut no_ports = headers;
-        no_ports.src_port = None;
+        assert!(!restore(form, &record, &stored[..11], &mut out));
+        assert!(!restore(form, &record, &[], &mut out));
+        let mut no_ports = record;
+        no_ports.headers.src_port = None;
         assert!(!restore(form, &no_ports, &stored, &mut out));
+        // A length left out that the wire length cannot give.
+        let length = with_length(form);
+        let mut short = record;
+        short.wire_len = 10;
+        assert!(!restore(length, &short, &stored, &mut out));
         assert!(out.is_empty());
         assert_eq!(DataForm::from_code(MAX_CODE + 1), None);
+        // IPv6 headers have no checksum to leave out.
+        let ipv6_checksum = 1 + (IPV6 | IPV4_CHECKSUM);
+        assert_eq!(DataForm::from_code(ipv6_checksum), None);
         for code in 0..=MAX_CODE {
-            assert_eq!(DataForm::from_code(code).map(DataForm::code), Some(code));
+            let parts = DataForm { code }.parts();
+            let expected = (!parts.is_some_and(|p| p.ipv6 && p.checksum)).then_some(code);
+            assert_eq!(DataForm::from_code(code).map(DataForm::code), expected);
         }
+    }
+
+    #[test]
+    fn a_right_ipv4_length_and_checksum_are_left_out_and_computed_again() {
+        let (frame, headers) = ipv4_tcp_consistent();
+        // The checksum is right: the header's one's-complement sum is all ones.
+        assert_eq!(ones_complement_sum(&frame[14..38]), 0xffff);
+        let all = DataForm::elided(Parts {
+            ethernet: true,
+            ipv6: false,
+            ports: true,
+            length: true,
+            checksum: true,
+        });
+        assert_eq!(
+            round_trip(LinkType::ETHERNET, &headers, &frame),
+            (all, frame.len() - 34)
+        );
+        // Cut by the snap length: the length still follows from the wire length.
+        assert_eq!(
+            round_trip_on_wire(LinkType::ETHERNET, &headers, &frame[..50], frame.len()),
+            (all, 50 - 34)
+        );
+        // Padded to a longer frame on the wire (Ethernet's 60-byte minimum): the
+        // length is kept, the checksum still goes.
+        let padded = DataForm::elided(Parts {
+            length: false,
+            ..all.parts().expect("parts")
+        });
+        assert_eq!(
+            round_trip_on_wire(LinkType::ETHERNET, &headers, &frame, frame.len() + 6).0,
+            padded
+        );
+        // A wrong checksum (offloaded to the card, say) is kept as it is.
+        let mut wrong = frame.clone();
+        wrong[25] ^= 1;
+        let kept = DataForm::elided(Parts {
+            checksum: false,
+            ..all.parts().expect("parts")
+        });
+        assert_eq!(
+            round_trip(LinkType::ETHERNET, &headers, &wrong),
+            (kept, frame.len() - 32)
+        );
+    }
+
+    #[test]
+    fn a_checksum_of_all_ones_where_zero_is_computed_is_kept() {
+        // One's complement has two zeros: a header whose checksum computes to
+        // 0x0000 sums to all ones with 0xffff in the field too. Only the computed
+        // value is left out, so the other one reads back as it was.
+        let (mut frame, mut headers) = ipv4_tcp_consistent();
+        let id = (0..=u16::MAX)
+            .find(|&id| {
+                frame[18..20].copy_from_slice(&id.to_be_bytes());
+                ipv4_checksum(&frame[14..38]) == 0
+            })
+            .expect("an identification with checksum 0");
+        headers.ip_id = Some(id);
+        frame[24..26].copy_from_slice(&[0xff, 0xff]);
+        assert_eq!(ones_complement_sum(&frame[14..38]), 0xffff);
+        let (form, stored) = round_trip(LinkType::ETHERNET, &headers, &frame);
+        assert!(!form.parts().expect("parts").checksum);
+        assert_eq!(stored, frame.len() - 32);
+        frame[24..26].copy_from_slice(&[0, 0]);
+        let (form, _) = round_trip(LinkType::ETHERNET, &headers, &frame);
+        assert!(form.parts().expect("parts").checksum);
     }
 }

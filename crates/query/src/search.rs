@@ -469,8 +469,8 @@ impl Visitor<'_, '_> {
         self.stats.rows_matched += 1;
         let data = if self.request.with_data {
             self.frame.clear();
-            let restored = form
-                .is_some_and(|form| snap::restore(form, &record.headers, stored, &mut self.frame));
+            let restored =
+                form.is_some_and(|form| snap::restore(form, record, stored, &mut self.frame));
             if !restored {
                 return Err(QueryError::Execution {
                     message: format!(

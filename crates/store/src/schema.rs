@@ -369,7 +369,7 @@ impl PacketBatchBuilder {
         self.tcp_flags.push(h.tcp_flags);
         self.icmp_type.push(h.icmp_type);
         self.icmp_code.push(h.icmp_code);
-        let form = snap::strip(record.link_type, h, data, &mut self.data);
+        let form = snap::strip(record, data, &mut self.data);
         self.data_form.push(form.code());
         self.data_offsets.push(
             i32::try_from(self.data.len())
