@@ -339,15 +339,16 @@ impl Ingestor {
             None => self.partition_end = Some(self.partition_end_of(frame.ts_nanos)),
             Some(_) => {}
         }
-        let headers = hindsight_decode::decode(frame.link_type, frame.data);
+        // Decoded into the record: the headers are not copied on the way.
         let record = PacketRecord {
             ts_nanos: frame.ts_nanos,
             wire_len: frame.wire_len,
             cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
             link_type: frame.link_type,
             iface: frame.iface,
-            headers,
+            headers: hindsight_decode::decode(frame.link_type, frame.data),
         };
+        let headers = &record.headers;
         let keep = match self.options.snaplen {
             0 => frame.data.len(),
             snaplen => frame.data.len().min(snaplen as usize),
@@ -356,7 +357,7 @@ impl Ingestor {
             .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
         if self.options.flows_from_packets {
             self.flow_table
-                .push(frame.ts_nanos, &headers, frame.wire_len, &mut self.flow_out);
+                .push(frame.ts_nanos, headers, frame.wire_len, &mut self.flow_out);
         }
         if self.flow_out.len() >= FLOW_BATCH {
             self.flush_flows()?;

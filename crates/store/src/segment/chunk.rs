@@ -259,7 +259,9 @@ impl<K: Ord + Copy> Dictionary<K> {
         scratch.clear();
         match valid {
             None => scratch.extend_from_slice(&self.indices[rows]),
-            Some(_) => for_each_valid(rows, valid, |row| scratch.push(self.indices[row])),
+            Some(_) => for_each_valid_run(rows, valid, |run| {
+                scratch.extend_from_slice(&self.indices[run]);
+            }),
         }
         let width = (32 - (self.keys.len().max(2) as u32 - 1).leading_zeros()) as u8;
         out.push(width);
@@ -317,14 +319,26 @@ fn widen<K: Ord + Copy>(range: Option<(K, K)>, (from, to): (K, K)) -> Option<(K,
 /// Calls `f` with each valid row of `rows`.
 #[inline]
 fn for_each_valid(rows: Range<usize>, valid: Option<&BooleanBuffer>, mut f: impl FnMut(usize)) {
+    for_each_valid_run(rows, valid, |run| run.for_each(&mut f));
+}
+
+/// Calls `f` with each run of consecutive valid rows of `rows`, in order. Nulls
+/// are few (a column's value missing for some packets), so the runs are long,
+/// and a caller copies each as a slice rather than row by row; the runs come
+/// from the validity bitmap a 64-bit word at a time.
+#[inline]
+fn for_each_valid_run(
+    rows: Range<usize>,
+    valid: Option<&BooleanBuffer>,
+    mut f: impl FnMut(Range<usize>),
+) {
     match valid {
-        None => rows.for_each(f),
+        None => f(rows),
         Some(valid) => {
             let start = rows.start;
-            valid
-                .slice(start, rows.len())
-                .set_indices()
-                .for_each(|i| f(start + i));
+            for (from, to) in valid.slice(start, rows.len()).set_slices() {
+                f(start + from..start + to);
+            }
         }
     }
 }
@@ -388,7 +402,7 @@ impl<T: Integer> Values for Ints<'_, T> {
         let values: &[T] = match valid {
             Some(_) => {
                 let mut kept = Vec::with_capacity(rows.len());
-                for_each_valid(rows, valid, |row| kept.push(self.0[row]));
+                for_each_valid_run(rows, valid, |run| kept.extend_from_slice(&self.0[run]));
                 gathered = kept;
                 &gathered
             }
@@ -573,8 +587,8 @@ impl Values for FixedBytes<'_> {
         if valid.is_none() {
             out.extend_from_slice(&data[rows.start * width..rows.end * width]);
         } else {
-            for_each_valid(rows, valid, |row| {
-                out.extend_from_slice(&data[row * width..(row + 1) * width]);
+            for_each_valid_run(rows, valid, |run| {
+                out.extend_from_slice(&data[run.start * width..run.end * width]);
             });
         }
         Ok(out[start..]
