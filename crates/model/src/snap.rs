@@ -146,9 +146,14 @@ fn ones_complement_sum(bytes: &[u8]) -> u16 {
         sum += u64::from(u16::from_be_bytes([
             pair[0],
             pair.get(1).copied().unwrap_or(0),
-        ])) << 16;
+        ]));
     }
-    // Sixteen-bit words summed as 32-bit ones: fold the halves, then the carries.
+    fold(sum)
+}
+
+/// Folds a sum of 16-bit words (added as 32-bit ones, or more) to 16 bits, the
+/// carries added back: 2^16 is 1 in one's-complement arithmetic.
+fn fold(sum: u64) -> u16 {
     let mut sum = (sum & 0xffff_ffff) + (sum >> 32);
     sum = (sum & 0xffff) + (sum >> 16);
     while sum > 0xffff {
@@ -157,12 +162,18 @@ fn ones_complement_sum(bytes: &[u8]) -> u16 {
     sum as u16
 }
 
-/// The checksum an IPv4 header (of an even length of at least 12 bytes) should
+/// The checksum an IPv4 header (of an even length, 20 bytes or more) should
 /// carry: the complement of its sum with the checksum field taken as zero.
 fn ipv4_checksum(header: &[u8]) -> u16 {
-    let sum = u32::from(ones_complement_sum(&header[..10]))
-        + u32::from(ones_complement_sum(&header[12..]));
-    !(((sum & 0xffff) + (sum >> 16)) as u16)
+    let mut sum: u64 = 0;
+    let mut words = header.chunks_exact(4);
+    for (i, word) in (&mut words).enumerate() {
+        let word = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        // Bytes 10 and 11, the checksum, are the low half of the third word.
+        sum += u64::from(if i == 2 { word & 0xffff_0000 } else { word });
+    }
+    sum += u64::from(ones_complement_sum(words.remainder()));
+    !fold(sum)
 }
 
 /// Appends the stored form of the frame of `record` (its kept bytes `frame`,
@@ -680,5 +691,25 @@ mod tests {
         frame[24..26].copy_from_slice(&[0, 0]);
         let (form, _) = round_trip(LinkType::ETHERNET, &headers, &frame);
         assert!(form.parts().expect("parts").checksum);
+    }
+
+    #[test]
+    fn the_ipv4_checksum_is_the_internet_checksum() {
+        // A UDP packet's header with its checksum, 0xb861 (RFC 1071's algorithm,
+        // as Wikipedia's "IPv4 header checksum" works it through).
+        let header = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert_eq!(ipv4_checksum(&header), 0xb861);
+        assert_eq!(ones_complement_sum(&header), 0xffff);
+        // With options (IHL 6), and an odd tail for the plain sum.
+        let mut longer = header.to_vec();
+        longer[0] = 0x46;
+        longer.extend_from_slice(&[0x94, 0x04, 0x00, 0x00]);
+        let checksum = ipv4_checksum(&longer);
+        longer[10..12].copy_from_slice(&checksum.to_be_bytes());
+        assert_eq!(ones_complement_sum(&longer), 0xffff);
+        assert_eq!(ones_complement_sum(&[0x01]), 0x0100);
     }
 }
