@@ -257,6 +257,18 @@ fn encode_key(record: &FlowRecord, reverse: bool) -> [u8; KEY_LEN] {
     key
 }
 
+/// The key of a record's entry under its destination, from the key under its
+/// source: the address and the peer change places, and so do the ports.
+fn reversed(key: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
+    let mut reversed = *key;
+    reversed[..16].copy_from_slice(&key[24..40]);
+    reversed[24..40].copy_from_slice(&key[..16]);
+    reversed[40..42].copy_from_slice(&key[42..44]);
+    reversed[42..44].copy_from_slice(&key[40..42]);
+    reversed[45] = key[45] ^ FLAG_REVERSE;
+    reversed
+}
+
 /// Returns the timestamp of a key, if it is long enough to have one.
 fn key_ts(key: &[u8]) -> Option<i64> {
     let bytes: [u8; 8] = key.get(16..24)?.try_into().ok()?;
@@ -366,10 +378,14 @@ pub struct ConnectionIndex {
 }
 
 /// Connection entries staged for the next table file, with their histogram counts.
+///
+/// A record is staged once, by its key under its source address; its entry under
+/// the destination is derived from that key when the entries are written. Entry
+/// `e` is record `e / 2`'s, under its source if `e` is even.
 #[derive(Debug, Default)]
 struct Staged {
     keys: Vec<[u8; KEY_LEN]>,
-    /// Each key's summary, as (start, length) in `values`.
+    /// Each record's summary, as (start, length) in `values`.
     spans: Vec<(u32, u8)>,
     values: Vec<u8>,
     counts: BTreeMap<i64, u64>,
@@ -378,6 +394,16 @@ struct Staged {
 impl Staged {
     fn bytes(&self) -> usize {
         self.keys.len() * (KEY_LEN + std::mem::size_of::<(u32, u8)>()) + self.values.len()
+    }
+
+    /// The key of entry `e`.
+    fn key(&self, e: u32) -> [u8; KEY_LEN] {
+        let key = &self.keys[(e / 2) as usize];
+        if e.is_multiple_of(2) {
+            *key
+        } else {
+            reversed(key)
+        }
     }
 
     /// Calls `f` with the entries in key order, each key once: for equal keys the
@@ -394,21 +420,20 @@ impl Staged {
     ) -> std::result::Result<(), E> {
         // Sorted by address and time as integers, then the whole key, the latest
         // staged first among equal keys.
-        let mut order: Vec<(u128, u64, u32)> = self
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(i, key)| {
-                let addr = u128::from_be_bytes(key[..16].try_into().unwrap_or_default());
-                let ts = u64::from_be_bytes(key[16..24].try_into().unwrap_or_default());
-                (addr, ts, i as u32)
-            })
-            .collect();
-        let key = |i: u32| &self.keys[i as usize];
+        let mut order: Vec<(u128, u64, u32)> = Vec::with_capacity(self.keys.len() * 2);
+        for (i, key) in self.keys.iter().enumerate() {
+            let ts = u64::from_be_bytes(key[16..24].try_into().unwrap_or_default());
+            let source = u128::from_be_bytes(key[..16].try_into().unwrap_or_default());
+            let destination = u128::from_be_bytes(key[24..40].try_into().unwrap_or_default());
+            let e = 2 * i as u32;
+            order.push((source, ts, e));
+            order.push((destination, ts, e + 1));
+        }
+        let key = |e: u32| self.key(e);
         order.sort_unstable_by(|a, b| {
             (a.0, a.1)
                 .cmp(&(b.0, b.1))
-                .then_with(|| key(a.2).cmp(key(b.2)))
+                .then_with(|| key(a.2).cmp(&key(b.2)))
                 .then(b.2.cmp(&a.2))
         });
         // `dedup_by` keeps the first of equal entries: the latest staged.
@@ -422,9 +447,9 @@ impl Staged {
             keys.clear();
             values.clear();
             ends.clear();
-            for &(_, _, i) in run {
-                keys.push(*key(i));
-                let (start, len) = self.spans[i as usize];
+            for &(_, _, e) in run {
+                keys.push(key(e));
+                let (start, len) = self.spans[(e / 2) as usize];
                 values.extend_from_slice(
                     &self.values[start as usize..start as usize + usize::from(len)],
                 );
@@ -605,8 +630,8 @@ impl ConnectionIndex {
         let width = granularity_ns(&self.expiry);
         let mut staged = self.lock_staged();
         let staged = &mut *staged;
-        staged.keys.reserve(records.len() * 2);
-        staged.spans.reserve(records.len() * 2);
+        staged.keys.reserve(records.len());
+        staged.spans.reserve(records.len());
         for record in records {
             let start = staged.values.len();
             ConnSummary::of(record).encode(&mut staged.values);
@@ -617,8 +642,6 @@ impl ConnectionIndex {
                 (staged.values.len() - start) as u8,
             );
             staged.keys.push(encode_key(record, false));
-            staged.keys.push(encode_key(record, true));
-            staged.spans.push(span);
             staged.spans.push(span);
             *staged
                 .counts
@@ -1057,5 +1080,28 @@ impl Drop for Maintenance {
         if let Some(thread) = self.thread.take() {
             let _ignored = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hindsight_model::{Addr16, FlowRecord};
+
+    use super::{encode_key, reversed};
+
+    #[test]
+    fn the_reversed_key_is_the_key_under_the_destination() {
+        let record = FlowRecord {
+            first_ns: 1_353_690_088_364_246_000,
+            src: Addr16::from_v4_bytes([10, 151, 119, 2]),
+            dst: Addr16([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+            src_port: 2802,
+            dst_port: 53,
+            proto: 17,
+            ..FlowRecord::default()
+        };
+        let forward = encode_key(&record, false);
+        assert_eq!(reversed(&forward), encode_key(&record, true));
+        assert_eq!(reversed(&reversed(&forward)), forward);
     }
 }

@@ -238,10 +238,10 @@ fn staged_entries_appear_at_commit_the_last_of_a_key_wins_and_the_mark_persists(
 #[test]
 fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // 50,000 connections of 250 clients to 200 servers, one second apart, and
+    // 80,000 connections of 250 clients to 200 servers, one second apart, and
     // the first 1,000 of them again, ten seconds longer (equal keys: the later
     // summaries stay).
-    let records: Vec<FlowRecord> = (0..50_000u32)
+    let records: Vec<FlowRecord> = (0..80_000u32)
         .map(|i| {
             let client = v4(10, 1, (i % 250) as u8, 1);
             let server = v4(192, 0, 2, (i % 200) as u8);
@@ -275,8 +275,8 @@ fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
     }
     small.stage(&again);
     small.commit(Some(SegmentId(3))).expect("commit");
-    assert_eq!(large.count().expect("count"), (50_000, 100_000));
-    assert_eq!(small.count().expect("count"), (50_000, 100_000));
+    assert_eq!(large.count().expect("count"), (80_000, 160_000));
+    assert_eq!(small.count().expect("count"), (80_000, 160_000));
     assert_eq!(large.flows_mark().expect("mark"), Some(SegmentId(3)));
     let first = large
         .scan(&scan(v4(10, 1, 0, 1), v4(10, 1, 0, 1), 0, 0), None, 10)
