@@ -30,11 +30,12 @@
 use std::ops::Range;
 
 use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, FixedSizeBinaryArray};
-use arrow::buffer::{BooleanBuffer, MutableBuffer};
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{
     ArrowNativeType, DataType, Int32Type, Int64Type, TimeUnit, TimestampNanosecondType, UInt8Type,
     UInt16Type, UInt32Type, UInt64Type,
 };
+use arrow::util::bit_mask::set_bits;
 use bytes::Bytes;
 use hindsight_model::put_varint;
 use parquet::basic::{
@@ -503,23 +504,21 @@ impl Values for Bools<'_> {
             }
             return Ok((!rows.is_empty()).then_some((set == rows.len(), set > 0)));
         }
-        let mut packed = MutableBuffer::new(rows.len().div_ceil(8));
-        let mut count = 0usize;
-        let (mut any_true, mut any_false) = (false, false);
-        for_each_valid(rows, valid, |row| {
-            let v = values.value(row);
-            if count.is_multiple_of(8) {
-                packed.push(0u8);
-            }
-            if v {
-                packed.as_slice_mut()[count / 8] |= 1 << (count % 8);
-            }
-            any_true |= v;
-            any_false |= !v;
-            count += 1;
+        // The valid rows' bits, copied a run of valid rows at a time.
+        let mut packed = vec![0u8; rows.len().div_ceil(8)];
+        let (mut count, mut zeros) = (0usize, 0usize);
+        for_each_valid_run(rows, valid, |run| {
+            zeros += set_bits(
+                &mut packed,
+                values.values(),
+                count,
+                values.offset() + run.start,
+                run.len(),
+            );
+            count += run.len();
         });
-        out.extend_from_slice(packed.as_slice());
-        Ok((count > 0).then_some((!any_false, any_true)))
+        out.extend_from_slice(&packed[..count.div_ceil(8)]);
+        Ok((count > 0).then_some((zeros == 0, zeros < count)))
     }
 
     fn key_bytes(&self, key: bool) -> Vec<u8> {
@@ -1289,6 +1288,27 @@ mod tests {
                 assert_eq!(s.null_count_opt(), Some(addrs.null_count() as u64));
             }
             other => panic!("address statistics {other:?}"),
+        }
+        // Booleans with nulls: the smallest and largest valid value, per chunk
+        // and per page.
+        let flags = batch.column(5).as_boolean();
+        match group.column(5).statistics().unwrap() {
+            Statistics::Boolean(s) => {
+                assert_eq!(s.min_opt().copied(), flags.iter().flatten().min());
+                assert_eq!(s.max_opt().copied(), flags.iter().flatten().max());
+                assert_eq!(s.null_count_opt(), Some(flags.null_count() as u64));
+            }
+            other => panic!("boolean statistics {other:?}"),
+        }
+        let Some(ColumnIndexMetaData::BOOLEAN(index)) =
+            metadata.column_index().map(|index| &index[0][5])
+        else {
+            panic!("no boolean column index");
+        };
+        for (page, rows) in flags.iter().collect::<Vec<_>>().chunks(1000).enumerate() {
+            let valid = rows.iter().flatten();
+            assert_eq!(index.min_value(page), valid.clone().min());
+            assert_eq!(index.max_value(page), valid.max());
         }
         // u8: nulls counted.
         assert_eq!(
