@@ -241,19 +241,15 @@ fn key_prefix(addr: Addr16, ts_ns: i64) -> [u8; 24] {
     key
 }
 
-fn encode_key(record: &FlowRecord, reverse: bool) -> [u8; KEY_LEN] {
-    let (addr, port, peer, peer_port) = if reverse {
-        (record.dst, record.dst_port, record.src, record.src_port)
-    } else {
-        (record.src, record.src_port, record.dst, record.dst_port)
-    };
+/// The key of a record's entry under its source address (see [`reversed`] for
+/// the one under its destination).
+fn encode_key(record: &FlowRecord) -> [u8; KEY_LEN] {
     let mut key = [0u8; KEY_LEN];
-    key[..24].copy_from_slice(&key_prefix(addr, record.first_ns));
-    key[24..40].copy_from_slice(&peer.0);
-    key[40..42].copy_from_slice(&port.to_be_bytes());
-    key[42..44].copy_from_slice(&peer_port.to_be_bytes());
+    key[..24].copy_from_slice(&key_prefix(record.src, record.first_ns));
+    key[24..40].copy_from_slice(&record.dst.0);
+    key[40..42].copy_from_slice(&record.src_port.to_be_bytes());
+    key[42..44].copy_from_slice(&record.dst_port.to_be_bytes());
     key[44] = record.proto;
-    key[45] = if reverse { FLAG_REVERSE } else { 0 };
     key
 }
 
@@ -641,7 +637,7 @@ impl ConnectionIndex {
                 u32::try_from(start).unwrap_or(u32::MAX),
                 (staged.values.len() - start) as u8,
             );
-            staged.keys.push(encode_key(record, false));
+            staged.keys.push(encode_key(record));
             staged.spans.push(span);
             *staged
                 .counts
@@ -1087,10 +1083,10 @@ impl Drop for Maintenance {
 mod tests {
     use hindsight_model::{Addr16, FlowRecord};
 
-    use super::{encode_key, reversed};
+    use super::{ConnSummary, decode_entry, encode_key, reversed};
 
     #[test]
-    fn the_reversed_key_is_the_key_under_the_destination() {
+    fn the_reversed_key_is_the_entry_under_the_destination() {
         let record = FlowRecord {
             first_ns: 1_353_690_088_364_246_000,
             src: Addr16::from_v4_bytes([10, 151, 119, 2]),
@@ -1100,8 +1096,34 @@ mod tests {
             proto: 17,
             ..FlowRecord::default()
         };
-        let forward = encode_key(&record, false);
-        assert_eq!(reversed(&forward), encode_key(&record, true));
+        let mut value = Vec::new();
+        ConnSummary::of(&record).encode(&mut value);
+        let forward = encode_key(&record);
+        let source = decode_entry(&forward, &value).expect("source entry");
+        let destination = decode_entry(&reversed(&forward), &value).expect("destination entry");
+        assert_eq!(
+            (
+                source.addr,
+                source.port,
+                source.peer,
+                source.peer_port,
+                source.reverse
+            ),
+            (record.src, 2802, record.dst, 53, false)
+        );
+        assert_eq!(
+            (
+                destination.addr,
+                destination.port,
+                destination.peer,
+                destination.peer_port,
+                destination.reverse
+            ),
+            (record.dst, 53, record.src, 2802, true)
+        );
+        for entry in [&source, &destination] {
+            assert_eq!((entry.ts_ns, entry.proto), (record.first_ns, 17));
+        }
         assert_eq!(reversed(&reversed(&forward)), forward);
     }
 }
