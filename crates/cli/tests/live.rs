@@ -342,6 +342,7 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     let oracle = tcpdump_select(&reference, &format!("host {src}"), &window);
     let dumped = read_capture(&dumps[0]);
     assert!(oracle.len() > 10, "{} packets in the window", oracle.len());
+    assert!(!recorder_err.contains("incomplete"), "{recorder_err}");
     assert_eq!(dumped.len(), oracle.len());
     assert!(dumped == oracle, "dump and tcpdump's selection differ");
 }

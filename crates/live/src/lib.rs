@@ -443,6 +443,7 @@ fn capture_loop(
             // timeout, to see the stop flag.
             Err(pcap::Error::TimeoutExpired) => {
                 producer.publish_if_stale();
+                producer.caught_up(caught_up_to());
                 add(&live.captured, std::mem::take(&mut packets));
                 add(&live.captured_bytes, std::mem::take(&mut bytes));
                 if stats_at.elapsed() >= KERNEL_STATS_EVERY {
@@ -464,6 +465,22 @@ fn capture_loop(
     add(&live.captured_bytes, bytes);
     counts.kernel.update(&mut capture, live);
     Ok(counts)
+}
+
+/// How far a capture thread that found its socket empty has read: packets
+/// arrived before `now − CAUGHT_UP_MARGIN` have been handed over. TPACKET_V3
+/// holds a packet back at most until its block's timeout (libpcap sets it to the
+/// read timeout, `POLL_MS`); the margin is four times that.
+const CAUGHT_UP_MARGIN: Duration = Duration::from_millis(4 * POLL_MS as u64);
+
+/// Packet time (the kernel's realtime clock) up to which an empty socket has
+/// delivered everything.
+fn caught_up_to() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_sub(CAUGHT_UP_MARGIN);
+    i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// libpcap's counters of one socket as last seen, so that several capture

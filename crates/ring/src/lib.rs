@@ -13,6 +13,12 @@
 //!   moved past what was overwritten and counts what it missed.
 //! - A [`Pin`] (the dumper's) forbids overwriting a chunk and everything after it:
 //!   producers wait instead. The dumper moves its pin forward as it goes.
+//! - Each producer has a watermark: a time up to which every packet it will push
+//!   has been published. With several producers (fanout), chunks are numbered in
+//!   the order they were acquired, not by the time of their packets: a producer
+//!   that lags publishes older packets in a later chunk. A reader that needs every
+//!   packet up to a time asks [`Ring::settled_through`] instead of stopping at the
+//!   first chunk past it.
 //!
 //! Locks are taken per chunk, never per packet: the outer queue's mutex when a
 //! chunk is acquired or published, a chunk's read-write lock while a producer
@@ -180,6 +186,9 @@ struct Outer {
     /// Pins: (id, first sequence number that must not be overwritten).
     pins: Vec<(u64, u64)>,
     next_pin: u64,
+    /// Producers: (id, watermark), see [`Producer::caught_up`].
+    producers: Vec<(u64, i64)>,
+    next_producer: u64,
     closed: bool,
 }
 
@@ -192,6 +201,12 @@ impl Outer {
 
     fn min_pin(&self) -> Option<u64> {
         self.pins.iter().map(|&(_, seq)| seq).min()
+    }
+
+    fn raise_watermark(&mut self, producer: u64, ts_ns: i64) {
+        for (_, mark) in self.producers.iter_mut().filter(|(id, _)| *id == producer) {
+            *mark = (*mark).max(ts_ns);
+        }
     }
 }
 
@@ -275,7 +290,7 @@ impl Shared {
         Ok((seq, data))
     }
 
-    fn publish(&self, seq: u64, data: Box<[u8]>, fill: &Fill) {
+    fn publish(&self, producer: u64, seq: u64, data: Box<[u8]>, fill: &Fill) {
         {
             let mut slot = self
                 .slot(seq)
@@ -295,6 +310,9 @@ impl Shared {
         self.counters.bytes.fetch_add(fill.bytes, Ordering::Relaxed);
         let mut outer = self.outer();
         outer.filling.retain(|&s| s != seq);
+        // A producer pushes in time order: its later packets are no older than
+        // this chunk's last, and may have the same time.
+        outer.raise_watermark(producer, fill.last_ns.saturating_sub(1));
         drop(outer);
         self.changed.notify_all();
     }
@@ -340,13 +358,35 @@ impl Ring {
         &self.shared.config
     }
 
-    /// A new producer with the given interface index on its packets.
+    /// A new producer with the given interface index on its packets. Until it
+    /// publishes (or reports itself caught up), [`Ring::settled_through`] waits for it.
     pub fn producer(&self, iface: u16) -> Producer {
+        let mut outer = self.shared.outer();
+        let id = outer.next_producer;
+        outer.next_producer += 1;
+        outer.producers.push((id, i64::MIN));
+        drop(outer);
         Producer {
             shared: Arc::clone(&self.shared),
+            id,
             iface,
             chunk: None,
         }
+    }
+
+    /// Whether every packet up to `ts_ns` (inclusive) that any producer will push
+    /// has been published: if so, the sequence number of the next chunk to be
+    /// acquired. Every such packet is in a chunk numbered below it, so a cursor
+    /// that has read up to there has seen them all. `None` while some producer
+    /// may still push or publish such a packet. With no producer left, everything
+    /// is settled.
+    pub fn settled_through(&self, ts_ns: i64) -> Option<u64> {
+        let outer = self.shared.outer();
+        outer
+            .producers
+            .iter()
+            .all(|&(_, mark)| mark >= ts_ns)
+            .then_some(outer.next_seq)
     }
 
     /// A cursor at the oldest chunk the ring holds.
@@ -361,10 +401,14 @@ impl Ring {
     }
 
     /// A cursor at the first chunk that may hold packets at or after `ts_ns`:
-    /// the lowest-numbered published chunk whose last packet is not older. With
-    /// several producers, chunks overlap in time; the dump filter's time bounds
-    /// sort the rest out.
+    /// the lowest-numbered published chunk whose last packet is not older, or a
+    /// chunk still being filled, if one has a lower number. With several
+    /// producers, chunks overlap in time; the dump filter's time bounds sort the
+    /// rest out.
     pub fn cursor_at_time(&self, ts_ns: i64) -> Cursor {
+        // First the unpublished: a chunk published after this look has a number
+        // at or above it; one published before is seen in the slots.
+        let unpublished = self.shared.outer().first_unpublished();
         let published = self
             .shared
             .slots
@@ -374,7 +418,7 @@ impl Ring {
                 (slot.state == SlotState::Ready && slot.last_ns >= ts_ns).then_some(slot.seq)
             })
             .min();
-        let next = published.unwrap_or_else(|| self.shared.outer().first_unpublished());
+        let next = published.map_or(unpublished, |seq| seq.min(unpublished));
         self.cursor_at_seq(next)
     }
 
@@ -469,10 +513,12 @@ impl Held {
     }
 }
 
-/// A producer: fills one chunk at a time. Publishes what it holds when dropped.
+/// A producer: fills one chunk at a time, with packets in time order. Publishes
+/// what it holds when dropped.
 #[derive(Debug)]
 pub struct Producer {
     shared: Arc<Shared>,
+    id: u64,
     iface: u16,
     chunk: Option<Held>,
 }
@@ -558,7 +604,27 @@ impl Producer {
     /// Publishes the held chunk, if any, now.
     pub fn publish(&mut self) {
         if let Some(held) = self.chunk.take() {
-            self.shared.publish(held.seq, held.data, &held.fill);
+            self.shared
+                .publish(self.id, held.seq, held.data, &held.fill);
+        }
+    }
+
+    /// Tells the ring that every packet this producer pushes from now on is later
+    /// than `ts_ns` (a capture thread whose socket had nothing left to read, say),
+    /// so that readers waiting for a time need not wait for its next chunk. The
+    /// packets of a held chunk are not published yet: the watermark stops short
+    /// of them.
+    pub fn caught_up(&mut self, ts_ns: i64) {
+        let mark = match &self.chunk {
+            Some(held) => ts_ns.min(held.fill.first_ns.saturating_sub(1)),
+            None => ts_ns,
+        };
+        let mut outer = self.shared.outer();
+        let before = outer.producers.iter().find(|(id, _)| *id == self.id);
+        if before.is_some_and(|&(_, old)| old < mark) {
+            outer.raise_watermark(self.id, mark);
+            drop(outer);
+            self.shared.changed.notify_all();
         }
     }
 }
@@ -566,6 +632,10 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.publish();
+        let mut outer = self.shared.outer();
+        outer.producers.retain(|(id, _)| *id != self.id);
+        drop(outer);
+        self.shared.changed.notify_all();
     }
 }
 

@@ -201,6 +201,51 @@ fn a_cursor_can_start_at_a_time() {
 }
 
 #[test]
+fn a_cursor_at_a_time_starts_at_an_older_chunk_still_being_filled() {
+    let ring = ring(8);
+    let (mut slow, mut fast) = (ring.producer(1), ring.producer(2));
+    slow.push(10, 60, &packet(10)).unwrap(); // chunk 0, held
+    fast.push(20, 60, &packet(20)).unwrap();
+    fast.publish(); // chunk 1
+    let mut cursor = ring.cursor_at_time(15);
+    assert_eq!(cursor.position(), 0);
+    slow.push(16, 60, &packet(16)).unwrap();
+    drop((slow, fast));
+    ring.close();
+    let times: Vec<i64> = drain(&mut cursor).iter().map(|r| r.0).collect();
+    assert_eq!(times, [10, 16, 20]);
+}
+
+#[test]
+fn a_time_is_settled_once_every_producer_is_past_it() {
+    let ring = ring(8);
+    let (mut a, mut b) = (ring.producer(0), ring.producer(0));
+    a.push(100, 60, &packet(1)).unwrap();
+    a.push(200, 60, &packet(2)).unwrap();
+    a.publish();
+    // b has published nothing: it may still push anything.
+    assert_eq!(ring.settled_through(150), None);
+    b.push(50, 60, &packet(3)).unwrap();
+    // Caught up, but its held chunk (from 50 on) is not published yet.
+    b.caught_up(300);
+    assert_eq!(ring.settled_through(150), None);
+    assert_eq!(ring.settled_through(49), Some(2));
+    b.publish();
+    b.caught_up(300);
+    // a's last packet was at 200: another may come at 200 still.
+    assert_eq!(ring.settled_through(199), Some(2));
+    assert_eq!(ring.settled_through(200), None);
+    a.caught_up(250);
+    assert_eq!(ring.settled_through(250), Some(2));
+    // A producer that ends settles everything it could have pushed.
+    drop(a);
+    assert_eq!(ring.settled_through(300), Some(2));
+    assert_eq!(ring.settled_through(301), None);
+    drop(b);
+    assert_eq!(ring.settled_through(i64::MAX), Some(2));
+}
+
+#[test]
 fn oversized_packets_are_cut_to_fit_and_counted() {
     let ring = ring(4);
     let mut cursor = ring.cursor_at_oldest();

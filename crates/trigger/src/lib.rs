@@ -355,8 +355,10 @@ pub struct DumpRequest {
 pub struct DumpLimits {
     /// Most packet bytes a dump holds; the rest of the window is left out.
     pub max_bytes: u64,
-    /// Longest wait, from the start of the dump, for packets of the window's end
-    /// to be published. Live capture wants `after` plus the ring's hold time.
+    /// Longest wait for the ring to move on (from the start of the dump, then from
+    /// each chunk read) before the dump gives up on the window's end: a capture
+    /// that lags but goes on is waited for, a stuck one is not. Live capture wants
+    /// `after` plus the ring's hold time.
     pub max_wait: Duration,
 }
 
@@ -382,14 +384,19 @@ pub struct DumpReport {
     pub left_out: u64,
     /// Chunks of the window the ring had overwritten before the dump could pin them.
     pub missed_chunks: u64,
+    /// False when `limits.max_wait` passed without a chunk before every producer
+    /// had published the window's end: the dump holds what was published by then.
+    pub complete: bool,
 }
 
 /// Writes the packets of `request` that the ring holds to the pcap file `path`
 /// (nanosecond timestamps, in time order). The file appears under its name only
 /// when complete. Reads chunk by chunk from the first that may hold the window's
-/// start, with a pin on what it has not read; stops at the first chunk that
-/// starts after the window (producers acquire chunks in time order), at the end
-/// of a closed ring, or after `limits.max_wait`.
+/// start, with a pin on what it has not read; stops once every producer has
+/// published the window's end and every chunk that can hold it has been read
+/// ([`Ring::settled_through`]: with several producers a chunk past the window
+/// can come before one that ends it), at the end of a closed ring, or when
+/// `limits.max_wait` passes without a chunk to read.
 pub fn dump(
     ring: &Ring,
     request: &DumpRequest,
@@ -400,20 +407,33 @@ pub fn dump(
     let to = request.at_ns.saturating_add(nanos(request.after));
     let mut cursor = ring.cursor_at_time(from);
     let mut pin = ring.pin(cursor.position());
-    let deadline = Instant::now() + limits.max_wait;
+    let mut deadline = Instant::now() + limits.max_wait;
     // The kept packets: (time, wire length, offset, length) into one byte arena.
     let mut kept: Vec<(i64, u32, usize, usize)> = Vec::new();
     let mut arena: Vec<u8> = Vec::new();
     let (mut bytes, mut left_out) = (0u64, 0u64);
-    loop {
-        let wait = deadline.saturating_duration_since(Instant::now());
+    // The chunk number below which every packet of the window lies, once known.
+    let mut end = None;
+    // Waits are cut short to see a producer report itself caught up.
+    let poll = ring.config().max_hold.max(Duration::from_millis(1));
+    let complete = loop {
+        end = end.or_else(|| ring.settled_through(to));
+        if end.is_some_and(|end| cursor.position() >= end) {
+            break true;
+        }
+        let wait = deadline.saturating_duration_since(Instant::now()).min(poll);
         let chunk = match cursor.next(wait) {
             Ok(Some(chunk)) => chunk,
-            Ok(None) | Err(_) => break,
+            Ok(None) if Instant::now() >= deadline => break false,
+            Ok(None) => continue,
+            Err(_) => break true,
         };
-        let (first, _) = chunk.time_range();
-        if first > to {
-            break;
+        deadline = Instant::now() + limits.max_wait;
+        let (first, last) = chunk.time_range();
+        if first > to || last < from {
+            drop(chunk);
+            pin.move_to(cursor.position());
+            continue;
         }
         for packet in chunk.iter() {
             if packet.ts_ns < from || packet.ts_ns > to {
@@ -437,7 +457,7 @@ pub fn dump(
         }
         drop(chunk);
         pin.move_to(cursor.position());
-    }
+    };
     drop(pin);
     // Several producers interleave in time; a dump is read in time order.
     kept.sort_by_key(|&(ts, ..)| ts);
@@ -455,6 +475,7 @@ pub fn dump(
         bytes,
         left_out,
         missed_chunks: cursor.skipped(),
+        complete,
     })
 }
 

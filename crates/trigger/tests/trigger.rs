@@ -140,6 +140,77 @@ fn a_dump_keeps_to_its_byte_budget() {
     assert_eq!(frames(&out).len() as u64, report.packets);
 }
 
+/// Two capture threads of one fanout group, one lagging: it publishes packets
+/// of the window in a chunk numbered after one that starts past the window, and
+/// fills a chunk from before the window's start while the other publishes.
+/// The dump waits for both and holds every packet of the window.
+#[test]
+fn a_dump_waits_for_a_lagging_producer() {
+    let ring = Ring::new(RingConfig {
+        chunk_bytes: 64 << 10,
+        chunks: 16,
+        max_hold: Duration::from_millis(20),
+    })
+    .unwrap();
+    let frame = |ts: i64| (ts, vec![ts as u8; 60]);
+    let (mut fast, mut slow) = (ring.producer(0), ring.producer(0));
+    // The window is [1000, 2000]. The slow thread holds chunk 0 from 990 on.
+    slow.push(990, 60, &frame(990).1).unwrap();
+    fast.push(1000, 60, &frame(1000).1).unwrap();
+    fast.push(1500, 60, &frame(1500).1).unwrap();
+    fast.publish(); // chunk 1: 1000-1500
+    fast.push(2500, 60, &frame(2500).1).unwrap();
+    fast.publish(); // chunk 2: past the window
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dump.pcap");
+    let request = DumpRequest {
+        at_ns: 1000,
+        before: Duration::ZERO,
+        after: Duration::from_nanos(1000),
+        filter: Filter::match_all(),
+        link_type: LinkType::ETHERNET,
+    };
+    let (report, dumped) = std::thread::scope(|scope| {
+        let dumping = scope.spawn(|| {
+            let report = dump(&ring, &request, &out, DumpLimits::default()).unwrap();
+            (report, frames(&out))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!dumping.is_finished(), "the dump did not wait");
+        slow.push(1200, 60, &frame(1200).1).unwrap();
+        slow.publish(); // chunk 0: 990-1200
+        slow.push(1800, 60, &frame(1800).1).unwrap();
+        slow.publish(); // chunk 3: after the chunk past the window
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!dumping.is_finished(), "the dump did not wait");
+        // The slow thread's socket is empty: nothing older than 3000 will come.
+        slow.caught_up(3000);
+        dumping.join().unwrap()
+    });
+    assert!(report.complete);
+    let times: Vec<i64> = dumped.iter().map(|f| f.0).collect();
+    assert_eq!(times, [1000, 1200, 1500, 1800]);
+    assert_eq!(dumped[1], (1200, 60, frame(1200).1));
+
+    // A producer that never catches up: the dump ends at its deadline, marked so.
+    fast.push(2600, 60, &frame(2600).1).unwrap();
+    let report = dump(
+        &ring,
+        &DumpRequest {
+            at_ns: 2500,
+            ..request
+        },
+        &out,
+        DumpLimits {
+            max_wait: Duration::from_millis(100),
+            ..DumpLimits::default()
+        },
+    )
+    .unwrap();
+    assert!(!report.complete);
+    assert_eq!(frames(&out).len(), 1, "2500 was published, 2600 is held");
+}
+
 #[test]
 fn the_holdoff_makes_one_trigger_per_event() {
     let ring = ring_with_lan_hour();

@@ -187,10 +187,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     for dump in &summary.dumps {
         eprintln!(
-            "dump {}: {} packets, {}",
+            "dump {}: {} packets, {}{}",
             dump.path.display(),
             dump.packets,
-            human_bytes(dump.bytes)
+            human_bytes(dump.bytes),
+            if dump.complete {
+                ""
+            } else {
+                " (incomplete: the capture did not reach the window's end in time)"
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -753,8 +753,13 @@ async fn trigger(
         .name("api-dump".to_owned())
         .spawn(move || {
             let _permit = permit;
-            if let Err(error) = dumper.dump(filter, at_ns, before, after, &label) {
-                eprintln!("hindsight: dump {label}: {error}");
+            match dumper.dump(filter, at_ns, before, after, &label) {
+                Ok(report) if !report.complete => eprintln!(
+                    "hindsight: dump {label} is incomplete: the capture did not reach the \
+                     window's end in time"
+                ),
+                Ok(_) => {}
+                Err(error) => eprintln!("hindsight: dump {label}: {error}"),
             }
         })
         .map_err(|e| ApiError::internal(&e.into()))?;
