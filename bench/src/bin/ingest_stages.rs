@@ -8,6 +8,7 @@
 //! | decode | `hindsight_decode::decode` of frames held in memory |
 //! | columns | `PacketBatchBuilder` append + finish, from decoded records |
 //! | flows | `FlowTable::push` from decoded headers |
+//! | flow-encode | `flows` segments from the flow table's records: batches of 8,192 in start order, a segment per hour (as ingest), write + seal |
 //! | encode | `SegmentWriter` write + seal of the built batches (Parquet, zstd, postings) |
 //! | ingest | `Ingestor::ingest_file`, all of it (two threads; CPU time reported) |
 //!
@@ -23,8 +24,9 @@ use hindsight_bench::{
 use hindsight_capture::CaptureReader;
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_ingest::{IngestOptions, Ingestor};
-use hindsight_model::{LinkType, PacketHeaders, PacketRecord, SegmentId};
+use hindsight_model::{FlowRecord, LinkType, PacketHeaders, PacketRecord, SegmentId};
 use hindsight_store::arrow::array::RecordBatch;
+use hindsight_store::flows::FlowBatchBuilder;
 use hindsight_store::schema::PacketBatchBuilder;
 use hindsight_store::{SegmentOptions, SegmentWriter, Table};
 
@@ -48,7 +50,7 @@ fn parse_args() -> Args {
     };
     let mut flags = hindsight_bench::Flags::new(
         "ingest_stages",
-        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N] [--page-rows N]",
+        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,flow-encode,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N] [--page-rows N]",
     );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -93,8 +95,8 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, Duration) {
 
 /// The encode stage's CPU time by column (the encoding threads' own time, last
 /// run), costliest first, printed after the stage table.
-fn print_column_cpu(column_cpu: &[Duration], packets: u64) {
-    let schema = Table::Packets.schema();
+fn print_column_cpu(table: Table, column_cpu: &[Duration], packets: u64) {
+    let schema = table.schema();
     let mut columns: Vec<(&str, Duration)> = schema
         .fields()
         .iter()
@@ -108,7 +110,7 @@ fn print_column_cpu(column_cpu: &[Duration], packets: u64) {
         "encode CPU by column (last run; {:.3} s in all)",
         total.as_secs_f64()
     );
-    println!("| column | CPU s | ns/packet | share |");
+    println!("| column | CPU s | ns/row | share |");
     println!("|---|---:|---:|---:|");
     for (name, cpu) in columns {
         println!(
@@ -119,6 +121,66 @@ fn print_column_cpu(column_cpu: &[Duration], packets: u64) {
         );
     }
     println!();
+}
+
+/// The `flow-encode` stage: the flow table's records of the capture written as
+/// ingest writes them (batches of `FLOW_BATCH` in start order, a segment per
+/// partition), timed with the per-column CPU of the last run.
+fn flow_encode(args: &Args, held: &[Held], decoded: &[PacketHeaders], dir: &std::path::Path) {
+    const FLOW_BATCH: usize = 8192;
+    let mut table = FlowTable::new(FlowTableConfig::default());
+    let mut records = Vec::new();
+    for (frame, headers) in held.iter().zip(decoded) {
+        table.push(frame.ts_nanos, headers, frame.wire_len, &mut records);
+    }
+    table.flush(&mut records);
+    let partition = IngestOptions::default().partition_nanos;
+    let options = &args.segment;
+    let mut column_cpu = Vec::new();
+    let timed = time(args.runs, || {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).expect("create segment dir");
+        let mut builder = FlowBatchBuilder::new();
+        let (mut id, mut open_partition) = (0, None);
+        let mut writer: Option<SegmentWriter> = None;
+        let mut sealed = Vec::new();
+        for chunk in records.chunks(FLOW_BATCH) {
+            let mut order: Vec<&FlowRecord> = chunk.iter().collect();
+            order.sort_by_key(|r| r.first_ns);
+            let at = order.first().map(|r| r.first_ns.div_euclid(partition));
+            if at != open_partition {
+                sealed.extend(writer.take().map(|w| w.seal().expect("seal")));
+                open_partition = at;
+            }
+            for record in order {
+                builder.append(record);
+            }
+            let open = writer.get_or_insert_with(|| {
+                id += 1;
+                SegmentWriter::create(dir, Table::Flows, SegmentId(id), options)
+                    .expect("create segment")
+            });
+            open.write(&builder.finish()).expect("write batch");
+        }
+        sealed.extend(writer.take().map(|w| w.seal().expect("seal")));
+        column_cpu = vec![Duration::ZERO; Table::Flows.schema().fields().len()];
+        for segment in &sealed {
+            for (total, cpu) in column_cpu.iter_mut().zip(&segment.column_cpu) {
+                *total += *cpu;
+            }
+        }
+        sealed.len()
+    });
+    let (wall, cpu) = timed;
+    println!(
+        "| flow-encode ({} records) | {:.3} | {:.2} | {:.0} records/s | {:.0} ns/record |",
+        records.len(),
+        wall.as_secs_f64(),
+        cpu.as_secs_f64(),
+        records.len() as f64 / cpu.as_secs_f64().max(0.01),
+        cpu.as_nanos() as f64 / records.len().max(1) as f64
+    );
+    print_column_cpu(Table::Flows, &column_cpu, records.len() as u64);
 }
 
 fn main() {
@@ -176,7 +238,7 @@ fn main() {
     }
 
     // The in-memory stages work on frames held in memory, loaded only for them.
-    let in_memory = ["decode", "columns", "flows", "encode"]
+    let in_memory = ["decode", "columns", "flows", "flow-encode", "encode"]
         .iter()
         .any(|stage| wanted(stage));
     let mut held = Vec::with_capacity(if in_memory { packets as usize } else { 0 });
@@ -259,6 +321,9 @@ fn main() {
     }
 
     let segments = args.work.join("stages-segments");
+    if wanted("flow-encode") {
+        flow_encode(&args, &held, &decoded, &segments);
+    }
     let segment_rows = IngestOptions::default().segment_max_rows as usize;
     if wanted("encode") {
         // Encoding CPU time per column, of the last run.
@@ -300,7 +365,7 @@ fn main() {
             headers as f64 / packets as f64,
             data as f64 / packets as f64
         );
-        print_column_cpu(&column_cpu, packets);
+        print_column_cpu(Table::Packets, &column_cpu, packets);
     }
     drop(batches);
     drop(decoded);
