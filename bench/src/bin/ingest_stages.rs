@@ -28,7 +28,7 @@ use hindsight_model::{FlowRecord, LinkType, PacketHeaders, PacketRecord, Segment
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::flows::FlowBatchBuilder;
 use hindsight_store::schema::PacketBatchBuilder;
-use hindsight_store::{SegmentOptions, SegmentWriter, Table};
+use hindsight_store::{SealedSegment, SegmentOptions, SegmentWriter, Table};
 
 struct Args {
     packets: u64,
@@ -123,6 +123,17 @@ fn print_column_cpu(table: Table, column_cpu: &[Duration], packets: u64) {
     println!();
 }
 
+/// The encoding CPU time of each column of `table`, summed over `sealed`.
+fn column_cpu(table: Table, sealed: &[SealedSegment]) -> Vec<Duration> {
+    let mut sum = vec![Duration::ZERO; table.schema().fields().len()];
+    for segment in sealed {
+        for (total, cpu) in sum.iter_mut().zip(&segment.column_cpu) {
+            *total += *cpu;
+        }
+    }
+    sum
+}
+
 /// The `flow-encode` stage: the flow table's records of the capture written as
 /// ingest writes them (batches of `FLOW_BATCH` in start order, a segment per
 /// partition), timed with the per-column CPU of the last run.
@@ -137,7 +148,7 @@ fn flow_encode(args: &Args, held: &[Held], decoded: &[PacketHeaders], dir: &std:
     let partition = IngestOptions::default().partition_nanos;
     let options = &args.segment;
     let mut column_cpu = Vec::new();
-    let timed = time(args.runs, || {
+    let (wall, cpu) = time(args.runs, || {
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).expect("create segment dir");
         let mut builder = FlowBatchBuilder::new();
@@ -163,15 +174,9 @@ fn flow_encode(args: &Args, held: &[Held], decoded: &[PacketHeaders], dir: &std:
             open.write(&builder.finish()).expect("write batch");
         }
         sealed.extend(writer.take().map(|w| w.seal().expect("seal")));
-        column_cpu = vec![Duration::ZERO; Table::Flows.schema().fields().len()];
-        for segment in &sealed {
-            for (total, cpu) in column_cpu.iter_mut().zip(&segment.column_cpu) {
-                *total += *cpu;
-            }
-        }
+        column_cpu = self::column_cpu(Table::Flows, &sealed);
         sealed.len()
     });
-    let (wall, cpu) = timed;
     println!(
         "| flow-encode ({} records) | {:.3} | {:.2} | {:.0} records/s | {:.0} ns/record |",
         records.len(),
@@ -350,12 +355,7 @@ fn main() {
                 if let Some(open) = writer {
                     sealed.push(open.seal().expect("seal"));
                 }
-                column_cpu = vec![Duration::ZERO; Table::Packets.schema().fields().len()];
-                for segment in &sealed {
-                    for (total, cpu) in column_cpu.iter_mut().zip(&segment.column_cpu) {
-                        *total += *cpu;
-                    }
-                }
+                column_cpu = self::column_cpu(Table::Packets, &sealed);
                 sealed.iter().map(|segment| segment.size_bytes).sum::<u64>()
             }),
         );

@@ -203,10 +203,14 @@ impl Outer {
         self.pins.iter().map(|&(_, seq)| seq).min()
     }
 
-    fn raise_watermark(&mut self, producer: u64, ts_ns: i64) {
+    /// Raises `producer`'s watermark to `ts_ns`; returns whether it rose.
+    fn raise_watermark(&mut self, producer: u64, ts_ns: i64) -> bool {
+        let mut raised = false;
         for (_, mark) in self.producers.iter_mut().filter(|(id, _)| *id == producer) {
+            raised |= *mark < ts_ns;
             *mark = (*mark).max(ts_ns);
         }
+        raised
     }
 }
 
@@ -619,11 +623,8 @@ impl Producer {
             Some(held) => ts_ns.min(held.fill.first_ns.saturating_sub(1)),
             None => ts_ns,
         };
-        let mut outer = self.shared.outer();
-        let before = outer.producers.iter().find(|(id, _)| *id == self.id);
-        if before.is_some_and(|&(_, old)| old < mark) {
-            outer.raise_watermark(self.id, mark);
-            drop(outer);
+        let raised = self.shared.outer().raise_watermark(self.id, mark);
+        if raised {
             self.shared.changed.notify_all();
         }
     }
