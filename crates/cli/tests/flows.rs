@@ -148,6 +148,56 @@ fn flows_of_a_real_capture_match_nfpcapd_per_direction() {
 }
 
 #[test]
+fn the_flows_table_derives_the_uids_its_segments_do_not_keep() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    ingest(&lan_hour(), &archive);
+    let archive_arg = archive.to_str().unwrap();
+    let records = archived_flows(&archive);
+    // Records built from packets keep no uid in their segments.
+    assert!(!records.is_empty() && records.iter().all(|r| r.uid.is_empty()));
+    let sql = ok(&hindsight(&[
+        "sql",
+        "SELECT uid FROM flows ORDER BY ts, uid",
+        "--format",
+        "csv",
+        "--archive",
+        archive_arg,
+    ]));
+    let uids: Vec<&str> = sql.lines().skip(1).collect();
+    let mut expected: Vec<(i64, String)> = records
+        .iter()
+        .map(|r| (r.first_ns, r.derived_uid()))
+        .collect();
+    expected.sort();
+    let expected: Vec<&str> = expected.iter().map(|(_, uid)| uid.as_str()).collect();
+    assert_eq!(uids, expected);
+    let distinct: std::collections::BTreeSet<&str> = uids.iter().copied().collect();
+    assert_eq!(distinct.len(), uids.len());
+    assert!(uids.iter().all(|uid| uid.len() == 18
+        && uid.starts_with('P')
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric())));
+    // The first connection's uid, as versions that kept uids stored it.
+    assert_eq!(uids.first(), Some(&"P4QlGoCF7qiF1BV6L2"));
+    // A condition on uid selects by the derived value.
+    let one = ok(&hindsight(&[
+        "sql",
+        &format!(
+            "SELECT count(*) AS n, min(ts) AS ts FROM flows WHERE uid = '{}'",
+            uids[100]
+        ),
+        "--format",
+        "csv",
+        "--archive",
+        archive_arg,
+    ]));
+    assert!(
+        one.lines().nth(1).unwrap_or_default().starts_with("1,"),
+        "{one}"
+    );
+}
+
+#[test]
 fn the_connection_index_answers_by_address_and_network() {
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("archive");
@@ -483,6 +533,16 @@ fn zeek_conn_logs_in_tsv_and_json_become_flows() {
         (22, 1489, 31, 39641)
     );
     assert_eq!(first.state.name(), "RSTO");
+    // SQL reads a Zeek uid as kept.
+    let by_uid = ok(&hindsight(&[
+        "sql",
+        "SELECT count(*) AS n FROM flows WHERE uid = 'CoyZrY2g74UvMMgp4a'",
+        "--format",
+        "csv",
+        "--archive",
+        archive_arg,
+    ]));
+    assert_eq!(by_uid.lines().nth(1), Some("1"), "{by_uid}");
     // The connection index answers for an address of the log.
     let listed = ok(&hindsight(&[
         "flows",

@@ -417,11 +417,11 @@ impl FlowTable {
     }
 }
 
-/// Completes a record: its state and uid.
+/// Completes a record: its state. (Its uid is derived when read: see
+/// [`FlowRecord::uid`].)
 fn finish(flow: OpenFlow) -> FlowRecord {
     let mut record = flow.record;
     record.state = state(&record, &flow.orig, &flow.resp);
-    record.uid = uid('P', &record);
     record
 }
 
@@ -462,52 +462,6 @@ fn state(record: &FlowRecord, orig: &TcpHistory, resp: &TcpHistory) -> FlowState
         };
     }
     FlowState::OTH
-}
-
-/// A Zeek-style uid: `prefix` (`P` for records built from packets, `N` for
-/// NetFlow/IPFIX) and 17 base-62 digits of a 128-bit FNV-1a hash of the 5-tuple,
-/// the start time and (for exported records) the exporter, so the same input
-/// always gives the same uids.
-pub(crate) fn uid(prefix: char, record: &FlowRecord) -> String {
-    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    let mut feed = |bytes: &[u8]| {
-        for &b in bytes {
-            hash ^= u128::from(b);
-            // The FNV-128 prime is 2^88 + 0x13b: a shift and a small product
-            // instead of a full 128-bit multiplication.
-            hash = (hash << 88).wrapping_add(hash.wrapping_mul(0x13b));
-        }
-    };
-    feed(&record.src.0);
-    feed(&record.dst.0);
-    feed(&record.src_port.to_be_bytes());
-    feed(&record.dst_port.to_be_bytes());
-    feed(&[record.proto]);
-    feed(&record.first_ns.to_be_bytes());
-    if prefix != 'P' {
-        feed(&record.exporter.0);
-    }
-    base62_digits(prefix, hash)
-}
-
-/// `prefix` and the 17 lowest base-62 digits of `value`, least significant first.
-fn base62_digits(prefix: char, value: u128) -> String {
-    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    // Two 128-bit divisions split the digits into 64-bit pieces of 10 and 7
-    // digits (62^10 < 2^64), instead of one 128-bit division per digit.
-    const POW10: u128 = 62u128.pow(10);
-    const POW7: u128 = 62u128.pow(7);
-    let low = (value % POW10) as u64;
-    let high = ((value / POW10) % POW7) as u64;
-    let mut text = String::with_capacity(18);
-    text.push(prefix);
-    for (mut piece, digits) in [(low, 10), (high, 7)] {
-        for _ in 0..digits {
-            text.push(char::from(DIGITS[(piece % 62) as usize]));
-            piece /= 62;
-        }
-    }
-    text
 }
 
 #[cfg(test)]

@@ -184,8 +184,9 @@ pub struct FlowRecord {
     pub source: FlowSource,
     /// The exporter's address (NetFlow/IPFIX); unspecified (`::`) for other sources.
     pub exporter: Addr16,
-    /// A unique id: Zeek's `uid` for conn.log lines; for other sources an id derived
-    /// from the 5-tuple and start time (see the `flows` format documentation).
+    /// Zeek's `uid` of a conn.log line; empty for the records hindsight builds
+    /// (from packets, NetFlow, IPFIX), whose uid is a function of the record and is
+    /// derived when asked for ([`FlowRecord::uid`]) instead of being kept.
     pub uid: String,
 }
 
@@ -193,5 +194,169 @@ impl FlowRecord {
     /// Duration in nanoseconds (zero for a one-packet flow).
     pub fn duration_ns(&self) -> i64 {
         self.last_ns.saturating_sub(self.first_ns).max(0)
+    }
+
+    /// The record's unique id: the kept `uid` (Zeek's) if there is one, else
+    /// [`FlowRecord::derived_uid`].
+    pub fn uid(&self) -> std::borrow::Cow<'_, str> {
+        if self.uid.is_empty() {
+            std::borrow::Cow::Owned(self.derived_uid())
+        } else {
+            std::borrow::Cow::Borrowed(&self.uid)
+        }
+    }
+
+    /// A Zeek-style uid derived from the record, so the same input always gives
+    /// the same uids: a prefix (`P` for records built from packets, `N` for
+    /// NetFlow/IPFIX, `Z` for a Zeek line without one) and 17 base-62 digits of a
+    /// 128-bit FNV-1a hash of the 5-tuple, the start time and (but for records
+    /// built from packets) the exporter.
+    pub fn derived_uid(&self) -> String {
+        let prefix = match self.source {
+            FlowSource::Packets => 'P',
+            FlowSource::Zeek => 'Z',
+            FlowSource::NetflowV5 | FlowSource::NetflowV9 | FlowSource::Ipfix => 'N',
+        };
+        let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+        let mut feed = |bytes: &[u8]| {
+            for &b in bytes {
+                hash ^= u128::from(b);
+                // The FNV-128 prime is 2^88 + 0x13b: a shift and a small product
+                // instead of a full 128-bit multiplication.
+                hash = (hash << 88).wrapping_add(hash.wrapping_mul(0x13b));
+            }
+        };
+        feed(&self.src.0);
+        feed(&self.dst.0);
+        feed(&self.src_port.to_be_bytes());
+        feed(&self.dst_port.to_be_bytes());
+        feed(&[self.proto]);
+        feed(&self.first_ns.to_be_bytes());
+        if self.source != FlowSource::Packets {
+            feed(&self.exporter.0);
+        }
+        base62_digits(prefix, hash)
+    }
+}
+
+/// `prefix` and the 17 lowest base-62 digits of `value`, least significant first.
+fn base62_digits(prefix: char, value: u128) -> String {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    // Two 128-bit divisions split the digits into 64-bit pieces of 10 and 7
+    // digits (62^10 < 2^64), instead of one 128-bit division per digit.
+    const POW10: u128 = 62u128.pow(10);
+    const POW7: u128 = 62u128.pow(7);
+    let low = (value % POW10) as u64;
+    let high = ((value / POW10) % POW7) as u64;
+    let mut text = String::with_capacity(18);
+    text.push(prefix);
+    for (mut piece, digits) in [(low, 10), (high, 7)] {
+        for _ in 0..digits {
+            text.push(char::from(DIGITS[(piece % 62) as usize]));
+            piece /= 62;
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ip_proto;
+
+    fn v4(d: u8) -> Addr16 {
+        Addr16::from_v4_bytes([10, 0, 0, d])
+    }
+
+    #[test]
+    fn uid_digits_are_those_of_one_division_per_digit() {
+        let reference = |mut value: u128| {
+            const DIGITS: &[u8; 62] =
+                b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+            let mut text = String::from("P");
+            for _ in 0..17 {
+                text.push(char::from(DIGITS[(value % 62) as usize]));
+                value /= 62;
+            }
+            text
+        };
+        let mut x = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58du128;
+        let mut values = vec![
+            0,
+            1,
+            61,
+            62,
+            62u128.pow(10) - 1,
+            62u128.pow(10),
+            62u128.pow(17) - 1,
+            u128::MAX,
+        ];
+        for _ in 0..1000 {
+            x = x.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b) ^ 0x9e37;
+            values.push(x);
+        }
+        for value in values {
+            assert_eq!(base62_digits('P', value), reference(value), "{value:#x}");
+        }
+    }
+
+    fn record() -> FlowRecord {
+        FlowRecord {
+            first_ns: 1_334_000_000_123_456_789,
+            src: v4(1),
+            dst: v4(2),
+            src_port: 49152,
+            dst_port: 443,
+            proto: ip_proto::TCP,
+            ..FlowRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_derived_uid_is_the_fnv1a_128_hash_of_the_record() {
+        let record = record();
+        let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+        let bytes = [
+            &record.src.0[..],
+            &record.dst.0,
+            &record.src_port.to_be_bytes(),
+            &record.dst_port.to_be_bytes(),
+            &[record.proto],
+            &record.first_ns.to_be_bytes(),
+        ]
+        .concat();
+        for b in bytes {
+            hash ^= u128::from(b);
+            hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+        }
+        assert_eq!(record.derived_uid(), base62_digits('P', hash));
+        // The uids earlier versions kept in `flows` segments: deriving them now
+        // must give the same text.
+        assert_eq!(record.derived_uid(), "P5BpwpCyZTeFLaVoFy");
+    }
+
+    #[test]
+    fn a_kept_uid_wins_and_the_source_picks_the_prefix() {
+        let record = record();
+        assert_eq!(record.uid(), "P5BpwpCyZTeFLaVoFy");
+        let zeek = FlowRecord {
+            source: FlowSource::Zeek,
+            uid: "CoyZrY2g74UvMMgp4a".to_owned(),
+            ..record.clone()
+        };
+        assert_eq!(zeek.uid(), "CoyZrY2g74UvMMgp4a");
+        let without = FlowRecord {
+            uid: String::new(),
+            ..zeek
+        };
+        assert!(without.uid().starts_with('Z'));
+        let exported = |exporter: u8| FlowRecord {
+            source: FlowSource::Ipfix,
+            exporter: v4(exporter),
+            ..record.clone()
+        };
+        assert!(exported(9).uid().starts_with('N'));
+        assert_eq!(exported(9).uid().len(), 18);
+        assert_ne!(exported(9).uid(), exported(8).uid());
     }
 }

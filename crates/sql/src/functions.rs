@@ -4,13 +4,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, FixedSizeBinaryArray, StringArray};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::error::Result;
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
 use hindsight_model::Addr16;
+use hindsight_store::flows::{UID_INPUTS, flows_schema, uids};
 
 /// Width of the address columns.
 const ADDR_LEN: i32 = 16;
@@ -105,5 +106,44 @@ fn ip_str(args: &[ColumnarValue]) -> Result<ColumnarValue> {
             let text: StringArray = addrs.iter().map(|a| a.and_then(addr_text)).collect();
             Ok(ColumnarValue::Array(Arc::new(text) as ArrayRef))
         }
+    }
+}
+
+/// `flow_uid(uid, source, ts, src_addr, dst_addr, src_port, dst_port, ip_proto,
+/// exporter)`: the `flows` table's `uid`, the kept one or the one derived from the
+/// row (see `hindsight_store::flows::uids`). Not registered: the `flows` table
+/// calls it for its `uid` column.
+pub(crate) fn flow_uid() -> ScalarUDF {
+    let schema = flows_schema();
+    let inputs = UID_INPUTS
+        .iter()
+        .filter_map(|name| schema.field_with_name(name).ok())
+        .map(|field| field.data_type().clone())
+        .collect();
+    create_udf(
+        "flow_uid",
+        inputs,
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(flow_uids),
+    )
+}
+
+fn flow_uids(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let arrays = ColumnarValue::values_to_arrays(args)?;
+    if arrays.len() != UID_INPUTS.len() {
+        return exec_err!("flow_uid() takes {} arguments", UID_INPUTS.len());
+    }
+    let fields: Vec<Field> = UID_INPUTS
+        .iter()
+        .zip(&arrays)
+        .map(|(name, array)| Field::new(*name, array.data_type().clone(), true))
+        .collect();
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+    match uids(&batch) {
+        Some(uids) => Ok(ColumnarValue::Array(Arc::new(uids) as ArrayRef)),
+        None => exec_err!(
+            "flow_uid() takes the flows table's uid, source, ts, address, port, protocol and exporter columns"
+        ),
     }
 }

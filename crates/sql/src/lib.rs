@@ -108,11 +108,7 @@ impl SqlSession {
             "packets",
             Arc::new(SegmentTable::new(archive, Table::Packets, index)),
         )?;
-        let flows = Archive::open_reader(root)?;
-        context.register_table(
-            "flows",
-            Arc::new(SegmentTable::new(flows, Table::Flows, None)),
-        )?;
+        context.register_table("flows", table::flows_table(Archive::open_reader(root)?)?)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sql")

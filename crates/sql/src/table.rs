@@ -2,26 +2,57 @@
 //! DataFusion table provider. Each scan first keeps only the segments the statement
 //! can match (catalog time ranges; for `packets` also the address postings), then
 //! hands them to DataFusion's Parquet scan, which prunes row groups and pages by
-//! statistics and Bloom filters.
+//! statistics and Bloom filters. The `flows` table is a view over its segments that
+//! derives the `uid` the segments do not keep ([`flows_table`]).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::catalog::view::ViewTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::{TableProvider, TableType};
+use datafusion::datasource::{TableProvider, TableType, provider_as_source};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::prelude::col;
 use hindsight_index::AddressIndex;
+use hindsight_store::flows::{UID_INPUTS, col::UID};
 use hindsight_store::{Archive, CatalogEntry, Table};
 
-use crate::prune;
+use crate::{functions, prune};
+
+/// The `flows` table: the columns of the archive's `flows` segments, with `uid`
+/// the kept one (Zeek's) or the one derived from the row, as every reader of the
+/// segments computes it (`docs/formats/segment.md`). Conditions on the other
+/// columns still prune segments, row groups and pages; a condition on `uid` is
+/// evaluated on the rows read.
+pub fn flows_table(archive: Archive) -> Result<Arc<dyn TableProvider>> {
+    let segments = SegmentTable::new(archive, Table::Flows, None);
+    let udf = Arc::new(functions::flow_uid());
+    let columns: Vec<Expr> = segments
+        .schema
+        .fields()
+        .iter()
+        .map(|field| {
+            if field.name() == UID {
+                udf.call(UID_INPUTS.iter().map(|name| col(*name)).collect())
+                    .alias(UID)
+            } else {
+                col(field.name())
+            }
+        })
+        .collect();
+    let plan = LogicalPlanBuilder::scan("flows", provider_as_source(Arc::new(segments)), None)?
+        .project(columns)?
+        .build()?;
+    Ok(Arc::new(ViewTable::new(plan, None)))
+}
 
 /// One table of one archive.
 #[derive(Debug)]

@@ -35,7 +35,9 @@ pub mod col {
     pub const SOURCE: &str = "source";
     /// Exporter address of NetFlow/IPFIX records (null for other sources).
     pub const EXPORTER: &str = "exporter";
-    /// Unique id (Zeek `uid`, or derived; see the format documentation).
+    /// Zeek's `uid`; null for the records hindsight builds, whose uid is derived
+    /// from the row when read ([`FlowRecord::uid`], and the SQL `flows` table's
+    /// `uid`).
     pub const UID: &str = "uid";
 }
 
@@ -59,7 +61,7 @@ static FLOWS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(col::STATE, DataType::Utf8, false),
         Field::new(col::SOURCE, DataType::Utf8, false),
         Field::new(col::EXPORTER, DataType::FixedSizeBinary(ADDR_LEN), true),
-        Field::new(col::UID, DataType::Utf8, false),
+        Field::new(col::UID, DataType::Utf8, true),
     ]))
 });
 
@@ -148,7 +150,11 @@ impl FlowBatchBuilder {
         self.source.append_value(r.source.name());
         let exporter = (r.exporter != Addr16::default()).then_some(r.exporter);
         append_addr(&mut self.exporter, exporter);
-        self.uid.append_value(&r.uid);
+        if r.uid.is_empty() {
+            self.uid.append_null();
+        } else {
+            self.uid.append_value(&r.uid);
+        }
         self.rows += 1;
     }
 
@@ -187,6 +193,22 @@ fn append_addr(builder: &mut FixedSizeBinaryBuilder, value: Option<Addr16>) {
     }
 }
 
+/// The address in row `row` of an address column; `::` where null.
+fn addr(array: &FixedSizeBinaryArray, row: usize) -> Addr16 {
+    if array.is_null(row) {
+        return Addr16::default();
+    }
+    Addr16(array.value(row).try_into().unwrap_or_default())
+}
+
+/// The source named `name` (`packets` where unknown).
+fn source_of(name: &str) -> FlowSource {
+    FlowSource::ALL
+        .into_iter()
+        .find(|s| s.name() == name)
+        .unwrap_or_default()
+}
+
 fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
     batch
         .column_by_name(name)
@@ -194,7 +216,8 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
 }
 
 /// Reads the rows of a `flows` record batch back into records. Returns `None` if
-/// a column is missing or has another type (not a whole `flows` batch).
+/// a column is missing or has another type (not a whole `flows` batch). A null
+/// `uid` reads as an empty one (derived: see [`FlowRecord::uid`]).
 pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
     let ts = column::<TimestampNanosecondArray>(batch, col::TS)?;
     let last_ts = column::<TimestampNanosecondArray>(batch, col::LAST_TS)?;
@@ -212,12 +235,6 @@ pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
     let source = column::<StringArray>(batch, col::SOURCE)?;
     let exporter = column::<FixedSizeBinaryArray>(batch, col::EXPORTER)?;
     let uid = column::<StringArray>(batch, col::UID)?;
-    let addr = |array: &FixedSizeBinaryArray, row: usize| -> Addr16 {
-        if array.is_null(row) {
-            return Addr16::default();
-        }
-        Addr16(array.value(row).try_into().unwrap_or_default())
-    };
     let records = (0..batch.num_rows())
         .map(|row| FlowRecord {
             first_ns: ts.value(row),
@@ -233,15 +250,65 @@ pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
             bytes_in: bytes_in.value(row),
             tcp_flags: tcp_flags.value(row),
             state: FlowState::from_name(state.value(row)).unwrap_or_default(),
-            source: FlowSource::ALL
-                .into_iter()
-                .find(|s| s.name() == source.value(row))
-                .unwrap_or_default(),
+            source: source_of(source.value(row)),
             exporter: addr(exporter, row),
-            uid: uid.value(row).to_owned(),
+            uid: if uid.is_null(row) {
+                String::new()
+            } else {
+                uid.value(row).to_owned()
+            },
         })
         .collect();
     Some(records)
+}
+
+/// The columns [`uids`] reads: every column [`FlowRecord::derived_uid`] depends
+/// on, and the kept `uid`.
+pub const UID_INPUTS: [&str; 9] = [
+    col::UID,
+    col::SOURCE,
+    col::TS,
+    col::SRC_ADDR,
+    col::DST_ADDR,
+    col::SRC_PORT,
+    col::DST_PORT,
+    col::IP_PROTO,
+    col::EXPORTER,
+];
+
+/// Returns each row's uid ([`FlowRecord::uid`]): the kept one, or the one derived
+/// from the row. `batch` needs the columns of [`UID_INPUTS`] only. Returns `None`
+/// if one is missing or has another type.
+pub fn uids(batch: &RecordBatch) -> Option<StringArray> {
+    let uid = column::<StringArray>(batch, col::UID)?;
+    let source = column::<StringArray>(batch, col::SOURCE)?;
+    let ts = column::<TimestampNanosecondArray>(batch, col::TS)?;
+    let src = column::<FixedSizeBinaryArray>(batch, col::SRC_ADDR)?;
+    let dst = column::<FixedSizeBinaryArray>(batch, col::DST_ADDR)?;
+    let src_port = column::<UInt16Array>(batch, col::SRC_PORT)?;
+    let dst_port = column::<UInt16Array>(batch, col::DST_PORT)?;
+    let proto = column::<UInt8Array>(batch, col::IP_PROTO)?;
+    let exporter = column::<FixedSizeBinaryArray>(batch, col::EXPORTER)?;
+    let mut out = StringBuilder::with_capacity(batch.num_rows(), 18 * batch.num_rows());
+    for row in 0..batch.num_rows() {
+        if uid.is_valid(row) {
+            out.append_value(uid.value(row));
+            continue;
+        }
+        let record = FlowRecord {
+            first_ns: ts.value(row),
+            src: addr(src, row),
+            dst: addr(dst, row),
+            src_port: src_port.value(row),
+            dst_port: dst_port.value(row),
+            proto: proto.value(row),
+            source: source_of(source.value(row)),
+            exporter: addr(exporter, row),
+            ..FlowRecord::default()
+        };
+        out.append_value(record.derived_uid());
+    }
+    Some(out.finish())
 }
 
 #[cfg(test)]

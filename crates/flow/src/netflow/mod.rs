@@ -306,7 +306,7 @@ impl NetflowDecoder {
             let r = bytes.take(48, "v5 record")?;
             let word = |at: usize| u32::from_be_bytes([r[at], r[at + 1], r[at + 2], r[at + 3]]);
             let half = |at: usize| u16::from_be_bytes([r[at], r[at + 1]]);
-            let mut record = FlowRecord {
+            let record = FlowRecord {
                 first_ns: clock.switched(word(24)).unwrap_or(clock.export_ns),
                 last_ns: clock.switched(word(28)).unwrap_or(clock.export_ns),
                 src: Addr16::from_v4_bytes([r[0], r[1], r[2], r[3]]),
@@ -322,7 +322,6 @@ impl NetflowDecoder {
                 exporter: Addr16::from(exporter.ip()),
                 ..FlowRecord::default()
             };
-            record.uid = crate::uid('N', &record);
             out.push(record);
         }
         Ok(0)
@@ -623,7 +622,6 @@ impl NetflowDecoder {
         let rate = rate.or(self.sampling.get(&scope).copied()).unwrap_or(1);
         record.packets_out = record.packets_out.saturating_mul(rate);
         record.bytes_out = record.bytes_out.saturating_mul(rate);
-        record.uid = crate::uid('N', &record);
         Some(record)
     }
 }

@@ -54,7 +54,7 @@ fn v5_records_times_sampling_and_sequence_gaps() {
     assert_eq!(r.last_ns, export - 1_000_000_000);
     assert_eq!(r.source, FlowSource::NetflowV5);
     assert_eq!(r.exporter, Addr16::from(exporter().ip()));
-    assert!(r.uid.starts_with('N'));
+    assert!(r.uid.is_empty() && r.uid().starts_with('N'));
     // The next packet should start at 101; 104 means 3 records were lost.
     // Sampling mode 1, interval 100: counts are scaled.
     let packet = v5_packet(104, 0x4000 | 100, &[([10, 0, 0, 3], [10, 0, 0, 4], 2, 100)]);
