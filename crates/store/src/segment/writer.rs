@@ -110,6 +110,7 @@ impl SegmentOptions {
             } else {
                 self.zstd_level
             },
+            raw_literals: data,
             statistics: !data,
             page_index: PAGE_INDEXED.contains(&column),
             encoding: encoding_of(field.data_type()),
@@ -128,6 +129,7 @@ impl SegmentOptions {
             page_rows: self.page_rows,
             page_bytes: 0,
             zstd_level: self.zstd_level,
+            raw_literals: false,
             statistics: true,
             page_index: true,
             encoding: encoding_of(field.data_type()),
