@@ -219,44 +219,24 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
 /// a column is missing or has another type (not a whole `flows` batch). A null
 /// `uid` reads as an empty one (derived: see [`FlowRecord::uid`]).
 pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
-    let ts = column::<TimestampNanosecondArray>(batch, col::TS)?;
+    let identity = IdentityColumns::of(batch)?;
     let last_ts = column::<TimestampNanosecondArray>(batch, col::LAST_TS)?;
-    let src = column::<FixedSizeBinaryArray>(batch, col::SRC_ADDR)?;
-    let dst = column::<FixedSizeBinaryArray>(batch, col::DST_ADDR)?;
-    let src_port = column::<UInt16Array>(batch, col::SRC_PORT)?;
-    let dst_port = column::<UInt16Array>(batch, col::DST_PORT)?;
-    let proto = column::<UInt8Array>(batch, col::IP_PROTO)?;
     let packets_out = column::<UInt64Array>(batch, col::PACKETS_OUT)?;
     let bytes_out = column::<UInt64Array>(batch, col::BYTES_OUT)?;
     let packets_in = column::<UInt64Array>(batch, col::PACKETS_IN)?;
     let bytes_in = column::<UInt64Array>(batch, col::BYTES_IN)?;
     let tcp_flags = column::<UInt16Array>(batch, col::TCP_FLAGS)?;
     let state = column::<StringArray>(batch, col::STATE)?;
-    let source = column::<StringArray>(batch, col::SOURCE)?;
-    let exporter = column::<FixedSizeBinaryArray>(batch, col::EXPORTER)?;
-    let uid = column::<StringArray>(batch, col::UID)?;
     let records = (0..batch.num_rows())
         .map(|row| FlowRecord {
-            first_ns: ts.value(row),
             last_ns: last_ts.value(row),
-            src: addr(src, row),
-            dst: addr(dst, row),
-            src_port: src_port.value(row),
-            dst_port: dst_port.value(row),
-            proto: proto.value(row),
             packets_out: packets_out.value(row),
             bytes_out: bytes_out.value(row),
             packets_in: packets_in.value(row),
             bytes_in: bytes_in.value(row),
             tcp_flags: tcp_flags.value(row),
             state: FlowState::from_name(state.value(row)).unwrap_or_default(),
-            source: source_of(source.value(row)),
-            exporter: addr(exporter, row),
-            uid: if uid.is_null(row) {
-                String::new()
-            } else {
-                uid.value(row).to_owned()
-            },
+            ..identity.record(row)
         })
         .collect();
     Some(records)
@@ -280,35 +260,66 @@ pub const UID_INPUTS: [&str; 9] = [
 /// from the row. `batch` needs the columns of [`UID_INPUTS`] only. Returns `None`
 /// if one is missing or has another type.
 pub fn uids(batch: &RecordBatch) -> Option<StringArray> {
-    let uid = column::<StringArray>(batch, col::UID)?;
-    let source = column::<StringArray>(batch, col::SOURCE)?;
-    let ts = column::<TimestampNanosecondArray>(batch, col::TS)?;
-    let src = column::<FixedSizeBinaryArray>(batch, col::SRC_ADDR)?;
-    let dst = column::<FixedSizeBinaryArray>(batch, col::DST_ADDR)?;
-    let src_port = column::<UInt16Array>(batch, col::SRC_PORT)?;
-    let dst_port = column::<UInt16Array>(batch, col::DST_PORT)?;
-    let proto = column::<UInt8Array>(batch, col::IP_PROTO)?;
-    let exporter = column::<FixedSizeBinaryArray>(batch, col::EXPORTER)?;
+    let identity = IdentityColumns::of(batch)?;
     let mut out = StringBuilder::with_capacity(batch.num_rows(), 18 * batch.num_rows());
     for row in 0..batch.num_rows() {
-        if uid.is_valid(row) {
-            out.append_value(uid.value(row));
-            continue;
+        if identity.uid.is_valid(row) {
+            out.append_value(identity.uid.value(row));
+        } else {
+            out.append_value(identity.record(row).derived_uid());
         }
-        let record = FlowRecord {
-            first_ns: ts.value(row),
-            src: addr(src, row),
-            dst: addr(dst, row),
-            src_port: src_port.value(row),
-            dst_port: dst_port.value(row),
-            proto: proto.value(row),
-            source: source_of(source.value(row)),
-            exporter: addr(exporter, row),
-            ..FlowRecord::default()
-        };
-        out.append_value(record.derived_uid());
     }
     Some(out.finish())
+}
+
+/// The columns of [`UID_INPUTS`]: what identifies a record.
+struct IdentityColumns<'a> {
+    uid: &'a StringArray,
+    source: &'a StringArray,
+    ts: &'a TimestampNanosecondArray,
+    src: &'a FixedSizeBinaryArray,
+    dst: &'a FixedSizeBinaryArray,
+    src_port: &'a UInt16Array,
+    dst_port: &'a UInt16Array,
+    proto: &'a UInt8Array,
+    exporter: &'a FixedSizeBinaryArray,
+}
+
+impl<'a> IdentityColumns<'a> {
+    fn of(batch: &'a RecordBatch) -> Option<Self> {
+        Some(Self {
+            uid: column(batch, col::UID)?,
+            source: column(batch, col::SOURCE)?,
+            ts: column(batch, col::TS)?,
+            src: column(batch, col::SRC_ADDR)?,
+            dst: column(batch, col::DST_ADDR)?,
+            src_port: column(batch, col::SRC_PORT)?,
+            dst_port: column(batch, col::DST_PORT)?,
+            proto: column(batch, col::IP_PROTO)?,
+            exporter: column(batch, col::EXPORTER)?,
+        })
+    }
+
+    /// Row `row` as a record with its identifying fields only (the kept uid, or
+    /// an empty one where it is null); the counters and state are zero.
+    fn record(&self, row: usize) -> FlowRecord {
+        FlowRecord {
+            first_ns: self.ts.value(row),
+            src: addr(self.src, row),
+            dst: addr(self.dst, row),
+            src_port: self.src_port.value(row),
+            dst_port: self.dst_port.value(row),
+            proto: self.proto.value(row),
+            source: source_of(self.source.value(row)),
+            exporter: addr(self.exporter, row),
+            uid: if self.uid.is_null(row) {
+                String::new()
+            } else {
+                self.uid.value(row).to_owned()
+            },
+            ..FlowRecord::default()
+        }
+    }
 }
 
 #[cfg(test)]
