@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hindsight_filter::Filter;
 use hindsight_ingest::{IngestError, Ingestor};
 use hindsight_model::{Frame, LinkType};
-use hindsight_query::Filter;
 use hindsight_ring::{Ring, RingConfig, RingError, RingStats};
 use hindsight_trigger::{
     Analyzer, DumpLimits, DumpReport, DumpRequest, DumpTemplate, TriggerError, dump,

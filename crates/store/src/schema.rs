@@ -19,72 +19,7 @@ use hindsight_model::{
     Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord, snap,
 };
 
-/// Column names of the `packets` table, in schema order.
-pub mod col {
-    /// Capture timestamp, `Timestamp(ns, UTC)`.
-    pub const TS: &str = "ts";
-    /// Interface index within the capture source.
-    pub const IFACE: &str = "iface";
-    /// Link type (tcpdump.org LINKTYPE_ value).
-    pub const LINK_TYPE: &str = "link_type";
-    /// Length on the wire in bytes.
-    pub const WIRE_LEN: &str = "wire_len";
-    /// Length captured by the source in bytes (before hindsight's own snap length).
-    pub const CAP_LEN: &str = "cap_len";
-    /// Decode status code (see `DecodeStatus`).
-    pub const STATUS: &str = "status";
-    /// Ethernet source MAC.
-    pub const ETH_SRC: &str = "eth_src";
-    /// Ethernet destination MAC.
-    pub const ETH_DST: &str = "eth_dst";
-    /// Ethertype after VLAN tags.
-    pub const ETH_TYPE: &str = "eth_type";
-    /// Outer VLAN ID.
-    pub const VLAN_OUTER: &str = "vlan_outer";
-    /// Inner VLAN ID (QinQ).
-    pub const VLAN_INNER: &str = "vlan_inner";
-    /// IP version, 4 or 6.
-    pub const IP_VERSION: &str = "ip_version";
-    /// Source address, 16 bytes, IPv4 mapped.
-    pub const SRC_ADDR: &str = "src_addr";
-    /// Destination address, 16 bytes, IPv4 mapped.
-    pub const DST_ADDR: &str = "dst_addr";
-    /// Transport protocol number.
-    pub const IP_PROTO: &str = "ip_proto";
-    /// IPv4 TTL or IPv6 hop limit.
-    pub const IP_TTL: &str = "ip_ttl";
-    /// IPv4 identification or IPv6 fragment identification (low 16 bits).
-    pub const IP_ID: &str = "ip_id";
-    /// Fragment offset in 8-byte units.
-    pub const FRAG_OFFSET: &str = "frag_offset";
-    /// More-fragments flag.
-    pub const MORE_FRAGMENTS: &str = "more_fragments";
-    /// IPv4 don't-fragment flag.
-    pub const DONT_FRAGMENT: &str = "dont_fragment";
-    /// Transport source port.
-    pub const SRC_PORT: &str = "src_port";
-    /// Transport destination port.
-    pub const DST_PORT: &str = "dst_port";
-    /// TCP flags (low 12 bits of the flags word).
-    pub const TCP_FLAGS: &str = "tcp_flags";
-    /// ICMP/ICMPv6 type.
-    pub const ICMP_TYPE: &str = "icmp_type";
-    /// ICMP/ICMPv6 code.
-    pub const ICMP_CODE: &str = "icmp_code";
-    /// Which header fields `data` leaves out (a `DataForm` code; absent in
-    /// segments written before it: verbatim).
-    pub const DATA_FORM: &str = "data_form";
-    /// The first captured bytes of the frame (hindsight's snap length), link header
-    /// included, less the header fields `data_form` names (see `hindsight_model::snap`).
-    pub const DATA: &str = "data";
-
-    /// The columns a frame's bytes are read back from: `data`, its form, and the
-    /// header fields a form leaves out of it.
-    pub const FRAME: [&str; 11] = [
-        DATA, DATA_FORM, ETH_SRC, ETH_DST, SRC_ADDR, DST_ADDR, IP_PROTO, IP_TTL, IP_ID, SRC_PORT,
-        DST_PORT,
-    ];
-}
+pub use hindsight_model::col;
 
 /// Length of an Ethernet MAC address column value.
 const MAC_LEN: i32 = 6;

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hindsight_capture::{PcapWriter, TimestampPrecision};
+use hindsight_filter::{Filter, ParseError};
 use hindsight_model::{LinkType, PacketHeaders, PacketRecord};
-use hindsight_query::{Filter, ParseError};
 use hindsight_ring::{Cursor, PacketRef, Ring, RingError};
 
 /// What can go wrong with a trigger or a dump.

@@ -6,8 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use hindsight_capture::CaptureReader;
+use hindsight_filter::Filter;
 use hindsight_model::LinkType;
-use hindsight_query::Filter;
 use hindsight_ring::{Ring, RingConfig};
 use hindsight_trigger::{Analyzer, DumpLimits, DumpRequest, DumpTemplate, TriggerError, dump};
 

@@ -1,4 +1,4 @@
-//! The role of the filter module is to turn the text of a filter, written in
+//! The role of the filter crate is to turn the text of a filter, written in
 //! Wireshark display-filter syntax or as tcpdump primitives, into a typed
 //! [`Filter`] that every surface of hindsight (CLI, REST API, live triggers)
 //! evaluates the same way, and that the planner can ask which addresses and
@@ -19,6 +19,7 @@
 pub mod ast;
 mod bpf;
 mod columns;
+pub mod error;
 mod eval;
 mod lexer;
 mod parser;
@@ -30,7 +31,7 @@ use std::str::FromStr;
 
 pub use ast::{CmpOp, Expr, Field, FieldType, Literal, Quantifier};
 
-use crate::error::ParseError;
+pub use crate::error::ParseError;
 
 /// The longest filter text accepted, in bytes.
 pub const MAX_FILTER_LEN_BYTES: usize = 64 * 1024;

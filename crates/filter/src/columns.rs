@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use hindsight_store::schema::col;
+use hindsight_model::col;
 
 use super::Filter;
 use super::ast::{Expr, Field};
