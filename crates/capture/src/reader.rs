@@ -212,17 +212,36 @@ impl CaptureReader<Box<dyn Read + Send>> {
     /// Opens a capture file: pcap or pcapng, plain or gzip-compressed.
     pub fn open(path: &Path) -> Result<Self, CaptureError> {
         let name = path.display().to_string();
+        let file = File::open(path).map_err(|error| CaptureError::Io {
+            file: name.clone(),
+            offset: 0,
+            error,
+        })?;
+        Self::open_stream(name, file)
+    }
+
+    /// Reads a capture from standard input (`tcpdump -w - | hindsight ingest -`),
+    /// named `<stdin>` in errors.
+    pub fn stdin() -> Result<Self, CaptureError> {
+        Self::open_stream("<stdin>".to_owned(), std::io::stdin())
+    }
+
+    /// Reads a capture from a stream read once from its start (a file, a pipe):
+    /// pcap or pcapng, plain or gzip-compressed.
+    pub fn open_stream(
+        name: String,
+        mut stream: impl Read + Send + 'static,
+    ) -> Result<Self, CaptureError> {
         let io_error = |error| CaptureError::Io {
             file: name.clone(),
             offset: 0,
             error,
         };
-        let mut file = File::open(path).map_err(io_error)?;
         let mut magic = [0u8; 2];
-        let got = read_up_to(&mut file, &mut magic).map_err(io_error)?;
+        let got = read_up_to(&mut stream, &mut magic).map_err(io_error)?;
         let count = Arc::new(AtomicU64::new(got as u64));
         let counting = CountingReader {
-            inner: file,
+            inner: stream,
             count: Arc::clone(&count),
         };
         let head = std::io::Cursor::new(magic.get(..got).unwrap_or_default().to_vec());

@@ -990,3 +990,81 @@ fn ingest_without_flows_archives_the_same_packets_and_no_connections() {
         "{no_connections:?}"
     );
 }
+
+/// Runs `hindsight ARGS` with `input` on its standard input.
+fn hindsight_with_stdin(args: &[&str], input: Vec<u8>) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // A reader that stops early closes the pipe: that is not the test's error.
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    output
+}
+
+#[test]
+fn ingest_reads_a_capture_from_standard_input() {
+    let work = tempfile::tempdir().unwrap();
+    let from_file = work.path().join("file");
+    let from_pipe = work.path().join("pipe");
+    ingest_full(&lan_hour(), &from_file);
+    // A gzip stream through the pipe, as `ssh sensor 'tcpdump -w - | gzip'` gives.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &std::fs::read(lan_hour()).unwrap()).unwrap();
+    let output = hindsight_with_stdin(
+        &[
+            "ingest",
+            "-",
+            "--snaplen",
+            "0",
+            "--quiet",
+            "--archive",
+            from_pipe.to_str().unwrap(),
+        ],
+        gz.finish().unwrap(),
+    );
+    let stdout = ok(&output);
+    assert!(stdout.contains("ingested 62781 packets"), "{stdout}");
+    for filter in ["", "tcp.port == 443", "host 172.30.100.1"] {
+        let file = hindsight_pcap(&from_file, filter, &work.path().join("a.pcap"));
+        let pipe = hindsight_pcap(&from_pipe, filter, &work.path().join("b.pcap"));
+        assert_eq!(file, pipe, "{filter}");
+    }
+
+    // A stream cut mid-packet: what came before is archived, the error names <stdin>.
+    let cut_archive = work.path().join("cut");
+    let bytes = std::fs::read(lan_hour()).unwrap();
+    let output = hindsight_with_stdin(
+        &[
+            "ingest",
+            "-",
+            "--quiet",
+            "--archive",
+            cut_archive.to_str().unwrap(),
+        ],
+        bytes[..1_000_003].to_vec(),
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("<stdin>") && stderr.contains("offset"),
+        "{stderr}"
+    );
+    let count = ok(&hindsight(&[
+        "query",
+        "-c",
+        "",
+        "--archive",
+        cut_archive.to_str().unwrap(),
+    ]));
+    assert!(count.trim().parse::<u64>().unwrap() > 0, "{count}");
+}

@@ -428,16 +428,36 @@ impl Ingestor {
         path: &Path,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<FileOutcome, IngestError> {
+        match CaptureReader::open(path) {
+            Ok(reader) => self.ingest_capture(reader, progress),
+            Err(error) => Ok(FileOutcome {
+                counts: IngestCounts::default(),
+                error: Some(error.into()),
+            }),
+        }
+    }
+
+    /// Reads a capture from standard input, as [`Self::ingest_file`] reads a file.
+    pub fn ingest_stdin(
+        &mut self,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<FileOutcome, IngestError> {
+        match CaptureReader::stdin() {
+            Ok(reader) => self.ingest_capture(reader, progress),
+            Err(error) => Ok(FileOutcome {
+                counts: IngestCounts::default(),
+                error: Some(error.into()),
+            }),
+        }
+    }
+
+    /// Reads an opened capture into the archive (see [`Self::ingest_file`]).
+    pub fn ingest_capture<R: std::io::Read>(
+        &mut self,
+        mut reader: CaptureReader<R>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<FileOutcome, IngestError> {
         let before = self.counts.clone();
-        let mut reader = match CaptureReader::open(path) {
-            Ok(reader) => reader,
-            Err(error) => {
-                return Ok(FileOutcome {
-                    counts: IngestCounts::default(),
-                    error: Some(error.into()),
-                });
-            }
-        };
         let mut read_error = None;
         let mut since_progress = 0u32;
         loop {

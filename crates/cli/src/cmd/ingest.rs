@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
 use hindsight_model::DecodeStatus;
 use hindsight_store::{SegmentOptions, Table};
@@ -17,7 +17,8 @@ use crate::ArchiveArg;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Input files: pcap or pcapng captures (or, with --format zeek, Zeek conn.log
-    /// files in TSV or JSON), optionally gzip-compressed.
+    /// files in TSV or JSON), optionally gzip-compressed; `-` reads a capture from
+    /// standard input (`tcpdump -w - | hindsight ingest -`).
     #[arg(required = true, value_name = "CAPTURE")]
     captures: Vec<PathBuf>,
     #[command(flatten)]
@@ -104,9 +105,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let mut damaged = 0usize;
+    if args.captures.iter().filter(|p| is_stdin(p)).count() > 1 {
+        bail!("standard input (-) can be read once");
+    }
     for path in &args.captures {
-        let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        let bar = if show_progress {
+        let stdin = is_stdin(path);
+        let name = if stdin {
+            "<stdin>".to_owned()
+        } else {
+            path.display().to_string()
+        };
+        let bar = if !show_progress {
+            ProgressBar::hidden()
+        } else if stdin {
+            // A pipe has no length: bytes and rate, no bar.
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{msg:30!} {spinner} {bytes} {bytes_per_sec}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_message(name.clone());
+            bar
+        } else {
+            let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
             let bar = ProgressBar::new(total);
             bar.set_style(
                 ProgressStyle::with_template(
@@ -115,23 +136,23 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
-            bar.set_message(path.display().to_string());
+            bar.set_message(name.clone());
             bar
-        } else {
-            ProgressBar::hidden()
         };
-        let outcome = ingestor
-            .ingest_file(path, &mut |progress| {
-                bar.set_position(progress.source_bytes)
-            })
-            .with_context(|| format!("archive failed while ingesting {}", path.display()))?;
+        let mut progress =
+            |progress: hindsight_ingest::Progress| bar.set_position(progress.source_bytes);
+        let outcome = if stdin {
+            ingestor.ingest_stdin(&mut progress)
+        } else {
+            ingestor.ingest_file(path, &mut progress)
+        }
+        .with_context(|| format!("archive failed while ingesting {name}"))?;
         bar.finish_and_clear();
         if let Some(error) = outcome.error {
             damaged += 1;
             eprintln!(
-                "error: {error}\n  {} packet(s) read from {} before the damage are archived",
+                "error: {error}\n  {} packet(s) read from {name} before the damage are archived",
                 outcome.counts.packets,
-                path.display()
             );
         }
     }
@@ -209,8 +230,16 @@ fn print_summary(counts: &IngestCounts, seconds: f64, files: usize) {
     }
 }
 
+/// Whether a capture argument means standard input.
+fn is_stdin(path: &std::path::Path) -> bool {
+    path.as_os_str() == "-"
+}
+
 /// Reads Zeek conn.log files into the flows table and the connection index.
 fn ingest_conn_logs(args: &Args, mut ingestor: Ingestor) -> Result<ExitCode> {
+    if args.captures.iter().any(|p| is_stdin(p)) {
+        bail!("--format zeek reads files; standard input (-) takes packet captures");
+    }
     let mut damaged = 0usize;
     let mut records = 0u64;
     for path in &args.captures {
