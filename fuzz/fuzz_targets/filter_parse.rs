@@ -5,7 +5,7 @@
 #![no_main]
 
 use hindsight_model::PacketRecord;
-use hindsight_query::filter::{Filter, FilterSyntax};
+use hindsight_filter::{Filter, FilterSyntax};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -44,6 +44,8 @@ enum Command {
     Flows(cmd::flows::Args),
     /// Show what the archive holds: segments, time span, packets, bytes.
     Stats(cmd::stats::Args),
+    /// Verify every segment, the catalog and the indexes; --repair sets damage aside.
+    Check(cmd::check::Args),
     /// Capture live from an interface into the archive; dump pcaps around triggers.
     Record(cmd::record::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
@@ -75,6 +77,7 @@ fn run() -> ExitCode {
         Command::Flows(args) => cmd::flows::run(args),
         Command::Collect(args) => cmd::collect::run(args),
         Command::Stats(args) => cmd::stats::run(args),
+        Command::Check(args) => cmd::check::run(args),
         Command::Record(args) => cmd::record::run(args),
         Command::Serve(args) => serve::run(args),
     };
@@ -107,6 +110,8 @@ fn exit_now(code: ExitCode) -> ExitCode {
         0
     } else if code == ExitCode::from(2) {
         2
+    } else if code == ExitCode::from(cmd::query::INCOMPLETE) {
+        i32::from(cmd::query::INCOMPLETE)
     } else {
         1
     };

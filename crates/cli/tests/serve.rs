@@ -697,3 +697,146 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
     let href = browser.script("return document.getElementById('download').getAttribute('href')");
     assert!(href.as_str().unwrap().contains("limit=1000"), "{href}");
 }
+
+/// SQL through the API and the command line only reads: statements that write,
+/// create, drop, set options or name files are refused and touch no file; the
+/// command line runs them only when asked (`--allow-writes`); and serve refuses
+/// to listen beyond loopback without a token.
+#[test]
+fn sql_only_reads_and_serve_listens_beyond_loopback_only_with_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    common::ingest(&lan_hour(), &archive);
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\ntoken = \"{TOKEN}\"\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let secret = dir.path().join("secret.csv");
+    std::fs::write(&secret, "user,hash\nroot,x\n").unwrap();
+    let written = dir.path().join("written.csv");
+    let (secret_path, written_path) = (secret.to_str().unwrap(), written.to_str().unwrap());
+    let refused = [
+        (
+            format!("COPY (SELECT 42 AS x) TO '{written_path}' STORED AS CSV"),
+            "COPY",
+        ),
+        (
+            format!("CREATE EXTERNAL TABLE s STORED AS CSV LOCATION '{secret_path}'"),
+            "CREATE EXTERNAL TABLE",
+        ),
+        (
+            "INSERT INTO packets SELECT * FROM packets".to_owned(),
+            "INSERT",
+        ),
+        ("CREATE VIEW v AS SELECT 1".to_owned(), "CREATE VIEW"),
+        ("CREATE TABLE t AS SELECT 1".to_owned(), "CREATE TABLE"),
+        ("SET datafusion.execution.batch_size = 1".to_owned(), "SET"),
+        ("DROP TABLE packets".to_owned(), "DROP TABLE"),
+        (
+            format!("EXPLAIN ANALYZE COPY (SELECT 1) TO '{written_path}' STORED AS CSV"),
+            "COPY",
+        ),
+        ("SELECT 1 AS x INTO t2".to_owned(), "not supported"),
+    ];
+    for (statement, needle) in &refused {
+        let answer = post(
+            &server,
+            "/api/v1/sql",
+            json!({ "sql": statement }).to_string().as_bytes(),
+        );
+        assert!(
+            answer.status == 403 || answer.status == 400,
+            "{statement}: {} {}",
+            answer.status,
+            answer.text()
+        );
+        answer.error(answer.status, needle);
+        let cli = hindsight(&["sql", statement, "--archive", archive.to_str().unwrap()]);
+        assert!(!cli.status.success(), "{statement} ran on the command line");
+        let stderr = String::from_utf8_lossy(&cli.stderr);
+        assert!(stderr.contains(needle), "{statement}: {stderr}");
+        assert!(!written.exists(), "{statement} wrote a file");
+    }
+    // A file path is no table: nothing outside the archive is read.
+    let named = post(
+        &server,
+        "/api/v1/sql",
+        json!({ "sql": format!("SELECT * FROM '{secret_path}'") })
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(named.status, 400, "{}", named.text());
+    assert!(!named.text().contains("root"), "{}", named.text());
+    // Nothing was dropped or changed: the archive still answers.
+    let count = post(
+        &server,
+        "/api/v1/sql",
+        br#"{"sql": "SELECT count(*) AS n FROM packets"}"#,
+    );
+    assert_eq!(count.status, 200, "{}", count.text());
+    assert_eq!(count.json()["n"], 62_781);
+    // SHOW and DESCRIBE read.
+    let tables = post(&server, "/api/v1/sql", br#"{"sql": "SHOW TABLES"}"#);
+    assert_eq!(tables.status, 200, "{}", tables.text());
+    assert!(tables.text().contains("packets"), "{}", tables.text());
+    // A refused statement with -o leaves no file.
+    let out_file = dir.path().join("refused.csv");
+    let cli = hindsight(&[
+        "sql",
+        "DROP TABLE packets",
+        "--archive",
+        archive.to_str().unwrap(),
+        "-o",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(!cli.status.success());
+    assert!(!out_file.exists());
+
+    // Writes on the command line when asked, with the user's own rights.
+    ok(&hindsight(&[
+        "sql",
+        "--allow-writes",
+        &format!("COPY (SELECT 42 AS x) TO '{written_path}' STORED AS CSV"),
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    assert!(std::fs::read_to_string(&written).unwrap().contains("42"));
+    // Exports by the file's extension: CSV and Parquet.
+    let csv = dir.path().join("top.csv");
+    let parquet = dir.path().join("top.parquet");
+    for out in [&csv, &parquet] {
+        ok(&hindsight(&[
+            "sql",
+            "SELECT ip_proto, count(*) AS n FROM packets GROUP BY ip_proto ORDER BY ip_proto",
+            "--archive",
+            archive.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+    }
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv_text.starts_with("ip_proto,n\n"), "{csv_text}");
+    assert!(std::fs::read(&parquet).unwrap().starts_with(b"PAR1"));
+
+    // Beyond loopback: refused without a token, and says why.
+    for listen in ["0.0.0.0:0", "[::]:0"] {
+        let refused = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+            .args([
+                "serve",
+                "--archive",
+                archive.to_str().unwrap(),
+                "--listen",
+                listen,
+            ])
+            .env_remove("HINDSIGHT_API_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "serve listened on {listen}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("without a token"), "{stderr}");
+    }
+}

@@ -43,6 +43,15 @@ const CF_SEGMENTS: &str = "segments";
 /// Length of a postings key.
 const POSTING_KEY_LEN: usize = 16 + 8;
 
+/// The segment id of a postings key; `None` if the key is not one.
+fn posting_segment(key: &[u8]) -> Option<SegmentId> {
+    if key.len() != POSTING_KEY_LEN {
+        return None;
+    }
+    let id: [u8; 8] = key.get(16..)?.try_into().ok()?;
+    Some(SegmentId(u64::from_be_bytes(id)))
+}
+
 /// An error of the address index.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -170,6 +179,52 @@ impl AddressIndex {
         }
         batch.delete_cf(segments, id.0.to_be_bytes());
         self.db.write(batch).map_err(rocks(&self.path))
+    }
+
+    /// Counts the postings of every segment, reading the whole postings family
+    /// (for `hindsight check`: a segment's postings are its distinct addresses).
+    pub fn posting_counts(&self) -> Result<BTreeMap<SegmentId, u64>> {
+        let postings = self.family(CF_POSTINGS)?;
+        let mut counts = BTreeMap::new();
+        let mut iter = self.db.raw_iterator_cf(postings);
+        iter.seek_to_first();
+        while let Some(key) = iter.key() {
+            let id = posting_segment(key).ok_or_else(|| IndexError::Corrupt {
+                path: self.path.clone(),
+                family: CF_POSTINGS,
+                reason: format!("key of {} bytes, expected {POSTING_KEY_LEN}", key.len()),
+            })?;
+            *counts.entry(id).or_default() += 1;
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(counts)
+    }
+
+    /// Deletes every posting (covering ones too) and the marker of segment `id`
+    /// without knowing its addresses, by reading both families whole: for a
+    /// segment whose file is damaged or gone. Returns the postings deleted.
+    pub fn purge_segment(&self, id: SegmentId) -> Result<u64> {
+        let mut batch = WriteBatch::default();
+        let mut deleted = 0u64;
+        for name in [CF_POSTINGS, CF_COVERING] {
+            let Some(family) = self.db.cf_handle(name) else {
+                continue;
+            };
+            let mut iter = self.db.raw_iterator_cf(family);
+            iter.seek_to_first();
+            while let Some(key) = iter.key() {
+                if posting_segment(key) == Some(id) {
+                    batch.delete_cf(family, key);
+                    deleted += 1;
+                }
+                iter.next();
+            }
+            iter.status().map_err(rocks(&self.path))?;
+        }
+        batch.delete_cf(self.family(CF_SEGMENTS)?, id.0.to_be_bytes());
+        self.db.write(batch).map_err(rocks(&self.path))?;
+        Ok(deleted)
     }
 
     /// Returns the segments whose postings are in the index.

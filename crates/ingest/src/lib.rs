@@ -16,6 +16,7 @@
 //! packets read up to the damage are sealed into the archive before the error is
 //! returned.
 
+pub mod check;
 pub mod error;
 mod sink;
 

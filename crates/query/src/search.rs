@@ -65,6 +65,32 @@ pub struct SearchStats {
     pub rows_read: u64,
     /// Rows that matched (and were handed to the visitor).
     pub rows_matched: u64,
+    /// Segments that could not be read (missing, cut short, a page whose bytes
+    /// fail their checksum): skipped, so the answer is incomplete. Rows of a
+    /// damaged segment read before its damage was met are in the answer (they
+    /// passed their pages' checksums).
+    pub skipped: Vec<SkippedSegment>,
+}
+
+/// A segment a query skipped because it could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedSegment {
+    /// The segment.
+    pub id: SegmentId,
+    /// Its file, relative to the archive.
+    pub file: String,
+    /// Why: the reader's error, with the row group and column of a damaged page.
+    pub reason: String,
+}
+
+impl std::fmt::Display for SkippedSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "segment {} ({}) skipped: {}",
+            self.id.0, self.file, self.reason
+        )
+    }
 }
 
 /// The segments a query must read, in time order, and why.
@@ -168,6 +194,29 @@ impl PacketSearch {
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
         stats.segments_planned = segments.len();
+        // A file that is gone or not the size it was sealed at is skipped before
+        // anything is read (so an API answer can say so in its headers); damage
+        // inside a file is found by the pages' checksums while reading.
+        segments.retain(|entry| {
+            if covered.contains_key(&entry.segment_id()) {
+                return true;
+            }
+            let problem = match std::fs::metadata(self.archive.segment_path(entry)) {
+                Ok(metadata) if metadata.len() == entry.size_bytes => return true,
+                Ok(metadata) => format!(
+                    "{} bytes, the catalog says {} (cut short or overwritten)",
+                    metadata.len(),
+                    entry.size_bytes
+                ),
+                Err(error) => format!("cannot open the file: {error}"),
+            };
+            stats.skipped.push(SkippedSegment {
+                id: entry.segment_id(),
+                file: entry.file.clone(),
+                reason: problem,
+            });
+            false
+        });
         stats.segments_covered = covered.len();
         Ok(SearchPlan {
             segments,
@@ -318,6 +367,8 @@ enum SegmentItem {
         rows_selected: u64,
     },
     Batch(RecordBatch),
+    /// The segment could not be read (further): the query goes on without it.
+    Damaged(SkippedSegment),
 }
 
 /// Reads segment files for one query.
@@ -352,10 +403,17 @@ impl SegmentRead<'_> {
             };
             Ok::<_, QueryError>((reader, row_groups_read, batches))
         })();
+        let damaged = |reason: String| {
+            SegmentItem::Damaged(SkippedSegment {
+                id: entry.segment_id(),
+                file: entry.file.clone(),
+                reason,
+            })
+        };
         let (reader, row_groups_read, batches) = match opened {
             Ok(opened) => opened,
             Err(error) => {
-                emit(Err(error));
+                emit(Ok(damaged(error.to_string())));
                 return;
             }
         };
@@ -368,14 +426,21 @@ impl SegmentRead<'_> {
             return;
         }
         for batch in batches.into_iter().flat_map(|(batches, _)| batches) {
-            let item = batch
-                .map(SegmentItem::Batch)
-                .map_err(|e| QueryError::Execution {
-                    message: format!("reading {}: {e}", reader.path().display()),
-                });
-            let failed = item.is_err();
-            if !emit(item) || failed {
-                return;
+            match batch {
+                Ok(batch) => {
+                    if !emit(Ok(SegmentItem::Batch(batch))) {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    // Name the row group and column of the damaged page.
+                    let reason = match reader.find_damage() {
+                        Some(damage) => damage.to_string(),
+                        None => error.to_string(),
+                    };
+                    emit(Ok(damaged(reason)));
+                    return;
+                }
             }
         }
     }
@@ -441,6 +506,10 @@ impl Visitor<'_, '_> {
                 self.stats.row_groups_total += row_groups_total;
                 self.stats.row_groups_read += row_groups_read;
                 self.stats.rows_read += rows_selected;
+                Ok(true)
+            }
+            SegmentItem::Damaged(skipped) => {
+                self.stats.skipped.push(skipped);
                 Ok(true)
             }
             SegmentItem::Batch(batch) => {

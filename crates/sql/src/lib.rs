@@ -15,6 +15,7 @@
 
 mod functions;
 mod output;
+mod policy;
 mod prune;
 mod table;
 
@@ -44,6 +45,16 @@ pub enum SqlError {
     /// The statement is invalid or failed while running.
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),
+    /// The statement would write, create, drop, set an option or name a file,
+    /// and the session only reads.
+    #[error(
+        "{statement} is refused: SQL here only reads (SELECT, EXPLAIN, SHOW, DESCRIBE); \
+         statements that write, create, drop, set options or name files are not allowed"
+    )]
+    ReadOnly {
+        /// The refused statement's leading keywords (`COPY`, `CREATE VIEW`).
+        statement: String,
+    },
     /// The statement ran longer than the configured limit; it was cancelled.
     #[error("the statement ran longer than {seconds} s and was cancelled")]
     TimedOut {
@@ -80,6 +91,11 @@ pub struct Limits {
 pub struct SqlSession {
     context: SessionContext,
     runtime: tokio::runtime::Runtime,
+    /// Whether statements other than queries may run ([`Self::allow_writes`]).
+    writes: bool,
+    /// Segments the scans read and skipped, and the catalog's unreadable lines.
+    scans: table::Scans,
+    catalog_damage: Vec<String>,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -93,6 +109,19 @@ impl SqlSession {
     /// `flows` tables.
     pub fn open(root: &Path) -> Result<Self, SqlError> {
         let archive = Archive::open_reader(root)?;
+        let catalog_damage = archive
+            .catalog_damage()
+            .iter()
+            .map(|damage| {
+                format!(
+                    "{}: byte {}: {}; the segment it names is not read",
+                    archive.catalog().path().display(),
+                    damage.offset,
+                    damage.reason
+                )
+            })
+            .collect();
+        let scans = table::Scans::default();
         let index = AddressIndex::open_read_only(&archive.index_dir())?;
         let mut config = SessionConfig::new()
             .with_target_partitions(2)
@@ -106,16 +135,61 @@ impl SqlSession {
         functions::register(&context);
         context.register_table(
             "packets",
-            Arc::new(SegmentTable::new(archive, Table::Packets, index)),
+            Arc::new(SegmentTable::new(
+                archive,
+                Table::Packets,
+                index,
+                Arc::clone(&scans),
+            )),
         )?;
-        context.register_table("flows", table::flows_table(Archive::open_reader(root)?)?)?;
+        context.register_table(
+            "flows",
+            table::flows_table(Archive::open_reader(root)?, Arc::clone(&scans))?,
+        )?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("sql")
             .enable_time()
             .build()
             .map_err(SqlError::Runtime)?;
-        Ok(Self { context, runtime })
+        Ok(Self {
+            context,
+            runtime,
+            writes: false,
+            scans,
+            catalog_damage,
+        })
+    }
+
+    /// What the statements run so far went without: the catalog's unreadable
+    /// lines and the segment files that were gone or not their sealed size, one
+    /// line each. Empty when every answer was complete.
+    pub fn skipped(&self) -> Vec<String> {
+        let mut lines = self.catalog_damage.clone();
+        if let Ok(scans) = self.scans.lock() {
+            lines.extend(scans.skipped.iter().cloned());
+        }
+        lines
+    }
+
+    /// Lets statements that write, create, drop or set options run (`COPY ... TO`,
+    /// `CREATE EXTERNAL TABLE`, `SET`): for a user's own command line, never for
+    /// a surface the network reaches. Without it every such statement fails with
+    /// [`SqlError::ReadOnly`] (see `policy`).
+    pub fn allow_writes(mut self) -> Self {
+        self.writes = true;
+        self
+    }
+
+    /// Parses `sql` and checks that this session may run it (see `policy`),
+    /// without running it.
+    pub fn check(&self, sql: &str) -> Result<(), SqlError> {
+        if self.writes {
+            return Ok(());
+        }
+        let state = self.context.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        policy::check_read_only(&state.sql_to_statement(sql, &dialect)?)
     }
 
     /// Returns the plan of `sql`, with the pruning the `packets` scans will do.
@@ -155,8 +229,13 @@ impl SqlSession {
 
     /// Runs `sql` and returns its result, failing once it exceeds `max_rows`.
     pub fn collect(&self, sql: &str, max_rows: Option<u64>) -> Result<Vec<RecordBatch>, SqlError> {
-        self.runtime
-            .block_on(collect_async(&self.context, sql, max_rows))
+        self.runtime.block_on(collect_async(
+            &self.context,
+            sql,
+            max_rows,
+            self.writes,
+            &self.scans,
+        ))
     }
 
     /// As [`Self::collect`], cancelled after `timeout`. The statement runs as a
@@ -172,9 +251,11 @@ impl SqlSession {
     ) -> Result<Vec<RecordBatch>, SqlError> {
         let context = self.context.clone();
         let sql = sql.to_owned();
+        let writes = self.writes;
+        let scans = Arc::clone(&self.scans);
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime.spawn(async move {
-            let _ = done.send(collect_async(&context, &sql, max_rows).await);
+            let _ = done.send(collect_async(&context, &sql, max_rows, writes, &scans).await);
         });
         match result.recv_timeout(timeout) {
             Ok(result) => result,
@@ -188,12 +269,45 @@ impl SqlSession {
     }
 }
 
+/// Runs `sql`; a statement that fails on a damaged segment runs again without
+/// it (as often as that finds another), so the answer comes from the rest and
+/// [`SqlSession::skipped`] says what it went without.
 async fn collect_async(
     context: &SessionContext,
     sql: &str,
     max_rows: Option<u64>,
+    writes: bool,
+    scans: &table::Scans,
 ) -> Result<Vec<RecordBatch>, SqlError> {
-    let frame = context.sql(sql).await?;
+    loop {
+        match collect_once(context, sql, max_rows, writes).await {
+            Err(SqlError::DataFusion(error)) => {
+                if table::exclude_damaged(scans) == 0 {
+                    return Err(SqlError::DataFusion(error));
+                }
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn collect_once(
+    context: &SessionContext,
+    sql: &str,
+    max_rows: Option<u64>,
+    writes: bool,
+) -> Result<Vec<RecordBatch>, SqlError> {
+    let state = context.state();
+    let dialect = state.config().options().sql_parser.dialect;
+    let statement = state.sql_to_statement(sql, &dialect)?;
+    if !writes {
+        policy::check_read_only(&statement)?;
+    }
+    let plan = state.statement_to_plan(statement).await?;
+    if !writes {
+        policy::read_only_options().verify_plan(&plan)?;
+    }
+    let frame = context.execute_logical_plan(plan).await?;
     let mut stream = frame.execute_stream().await?;
     let mut batches = Vec::new();
     let mut rows = 0u64;

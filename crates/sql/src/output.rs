@@ -21,6 +21,8 @@ pub enum OutputFormat {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// An Apache Parquet file (zstd), for DuckDB, pandas or Spark.
+    Parquet,
 }
 
 /// Writes `batches` to `out` in `format`.
@@ -54,6 +56,34 @@ pub fn write(
                 writer.write(batch)?;
             }
             writer.finish()?;
+        }
+        OutputFormat::Parquet => {
+            let schema = match batches.first() {
+                Some(batch) => batch.schema(),
+                None => Arc::new(Schema::empty()),
+            };
+            let properties = datafusion::parquet::file::properties::WriterProperties::builder()
+                .set_compression(datafusion::parquet::basic::Compression::ZSTD(
+                    datafusion::parquet::basic::ZstdLevel::default(),
+                ))
+                .build();
+            // The writer wants a `Send` sink; the result is bounded by the row limit.
+            let mut file = Vec::new();
+            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
+                &mut file,
+                schema,
+                Some(properties),
+            )
+            .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            for batch in &batches {
+                writer
+                    .write(batch)
+                    .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            }
+            writer
+                .close()
+                .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            out.write_all(&file)?;
         }
     }
     Ok(())

@@ -5,6 +5,8 @@
 //! statistics and Bloom filters. The `flows` table is a view over its segments that
 //! derives the `uid` the segments do not keep ([`flows_table`]).
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -22,8 +24,10 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::prelude::col;
 use hindsight_index::AddressIndex;
+use hindsight_model::SegmentId;
+use hindsight_store::archive::checksum_file;
 use hindsight_store::flows::{UID_INPUTS, col::UID};
-use hindsight_store::{Archive, CatalogEntry, Table};
+use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table};
 
 use crate::{functions, prune};
 
@@ -32,8 +36,8 @@ use crate::{functions, prune};
 /// segments computes it (`docs/formats/segment.md`). Conditions on the other
 /// columns still prune segments, row groups and pages; a condition on `uid` is
 /// evaluated on the rows read.
-pub fn flows_table(archive: Archive) -> Result<Arc<dyn TableProvider>> {
-    let segments = SegmentTable::new(archive, Table::Flows, None);
+pub fn flows_table(archive: Archive, scans: Scans) -> Result<Arc<dyn TableProvider>> {
+    let segments = SegmentTable::new(archive, Table::Flows, None, scans);
     let udf = Arc::new(functions::flow_uid());
     let columns: Vec<Expr> = segments
         .schema
@@ -54,6 +58,64 @@ pub fn flows_table(archive: Archive) -> Result<Arc<dyn TableProvider>> {
     Ok(Arc::new(ViewTable::new(plan, None)))
 }
 
+/// What the scans of a session read and skipped, shared by its tables.
+pub type Scans = Arc<std::sync::Mutex<ScanState>>;
+
+/// See [`Scans`].
+#[derive(Debug, Default)]
+pub struct ScanState {
+    /// What was skipped, one line each (`segment 42 (packets/seg-…) skipped: …`).
+    pub skipped: BTreeSet<String>,
+    /// Segments found damaged, left out of every later scan.
+    excluded: BTreeSet<SegmentId>,
+    /// Segments scans handed to DataFusion, with their files.
+    scanned: BTreeMap<SegmentId, (PathBuf, CatalogEntry)>,
+}
+
+impl ScanState {
+    fn skip(&mut self, entry: &CatalogEntry, problem: &str) {
+        self.excluded.insert(entry.segment_id());
+        self.skipped.insert(format!(
+            "segment {} ({}) skipped: {problem}",
+            entry.id, entry.file
+        ));
+    }
+}
+
+/// After a statement failed: checks the files of the segments it scanned
+/// against the CRC-32 the catalog recorded when each was sealed, and leaves the
+/// damaged ones out of later scans (naming the row group and column where a
+/// page shows the damage). Returns how many it found; with none, the failure
+/// was not the archive's.
+pub fn exclude_damaged(scans: &Scans) -> usize {
+    let scanned: Vec<(PathBuf, CatalogEntry)> = match scans.lock() {
+        Ok(state) => state
+            .scanned
+            .iter()
+            .filter(|(id, _)| !state.excluded.contains(id))
+            .map(|(_, scanned)| scanned.clone())
+            .collect(),
+        Err(_) => return 0,
+    };
+    let mut found = 0;
+    for (path, entry) in scanned {
+        let problem = match checksum_file(&path) {
+            Ok((_, crc)) if crc == entry.crc32 => continue,
+            Ok(_) => match SegmentReader::open(&path).map(|reader| reader.find_damage()) {
+                Ok(Some(damage)) => format!("bytes changed since it was sealed: {damage}"),
+                Ok(None) => "bytes changed since it was sealed".to_owned(),
+                Err(error) => error.to_string(),
+            },
+            Err(error) => error.to_string(),
+        };
+        if let Ok(mut state) = scans.lock() {
+            state.skip(&entry, &problem);
+            found += 1;
+        }
+    }
+    found
+}
+
 /// One table of one archive.
 #[derive(Debug)]
 pub struct SegmentTable {
@@ -62,18 +124,20 @@ pub struct SegmentTable {
     /// Address postings (packet segments only).
     index: Option<AddressIndex>,
     schema: SchemaRef,
+    scans: Scans,
 }
 
 impl SegmentTable {
     /// Creates `table` over the archive's catalogued segments; `index` prunes
     /// `packets` scans by address.
-    pub fn new(archive: Archive, table: Table, index: Option<AddressIndex>) -> Self {
+    pub fn new(archive: Archive, table: Table, index: Option<AddressIndex>, scans: Scans) -> Self {
         let index = index.filter(|_| table == Table::Packets);
         Self {
             archive,
             table,
             index,
             schema: table.schema(),
+            scans,
         }
     }
 
@@ -96,6 +160,36 @@ impl SegmentTable {
             }
         }
         segments.sort_by_key(|entry| (entry.min_ts_nanos, entry.id));
+        // A file that is gone or not its sealed size would fail the whole
+        // statement: it is skipped and reported (`SqlSession::skipped`); damage
+        // inside a file fails the statement through its pages' checksums, and
+        // the session then finds and leaves out the damaged file
+        // ([`exclude_damaged`]).
+        let Ok(mut scans) = self.scans.lock() else {
+            return Err(DataFusionError::Internal("scan state poisoned".to_owned()));
+        };
+        segments.retain(|entry| {
+            if scans.excluded.contains(&entry.segment_id()) {
+                return false;
+            }
+            let path = self.archive.segment_path(entry);
+            let problem = match std::fs::metadata(&path) {
+                Ok(metadata) if metadata.len() == entry.size_bytes => {
+                    scans
+                        .scanned
+                        .insert(entry.segment_id(), (path, entry.clone()));
+                    return true;
+                }
+                Ok(metadata) => format!(
+                    "{} bytes, the catalog says {} (cut short or overwritten)",
+                    metadata.len(),
+                    entry.size_bytes
+                ),
+                Err(error) => format!("cannot open the file: {error}"),
+            };
+            scans.skip(entry, &problem);
+            false
+        });
         Ok(segments)
     }
 }

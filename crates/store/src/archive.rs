@@ -21,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hindsight_model::SegmentId;
 
 use crate::Table;
-use crate::catalog::{Catalog, CatalogEntry};
+use crate::catalog::{Catalog, CatalogDamage, CatalogEntry};
 use crate::error::{Result, StoreError};
 use crate::segment::reader::SegmentReader;
 use crate::segment::writer::{SealedSegment, sync_dir};
@@ -73,6 +73,8 @@ impl RecoveryReport {
 pub struct Archive {
     root: PathBuf,
     catalog: Catalog,
+    /// Unreadable catalog lines a reader skipped (a writer refuses them).
+    catalog_damage: Vec<CatalogDamage>,
     /// Held for the life of a writer; the OS releases the lock if the process dies.
     _lock: Option<File>,
 }
@@ -81,6 +83,23 @@ impl Archive {
     /// Opens the archive at `root` for writing, creating it if needed, taking the
     /// writer lock, and repairing what a crash may have left (see [`RecoveryReport`]).
     pub fn open_writer(root: &Path) -> Result<(Self, RecoveryReport)> {
+        let (archive, report, _) = Self::open_writer_with(root, false)?;
+        Ok((archive, report))
+    }
+
+    /// Opens the archive for writing as [`Self::open_writer`] does, after
+    /// dropping the catalog's unreadable lines (returned): recovery then enters
+    /// the segment files they named into the catalog again, from the files.
+    /// For `hindsight check --repair`.
+    pub fn open_for_repair(root: &Path) -> Result<(Self, RecoveryReport, Vec<CatalogDamage>)> {
+        check_marker(root)?;
+        Self::open_writer_with(root, true)
+    }
+
+    fn open_writer_with(
+        root: &Path,
+        repair_catalog: bool,
+    ) -> Result<(Self, RecoveryReport, Vec<CatalogDamage>)> {
         fs::create_dir_all(root).map_err(StoreError::io("create archive directory", root))?;
         let marker = root.join(MARKER_FILE);
         if !marker.exists() {
@@ -118,26 +137,75 @@ impl Archive {
             fs::create_dir_all(&path).map_err(StoreError::io("create directory", &path))?;
         }
         sync_dir(root)?;
+        let dropped = if repair_catalog {
+            Catalog::drop_damaged_lines(&root.join(CATALOG_FILE))?
+        } else {
+            Vec::new()
+        };
         let catalog = Catalog::open_for_append(&root.join(CATALOG_FILE))?;
         let mut archive = Self {
             root: root.to_owned(),
             catalog,
+            catalog_damage: Vec::new(),
             _lock: Some(lock),
         };
         let report = archive.recover()?;
-        Ok((archive, report))
+        Ok((archive, report, dropped))
     }
 
     /// Opens the archive at `root` for reading: no lock, no repair. Segments sealed by a
     /// running writer after this call are not seen.
     pub fn open_reader(root: &Path) -> Result<Self> {
         check_marker(root)?;
-        let catalog = Catalog::load(&root.join(CATALOG_FILE))?;
+        let (catalog, catalog_damage) = Catalog::load_lenient(&root.join(CATALOG_FILE))?;
         Ok(Self {
             root: root.to_owned(),
             catalog,
+            catalog_damage,
             _lock: None,
         })
+    }
+
+    /// The catalog lines this reader could not read and skipped: segments they
+    /// added are not seen (`hindsight check --repair` brings them back).
+    pub fn catalog_damage(&self) -> &[CatalogDamage] {
+        &self.catalog_damage
+    }
+
+    /// Sets a damaged segment aside: its file (if any is left) moves to
+    /// `quarantine/`, and the catalog no longer lists it. Returns where the file went.
+    /// The caller removes its postings from the address index.
+    pub fn quarantine_segment(&mut self, id: SegmentId) -> Result<Option<PathBuf>> {
+        let Some(entry) = self.catalog.get(id).cloned() else {
+            return Ok(None);
+        };
+        let path = self.segment_path(&entry);
+        let quarantine = self.root.join(QUARANTINE_DIR);
+        let target = path.file_name().map(|name| quarantine.join(name));
+        let moved = match &target {
+            Some(target) => match fs::rename(&path, target) {
+                Ok(()) => Some(target.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(StoreError::io("quarantine segment", &path)(e)),
+            },
+            None => None,
+        };
+        if moved.is_some() {
+            sync_dir(&quarantine)?;
+        }
+        // The file is gone from the table directory before the catalog says so:
+        // a crash in between leaves a catalogued segment without a file, which
+        // the next check finds again.
+        self.catalog.remove(id)?;
+        if let Some(dir) = path.parent() {
+            sync_dir(dir)?;
+        }
+        Ok(moved)
+    }
+
+    /// The directory of set-aside segment files.
+    pub fn quarantine_dir(&self) -> PathBuf {
+        self.root.join(QUARANTINE_DIR)
     }
 
     /// Returns the archive root directory.

@@ -78,9 +78,39 @@ pub struct Catalog {
     appender: Option<File>,
 }
 
+/// An unreadable line in the middle of the catalog, which a lenient load skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogDamage {
+    /// Byte offset of the line in `catalog.jsonl`.
+    pub offset: u64,
+    /// Why it could not be read.
+    pub reason: String,
+}
+
 impl Catalog {
     /// Loads the catalog at `path` for reading; a missing file is an empty catalog.
+    /// An unreadable line other than a torn last one is corruption.
     pub fn load(path: &Path) -> Result<Self> {
+        let (catalog, damage) = Self::load_lenient(path)?;
+        match damage.into_iter().next() {
+            None => Ok(catalog),
+            Some(damage) => Err(StoreError::Corrupt {
+                path: path.to_owned(),
+                offset: damage.offset,
+                reason: format!(
+                    "{} (`hindsight check --repair` drops the line and re-catalogues its segment)",
+                    damage.reason
+                ),
+            }),
+        }
+    }
+
+    /// Loads the catalog at `path` for reading, skipping unreadable lines (each
+    /// an operation of its own: the rest still describes the archive) and
+    /// returning where they are. Readers use it so that one damaged line does not
+    /// take the archive down; the writer does not.
+    pub fn load_lenient(path: &Path) -> Result<(Self, Vec<CatalogDamage>)> {
+        let mut damage = Vec::new();
         let mut text = Vec::new();
         match File::open(path) {
             Ok(mut file) => {
@@ -118,25 +148,53 @@ impl Catalog {
                     let _ = error;
                     break;
                 }
-                Err(error) => {
-                    return Err(StoreError::Corrupt {
-                        path: path.to_owned(),
-                        offset: offset as u64,
-                        reason: format!("unreadable catalog line: {error}"),
-                    });
-                }
+                Err(error) => damage.push(CatalogDamage {
+                    offset: offset as u64,
+                    reason: format!("unreadable catalog line: {error}"),
+                }),
             }
             offset = line_end;
             valid_len = line_end;
         }
-        Ok(Self {
+        let catalog = Self {
             path: path.to_owned(),
             entries,
             max_id_seen,
             removed,
             valid_len_bytes: valid_len as u64,
             appender: None,
-        })
+        };
+        Ok((catalog, damage))
+    }
+
+    /// Rewrites the catalog at `path` without its unreadable lines (and without
+    /// a torn last line): the readable lines, in order, into a temporary file
+    /// that replaces the catalog once it is durable. Returns the lines dropped.
+    /// Only for the archive's writer (`hindsight check --repair`).
+    pub fn drop_damaged_lines(path: &Path) -> Result<Vec<CatalogDamage>> {
+        let (_, damage) = Self::load_lenient(path)?;
+        if damage.is_empty() {
+            return Ok(damage);
+        }
+        let text = std::fs::read(path).map_err(StoreError::io("read catalog", path))?;
+        let mut kept = Vec::with_capacity(text.len());
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            let whole = line.last() == Some(&b'\n');
+            let body = line.strip_suffix(b"\n").unwrap_or(line);
+            if whole && serde_json::from_slice::<CatalogOp>(body).is_ok() {
+                kept.extend_from_slice(line);
+            }
+        }
+        let temp = path.with_extension("jsonl.repair");
+        let mut file = File::create(&temp).map_err(StoreError::io("create catalog", &temp))?;
+        file.write_all(&kept)
+            .and_then(|()| file.sync_all())
+            .map_err(StoreError::io("write catalog", &temp))?;
+        std::fs::rename(&temp, path).map_err(StoreError::io("replace catalog", path))?;
+        if let Some(dir) = path.parent() {
+            crate::segment::writer::sync_dir(dir)?;
+        }
+        Ok(damage)
     }
 
     /// Loads the catalog at `path` for appending, cutting off a torn last line.

@@ -35,6 +35,20 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A segment written by a newer hindsight, in a format this build does not know.
+    #[error(
+        "segment {} has format version {found}; this build reads versions up to {supported} \
+         (upgrade hindsight to read it)",
+        path.display()
+    )]
+    NewerFormat {
+        /// The segment file.
+        path: PathBuf,
+        /// The version the file names.
+        found: String,
+        /// The newest version this build reads.
+        supported: &'static str,
+    },
     /// Another process holds the archive's writer lock.
     #[error("archive {} is locked by another writer (another `hindsight ingest` or `serve`?)", path.display())]
     Locked {

@@ -19,8 +19,8 @@ pub mod segment;
 mod table;
 
 pub use archive::{Archive, RecoveryReport};
-pub use catalog::{Catalog, CatalogEntry};
+pub use catalog::{Catalog, CatalogDamage, CatalogEntry};
 pub use error::{Result, StoreError};
-pub use segment::reader::{SegmentReader, TimeRange};
+pub use segment::reader::{Damage, SegmentReader, TimeRange};
 pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};
 pub use table::Table;

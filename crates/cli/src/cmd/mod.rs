@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod check;
 pub mod collect;
 pub mod flows;
 pub mod ingest;

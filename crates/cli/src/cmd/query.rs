@@ -43,6 +43,10 @@ pub struct Args {
     /// Print how many segments, row groups and rows each pruning level kept (to stderr).
     #[arg(long)]
     explain: bool,
+    /// Fail (exit code 3) when a damaged segment or catalog line made the answer
+    /// incomplete, instead of answering from the rest with a warning.
+    #[arg(long)]
+    strict: bool,
 }
 
 /// The time window of a query.
@@ -126,10 +130,48 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.explain {
         explain(&stats, started.elapsed().as_secs_f64());
     }
+    let complete = warn_incomplete(search.archive(), &stats.skipped);
     // The process ends here: closing the read-only index would only free memory
     // (about a millisecond, a tenth of a query the index answers alone).
     std::mem::forget(search);
-    Ok(ExitCode::SUCCESS)
+    Ok(if complete || !args.strict {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(INCOMPLETE)
+    })
+}
+
+/// Exit code of an answer that damage made incomplete, under `--strict`.
+pub const INCOMPLETE: u8 = 3;
+
+/// Says on stderr which damaged catalog lines and segments an answer went
+/// without; returns whether it is complete.
+pub fn warn_incomplete(
+    archive: &hindsight_store::Archive,
+    skipped: &[hindsight_query::search::SkippedSegment],
+) -> bool {
+    let catalog = archive.catalog_damage();
+    for damage in catalog {
+        eprintln!(
+            "warning: {}: byte {}: {}; the segment it names is not searched",
+            archive.catalog().path().display(),
+            damage.offset,
+            damage.reason
+        );
+    }
+    for segment in skipped {
+        eprintln!("warning: {segment}");
+    }
+    let complete = catalog.is_empty() && skipped.is_empty();
+    if !complete {
+        eprintln!(
+            "warning: the answer is incomplete: {} damaged segment(s), {} damaged catalog \
+             line(s) (`hindsight check` lists the damage, `--repair` sets it aside)",
+            skipped.len(),
+            catalog.len()
+        );
+    }
+    complete
 }
 
 fn explain(stats: &SearchStats, seconds: f64) {

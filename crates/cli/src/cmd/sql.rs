@@ -2,11 +2,11 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use hindsight_sql::{Limits, OutputFormat, SqlSession};
+use anyhow::{Context, Result, bail};
+use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
 
 use crate::ArchiveArg;
 
@@ -19,6 +19,8 @@ pub enum SqlFormat {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// An Apache Parquet file (needs -o FILE).
+    Parquet,
 }
 
 /// Arguments of `hindsight sql`.
@@ -29,12 +31,20 @@ pub struct Args {
     sql: String,
     #[command(flatten)]
     archive: ArchiveArg,
-    /// Output format.
-    #[arg(long, short = 'F', value_enum, default_value = "table")]
-    format: SqlFormat,
-    /// Write to FILE instead of standard output.
+    /// Output format [default: from -o FILE's extension (.csv, .jsonl, .parquet), else table].
+    #[arg(long, short = 'F', value_enum)]
+    format: Option<SqlFormat>,
+    /// Write the result to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Let statements that write, create, drop or set options run (COPY ... TO,
+    /// CREATE EXTERNAL TABLE, SET); without it SQL only reads.
+    #[arg(long)]
+    allow_writes: bool,
+    /// Fail (exit code 3) when a damaged segment or catalog line made the answer
+    /// incomplete, instead of answering from the rest with a warning.
+    #[arg(long)]
+    strict: bool,
     /// Refuse results longer than N rows (table output is buffered).
     #[arg(long, value_name = "N", default_value_t = 1_000_000)]
     max_rows: u64,
@@ -46,8 +56,27 @@ pub struct Args {
 /// Runs `hindsight sql`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let root = &args.archive.archive;
-    let session = SqlSession::open(root)
+    let format = match (args.format, &args.output) {
+        (Some(format), _) => format,
+        (None, Some(path)) => format_of(path),
+        (None, None) => SqlFormat::Table,
+    };
+    if format == SqlFormat::Parquet && args.output.is_none() && !args.explain {
+        bail!("--format parquet writes a file: give -o FILE.parquet");
+    }
+    let mut session = SqlSession::open(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
+    if args.allow_writes {
+        session = session.allow_writes();
+    }
+    // Before the output file is created: a refused statement touches no file.
+    match session.check(&args.sql) {
+        Err(error @ SqlError::ReadOnly { .. }) => {
+            return Err(anyhow::Error::from(error)
+                .context("give --allow-writes to run it with your own rights"));
+        }
+        result => result?,
+    }
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
@@ -59,10 +88,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let format = match args.format {
+    let format = match format {
         SqlFormat::Table => OutputFormat::Table,
         SqlFormat::Csv => OutputFormat::Csv,
         SqlFormat::Jsonl => OutputFormat::Jsonl,
+        SqlFormat::Parquet => OutputFormat::Parquet,
     };
     let limits = Limits {
         max_rows: Some(args.max_rows),
@@ -70,5 +100,35 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     session.run(&args.sql, format, &mut out, &limits)?;
     out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    let skipped = session.skipped();
+    for line in &skipped {
+        eprintln!("warning: {line}");
+    }
+    if skipped.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "warning: the answer is incomplete (`hindsight check` lists the damage, `--repair` \
+         sets it aside)"
+    );
+    Ok(if args.strict {
+        ExitCode::from(super::query::INCOMPLETE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The output format an export file's name asks for: `.csv`, `.jsonl`/`.ndjson`/`.json`,
+/// `.parquet`; a table otherwise.
+fn format_of(path: &Path) -> SqlFormat {
+    let extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match extension.as_deref() {
+        Some("csv") => SqlFormat::Csv,
+        Some("jsonl" | "ndjson" | "json") => SqlFormat::Jsonl,
+        Some("parquet" | "pq") => SqlFormat::Parquet,
+        _ => SqlFormat::Table,
+    }
 }

@@ -207,6 +207,44 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
     response
 }
 
+/// Response header of an answer that damage made incomplete: what it went
+/// without (damaged catalog lines, segments skipped).
+pub const INCOMPLETE_HEADER: &str = "hindsight-incomplete";
+
+/// The value of [`INCOMPLETE_HEADER`], if the answer goes without something.
+fn incomplete_header(
+    archive: &hindsight_store::Archive,
+    skipped: &[hindsight_query::search::SkippedSegment],
+) -> Option<String> {
+    let mut parts: Vec<String> = archive
+        .catalog_damage()
+        .iter()
+        .map(|damage| format!("catalog line at byte {} unreadable", damage.offset))
+        .collect();
+    parts.extend(skipped.iter().map(ToString::to_string));
+    header_text(&parts)
+}
+
+/// `parts` joined into one header value, `None` if there are none.
+fn header_text(parts: &[String]) -> Option<String> {
+    if parts.is_empty() {
+        return None;
+    }
+    // A header holds visible ASCII only.
+    let text: String = parts
+        .join("; ")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    Some(text)
+}
+
 /// Lets a request through if the server has no token or the request carries it.
 async fn require_token(State(state): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &state.token else {
@@ -401,7 +439,7 @@ async fn query(
         capture_only: format.is_capture(),
     };
     let (chunks, body) = mpsc::channel::<io::Result<Bytes>>(8);
-    let (planned, is_planned) = oneshot::channel::<ApiResult<()>>();
+    let (planned, is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     let root = state.root.clone();
     let deadline = Instant::now() + state.limits.timeout;
     std::thread::Builder::new()
@@ -422,7 +460,11 @@ async fn query(
                     return;
                 }
             };
-            if planned.send(Ok(())).is_err() {
+            // What the answer goes without, known before reading: damaged catalog
+            // lines, segment files gone or not their sealed size.
+            let incomplete = incomplete_header(search.archive(), &plan.stats.skipped);
+            let skipped_before = plan.stats.skipped.len();
+            if planned.send(Ok(incomplete)).is_err() {
                 return;
             }
             let out = ChannelWriter::new(chunks.clone());
@@ -446,7 +488,13 @@ async fn query(
                     sink.write(record, data).map(|()| true)
                 })
                 .map_err(anyhow::Error::from)
-                .and_then(|_| sink.finish().map_err(anyhow::Error::from));
+                .and_then(|stats| match stats.skipped.get(skipped_before..) {
+                    // Damage met while reading, after the headers went out: the
+                    // transfer breaks rather than look whole.
+                    Some([first, ..]) => Err(anyhow::anyhow!("the answer is incomplete: {first}")),
+                    _ => Ok(()),
+                })
+                .and_then(|()| sink.finish().map_err(anyhow::Error::from));
             drop(sink);
             if let Err(error) = result {
                 // Headers are sent: ending the body with an error makes the
@@ -456,7 +504,7 @@ async fn query(
             }
         })
         .map_err(|e| ApiError::internal(&e.into()))?;
-    is_planned.await.map_err(|_| {
+    let incomplete = is_planned.await.map_err(|_| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the query ended without an answer",
@@ -464,6 +512,9 @@ async fn query(
     })??;
     let mut response = Body::from_stream(ReceiverStream::new(body)).into_response();
     let headers = response.headers_mut();
+    if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
+        headers.insert(INCOMPLETE_HEADER, value);
+    }
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if format.is_capture() {
         let name = format!("attachment; filename=\"hindsight.{extension}\"");
@@ -577,7 +628,7 @@ async fn histogram(
         let width = (span + buckets as i64 - 1) / buckets as i64;
         let mut counts = vec![0u64; buckets];
         let mut total = 0u64;
-        search
+        let stats = search
             .execute(&request, &plan, &mut |record, _| {
                 if total.is_multiple_of(4096) && Instant::now() > deadline {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"));
@@ -598,6 +649,7 @@ async fn histogram(
             "bucket_ns": width,
             "counts": counts,
             "total": total,
+            "incomplete": incomplete_header(search.archive(), &stats.skipped),
         }))
     })
     .await?;
@@ -628,10 +680,13 @@ async fn sql(
             timeout: Some(timeout),
         };
         match session.run(&body.sql, OutputFormat::Jsonl, &mut out, &limits) {
-            Ok(_rows) => Ok(out),
+            Ok(_rows) => Ok((out, session.skipped())),
             Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => Err(
                 ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))),
             ),
+            Err(e @ SqlError::ReadOnly { .. }) => {
+                Err(ApiError::new(StatusCode::FORBIDDEN, e.to_string()))
+            }
             Err(e @ SqlError::TimedOut { .. }) => Err(ApiError::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("{e} (the server's timeout_secs)"),
@@ -640,7 +695,12 @@ async fn sql(
         }
     })
     .await?;
-    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], output).into_response())
+    let (output, skipped) = output;
+    let mut response = ([(header::CONTENT_TYPE, "application/x-ndjson")], output).into_response();
+    if let Some(value) = header_text(&skipped).and_then(|text| HeaderValue::from_str(&text).ok()) {
+        response.headers_mut().insert(INCOMPLETE_HEADER, value);
+    }
+    Ok(response)
 }
 
 #[derive(Debug, Deserialize)]

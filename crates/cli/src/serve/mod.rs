@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
 use hindsight_query::Filter;
 use hindsight_ring::RingConfig;
@@ -44,6 +44,10 @@ pub struct Args {
     /// Address to listen on (overrides [api] listen); port 0 picks a free port.
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Option<std::net::SocketAddr>,
+    /// Listen beyond loopback without a token: anyone who reaches the port can
+    /// read the archive. Only behind a proxy that authenticates (docs/serve.md).
+    #[arg(long)]
+    insecure_no_token: bool,
 }
 
 /// How long, after SIGTERM, requests in flight may take before the archive is
@@ -75,6 +79,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .ok()
         .filter(|t| !t.is_empty())
         .or(config.api.token.clone());
+    let listen = config.api.listen;
+    if token.is_none() && !listen.ip().is_loopback() {
+        if !args.insecure_no_token {
+            bail!(
+                "refusing to listen on {listen} without a token: every address beyond \
+                 loopback needs one (set [api] token or HINDSIGHT_API_TOKEN, or put an \
+                 authenticating proxy in front and give --insecure-no-token)"
+            );
+        }
+        eprintln!(
+            "hindsight serve: WARNING: listening on {listen} without a token \
+             (--insecure-no-token): anyone who reaches it can read the archive"
+        );
+    }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -123,7 +141,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         archive_rate: AtomicU64::new(0),
     });
     eprintln!(
-        "hindsight serve: archive {}, {}; listening on http://{address}",
+        "hindsight serve: archive {}, {}; {}; listening on http://{address}",
         root.display(),
         match &recorder {
             Some((recorder, interface)) => format!(
@@ -131,6 +149,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 recorder.link_type().0
             ),
             None => "no capture".to_owned(),
+        },
+        if state.token.is_some() {
+            "API needs the bearer token"
+        } else {
+            "API without a token"
         }
     );
     let app = api::router(Arc::clone(&state));

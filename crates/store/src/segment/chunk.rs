@@ -22,10 +22,11 @@
 //!   to the footer (every chunk has an offset index: the file writer wants one
 //!   for all columns or none).
 //!
-//! The pages and page headers go through the crate's own `SerializedPageWriter`,
-//! and the chunk is spliced into the file with `append_column`, so the file is
-//! an ordinary Parquet file; `tests` read every column back with the crate's
-//! reader.
+//! Every page header carries the CRC-32 of the page's stored bytes (the
+//! `crc` field of Parquet's `PageHeader`), which readers check before they
+//! decompress ([`PageSink`]). The chunk is spliced into the file with
+//! `append_column`, so the file is an ordinary Parquet file; `tests` read every
+//! column back with the crate's reader, which checks the CRCs.
 
 use std::ops::Range;
 
@@ -42,13 +43,11 @@ use parquet::basic::{
     BoundaryOrder, Compression, Encoding, EncodingMask, Type as PhysicalType, ZstdLevel,
 };
 use parquet::bloom_filter::Sbbf;
-use parquet::column::page::{CompressedPage, Page, PageWriter};
 use parquet::column::writer::ColumnCloseResult;
 use parquet::data_type::FixedLenByteArray;
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ColumnChunkMetaData, ColumnIndexBuilder, OffsetIndexBuilder};
 use parquet::file::statistics::Statistics;
-use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
 use super::RecentKeys;
@@ -790,20 +789,17 @@ fn write_chunk<V: Values>(
         (None, encoding) => encoding,
     };
     let rows = values.len();
-    let mut sink = TrackedWrite::new(Vec::new());
-    let mut pages = SerializedPageWriter::new(&mut sink);
+    let mut pages = PageSink::default();
     let (mut compressed_bytes, mut uncompressed_bytes) = (0u64, 0u64);
     if let Some(dictionary) = &dictionary {
         let compressed = zstd.compress(options.zstd(), &dictionary.plain)?;
-        let spec = pages.write_page(CompressedPage::new(
-            Page::DictionaryPage {
-                buf: Bytes::from(compressed),
-                num_values: dictionary.keys.len() as u32,
-                encoding: Encoding::PLAIN,
-                is_sorted: false,
+        let spec = pages.write(
+            PageKind::Dictionary {
+                values: dictionary.keys.len(),
             },
+            &compressed,
             dictionary.plain.len(),
-        ))?;
+        )?;
         compressed_bytes += spec.compressed_size as u64;
         uncompressed_bytes += spec.uncompressed_size as u64;
     }
@@ -836,18 +832,14 @@ fn write_chunk<V: Values>(
             None => values.encode(start..end, page_valid, encoding, &mut page)?,
         };
         let compressed = zstd.compress(options.zstd(), &page)?;
-        let spec = pages.write_page(CompressedPage::new(
-            Page::DataPage {
-                buf: Bytes::from(compressed),
-                num_values: u32::try_from(end - start)
-                    .map_err(|_| ParquetError::General("page too large".to_owned()))?,
+        let spec = pages.write(
+            PageKind::Data {
+                values: end - start,
                 encoding,
-                def_level_encoding: Encoding::RLE,
-                rep_level_encoding: Encoding::RLE,
-                statistics: None,
             },
+            &compressed,
             page.len(),
-        ))?;
+        )?;
         offsets.append_offset_and_size(spec.offset as i64, spec.compressed_size as i32);
         offsets.append_row_count((end - start) as i64);
         compressed_bytes += spec.compressed_size as u64;
@@ -876,8 +868,7 @@ fn write_chunk<V: Values>(
         }
         start = end;
     }
-    pages.close()?;
-    let bytes = Bytes::from(sink.into_inner()?);
+    let bytes = Bytes::from(pages.bytes);
 
     let mut encodings = vec![encoding];
     if dictionary.is_some() {
@@ -939,6 +930,113 @@ fn write_chunk<V: Values>(
             offset_index: Some(offsets.build()),
         },
         bytes,
+    })
+}
+
+/// The pages of one column chunk, each behind its Thrift page header (the
+/// compact protocol, as the Parquet format defines it), written into memory.
+/// Headers carry the CRC-32 of the page's stored (compressed) bytes, which the
+/// `parquet` crate's reader checks (its `crc` feature) and the crate's own page
+/// writer does not write.
+#[derive(Default)]
+struct PageSink {
+    bytes: Vec<u8>,
+}
+
+/// What a page holds.
+#[derive(Clone, Copy, Debug)]
+enum PageKind {
+    /// A dictionary page of `values` PLAIN values.
+    Dictionary { values: usize },
+    /// A v1 data page of `values` values (with nulls), levels RLE.
+    Data { values: usize, encoding: Encoding },
+}
+
+/// Where a page went in the chunk, as the offset index and the chunk's sizes count it.
+#[derive(Clone, Copy, Debug)]
+struct WrittenPage {
+    /// Offset of the page header in the chunk.
+    offset: u64,
+    /// Header and stored bytes.
+    compressed_size: usize,
+    /// Header and uncompressed bytes.
+    uncompressed_size: usize,
+}
+
+/// Thrift compact protocol field types.
+const THRIFT_I32: u8 = 5;
+const THRIFT_STRUCT: u8 = 12;
+const THRIFT_BOOL_FALSE: u8 = 2;
+
+impl PageSink {
+    /// Appends a page: its header, then `stored` (the compressed bytes);
+    /// `uncompressed` is the page's size before compression.
+    fn write(&mut self, kind: PageKind, stored: &[u8], uncompressed: usize) -> Result<WrittenPage> {
+        let size = |n: usize| {
+            i32::try_from(n).map_err(|_| ParquetError::General(format!("page of {n} bytes")))
+        };
+        let offset = self.bytes.len() as u64;
+        let out = &mut self.bytes;
+        let page_type = match kind {
+            PageKind::Data { .. } => 0,
+            PageKind::Dictionary { .. } => 2,
+        };
+        // PageHeader: 1 type, 2 uncompressed_page_size, 3 compressed_page_size, 4 crc.
+        thrift_i32_field(out, 1, page_type);
+        thrift_i32_field(out, 1, size(uncompressed)?);
+        thrift_i32_field(out, 1, size(stored.len())?);
+        thrift_i32_field(out, 1, crc32fast::hash(stored) as i32);
+        match kind {
+            PageKind::Data { values, encoding } => {
+                // 5 data_page_header: 1 num_values, 2 encoding, 3 definition and
+                // 4 repetition level encodings.
+                out.push((1 << 4) | THRIFT_STRUCT);
+                thrift_i32_field(out, 1, size(values)?);
+                thrift_i32_field(out, 1, thrift_encoding(encoding)?);
+                thrift_i32_field(out, 1, thrift_encoding(Encoding::RLE)?);
+                thrift_i32_field(out, 1, thrift_encoding(Encoding::RLE)?);
+                out.push(0);
+            }
+            PageKind::Dictionary { values } => {
+                // 7 dictionary_page_header: 1 num_values, 2 encoding, 3 is_sorted.
+                out.push((3 << 4) | THRIFT_STRUCT);
+                thrift_i32_field(out, 1, size(values)?);
+                thrift_i32_field(out, 1, thrift_encoding(Encoding::PLAIN)?);
+                out.push((1 << 4) | THRIFT_BOOL_FALSE);
+                out.push(0);
+            }
+        }
+        out.push(0);
+        let header = out.len() - offset as usize;
+        out.extend_from_slice(stored);
+        Ok(WrittenPage {
+            offset,
+            compressed_size: header + stored.len(),
+            uncompressed_size: header + uncompressed,
+        })
+    }
+}
+
+/// Appends an i32 field `delta` ids after the previous one (compact protocol:
+/// the delta and the type in one byte, then the zigzag varint).
+fn thrift_i32_field(out: &mut Vec<u8>, delta: u8, value: i32) {
+    out.push((delta << 4) | THRIFT_I32);
+    put_varint(out, ((value << 1) ^ (value >> 31)) as u32 as u64);
+}
+
+/// The Thrift value of an encoding this encoder writes.
+fn thrift_encoding(encoding: Encoding) -> Result<i32> {
+    Ok(match encoding {
+        Encoding::PLAIN => 0,
+        Encoding::RLE => 3,
+        Encoding::DELTA_BINARY_PACKED => 5,
+        Encoding::RLE_DICTIONARY => 8,
+        Encoding::BYTE_STREAM_SPLIT => 9,
+        other => {
+            return Err(ParquetError::General(format!(
+                "no page header for encoding {other}"
+            )));
+        }
     })
 }
 
@@ -1144,6 +1242,56 @@ mod tests {
         let batch = sample(12_345);
         let (read, _) = round_trip(&batch, &options());
         assert_eq!(read, batch);
+    }
+
+    /// Every page header carries the CRC-32 of its stored bytes, and a byte
+    /// changed in any page of any column is an error of the reader, never data.
+    #[test]
+    fn every_page_carries_a_crc_and_damage_is_an_error() {
+        let batch = sample(12_345);
+        let (_, bytes) = round_trip(&batch, &options());
+        let reader = SerializedFileReader::new(bytes.clone()).unwrap();
+        let group = reader.metadata().row_group(0);
+        let mut pages = 0;
+        for column in 0..group.num_columns() {
+            let mut page_reader = reader
+                .get_row_group(0)
+                .unwrap()
+                .get_column_page_reader(column)
+                .unwrap();
+            while let Some(page) = page_reader.get_next_page().unwrap() {
+                let _ = page;
+                pages += 1;
+            }
+        }
+        assert!(pages > group.num_columns(), "{pages}");
+        for column in 0..group.num_columns() {
+            let chunk = group.column(column);
+            let start = chunk
+                .dictionary_page_offset()
+                .unwrap_or(chunk.data_page_offset()) as usize;
+            let end = start + chunk.compressed_size() as usize;
+            // A byte in the middle of the chunk, and its last byte (a page's data).
+            for at in [start + (end - start) / 2, end - 1] {
+                let mut damaged = bytes.to_vec();
+                damaged[at] ^= 0x01;
+                let result = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(damaged))
+                    .and_then(|builder| builder.build())
+                    .map(|reader| reader.collect::<std::result::Result<Vec<_>, _>>());
+                let failed = match result {
+                    Err(_) | Ok(Err(_)) => true,
+                    Ok(Ok(read)) => {
+                        let read = arrow::compute::concat_batches(&batch.schema(), &read).unwrap();
+                        assert_eq!(read, batch, "column {column}: damage at {at} read as data");
+                        false
+                    }
+                };
+                assert!(
+                    failed,
+                    "column {column}: damage at byte {at} went unnoticed"
+                );
+            }
+        }
     }
 
     /// Raw literals read back the same, and are really raw: text that Huffman

@@ -18,6 +18,7 @@ use parquet::file::statistics::Statistics;
 use crate::error::{Result, StoreError};
 use crate::schema::col;
 use crate::segment::postings::{CoveringLimits, PostingsCollector};
+use crate::segment::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY};
 
 /// An inclusive time range in ns since the epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,11 +91,50 @@ impl SegmentReader {
             ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
         )
         .map_err(StoreError::parquet(path))?;
+        check_format_version(path, &metadata)?;
         Ok(Self {
             path: path.to_owned(),
             file,
             metadata,
         })
+    }
+
+    /// The segment's table (`packets`, `flows`), from its key-value metadata.
+    pub fn table_name(&self) -> Option<&str> {
+        key_value(&self.metadata, TABLE_KEY)
+    }
+
+    /// Decodes every column of every row group, one column at a time, and returns
+    /// where the first damage is: each page's CRC-32 is checked and its bytes
+    /// decoded, so a damaged page names its row group and column. `None`: the
+    /// segment reads whole.
+    pub fn find_damage(&self) -> Option<Damage> {
+        let schema = self.metadata.metadata().file_metadata().schema_descr();
+        for group in 0..self.row_groups() {
+            for (index, column) in schema.columns().iter().enumerate() {
+                let mask = ProjectionMask::leaves(schema, [index]);
+                let reader = self.builder().and_then(|builder| {
+                    builder
+                        .with_row_groups(vec![group])
+                        .with_projection(mask)
+                        .with_batch_size(READ_BATCH_ROWS)
+                        .build()
+                        .map_err(StoreError::parquet(&self.path))
+                });
+                let failure = match reader {
+                    Err(error) => Some(error.to_string()),
+                    Ok(mut reader) => reader.find_map(|batch| batch.err()).map(|e| e.to_string()),
+                };
+                if let Some(reason) = failure {
+                    return Some(Damage {
+                        row_group: group,
+                        column: column.name().to_owned(),
+                        reason,
+                    });
+                }
+            }
+        }
+        None
     }
 
     /// Returns the path of the segment file.
@@ -342,6 +382,55 @@ impl SegmentReader {
             first_row += batch.num_rows() as u64;
         }
         Ok(postings.finish().granules)
+    }
+}
+
+/// Where a segment is damaged ([`SegmentReader::find_damage`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// The row group holding the damaged page.
+    pub row_group: usize,
+    /// The column of the damaged page.
+    pub column: String,
+    /// What the reader found.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "row group {}, column {}: {}",
+            self.row_group, self.column, self.reason
+        )
+    }
+}
+
+fn key_value<'a>(metadata: &'a ArrowReaderMetadata, key: &str) -> Option<&'a str> {
+    metadata
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()?
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_deref()
+}
+
+/// Refuses a segment written by a newer hindsight (a format version above this
+/// build's), which this build could misread.
+fn check_format_version(path: &Path, metadata: &ArrowReaderMetadata) -> Result<()> {
+    let Some(found) = key_value(metadata, FORMAT_VERSION_KEY) else {
+        return Ok(());
+    };
+    let supported: u32 = FORMAT_VERSION.parse().unwrap_or(0);
+    match found.trim().parse::<u32>() {
+        Ok(version) if version <= supported => Ok(()),
+        _ => Err(StoreError::NewerFormat {
+            path: path.to_owned(),
+            found: found.to_owned(),
+            supported: FORMAT_VERSION,
+        }),
     }
 }
 
