@@ -404,7 +404,17 @@ fn check_marker(root: &Path) -> Result<()> {
         Ok(text) if text == MARKER_CONTENTS => Ok(()),
         Ok(text) => Err(StoreError::NotAnArchive {
             path: root.to_owned(),
-            reason: format!("unsupported archive version {:?}", text.trim()),
+            reason: match text.trim().strip_prefix("hindsight archive ") {
+                Some(version) => format!(
+                    "{} says archive format {version}; this build reads {} \
+                     (a newer hindsight wrote it?)",
+                    marker.display(),
+                    MARKER_CONTENTS
+                        .trim()
+                        .trim_start_matches("hindsight archive "),
+                ),
+                None => format!("unsupported archive marker {:?}", text.trim()),
+            },
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::NotAnArchive {
             path: root.to_owned(),

@@ -295,3 +295,44 @@ fn a_removed_segment_stays_removed_even_if_its_file_survives_a_crash() {
     assert!(archive.catalog().is_empty());
     assert_eq!(archive.next_segment_id(), SegmentId(2));
 }
+
+/// A segment or an archive written by a newer format version is refused, with a
+/// message naming the file and both versions.
+#[test]
+fn newer_format_versions_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let sealed = write_segment(dir.path(), 1, &records(100, 7));
+    // The footer's key-value metadata holds the version as text; one digit more
+    // keeps the file valid Parquet.
+    let mut bytes = fs::read(&sealed.path).unwrap();
+    let key = b"hindsight.format_version";
+    let at = bytes
+        .windows(key.len())
+        .rposition(|w| w == key)
+        .expect("the version key in the footer");
+    let value = at
+        + key.len()
+        + bytes[at + key.len()..]
+            .iter()
+            .position(|&b| b == hindsight_store::segment::FORMAT_VERSION.as_bytes()[0])
+            .unwrap();
+    bytes[value] = b'9';
+    fs::write(&sealed.path, &bytes).unwrap();
+    let error = SegmentReader::open(&sealed.path).unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::NewerFormat { .. }), "{text}");
+    assert!(
+        text.contains("seg-")
+            && text.contains("version 9")
+            && text.contains(hindsight_store::segment::FORMAT_VERSION),
+        "{text}"
+    );
+
+    let archive = tempfile::tempdir().unwrap();
+    drop(Archive::open_writer(archive.path()).unwrap());
+    fs::write(archive.path().join("HINDSIGHT"), "hindsight archive v7\n").unwrap();
+    let error = Archive::open_reader(archive.path())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("v7") && error.contains("v1"), "{error}");
+}
