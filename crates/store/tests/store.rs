@@ -336,3 +336,15 @@ fn newer_format_versions_are_refused_by_name() {
         .to_string();
     assert!(error.contains("v7") && error.contains("v1"), "{error}");
 }
+
+/// Found by the `segment_reader` fuzz target: a flows segment whose offset index
+/// puts a page before its column chunk made the `parquet` crate's page reader
+/// overflow a subtraction. The reader refuses such a footer as corruption.
+#[test]
+fn a_footer_with_pages_outside_their_chunk_is_corruption() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz-page-before-chunk.parquet");
+    let error = SegmentReader::open(&path).unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
+    assert!(error.to_string().contains("outside"), "{error}");
+}
