@@ -158,8 +158,7 @@ fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId
     let entries: Vec<CatalogEntry> = archive.catalog().entries().cloned().collect();
     for entry in &entries {
         report.segments_checked += 1;
-        let path = archive.segment_path(entry);
-        let problem = match check_segment(entry, &path) {
+        let problem = match check_segment(archive, entry) {
             Ok((bytes, addresses)) => {
                 report.bytes_checked += bytes;
                 if entry.table == Table::Flows.name() {
@@ -185,26 +184,12 @@ fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId
 /// Checks one segment file against its catalog entry: its size, then its bytes
 /// and footer. Returns the bytes read and, for a `packets` segment, its number of
 /// distinct addresses; or what is wrong.
-fn check_segment(entry: &CatalogEntry, path: &Path) -> Result<(u64, Option<u64>), String> {
-    let size = match std::fs::metadata(path) {
-        Ok(metadata) => metadata.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err("the file is missing".to_owned());
-        }
-        Err(e) => return Err(format!("cannot read the file: {e}")),
-    };
-    if size < entry.size_bytes {
-        return Err(format!(
-            "cut short: {size} bytes, the catalog says {}",
-            entry.size_bytes
-        ));
+fn check_segment(archive: &Archive, entry: &CatalogEntry) -> Result<(u64, Option<u64>), String> {
+    if let Some(problem) = archive.segment_file_problem(entry) {
+        return Err(problem);
     }
-    if size > entry.size_bytes {
-        return Err(format!(
-            "{size} bytes, the catalog says {}",
-            entry.size_bytes
-        ));
-    }
+    let path = &archive.segment_path(entry);
+    let size = entry.size_bytes;
     let (_, crc) = checksum_file(path).map_err(|e| e.to_string())?;
     let reader = SegmentReader::open(path).map_err(|e| e.to_string())?;
     if crc != entry.crc32 {

@@ -201,14 +201,8 @@ impl PacketSearch {
             if covered.contains_key(&entry.segment_id()) {
                 return true;
             }
-            let problem = match std::fs::metadata(self.archive.segment_path(entry)) {
-                Ok(metadata) if metadata.len() == entry.size_bytes => return true,
-                Ok(metadata) => format!(
-                    "{} bytes, the catalog says {} (cut short or overwritten)",
-                    metadata.len(),
-                    entry.size_bytes
-                ),
-                Err(error) => format!("cannot open the file: {error}"),
+            let Some(problem) = self.archive.segment_file_problem(entry) else {
+                return true;
             };
             stats.skipped.push(SkippedSegment {
                 id: entry.segment_id(),

@@ -172,20 +172,12 @@ impl SegmentTable {
             if scans.excluded.contains(&entry.segment_id()) {
                 return false;
             }
-            let path = self.archive.segment_path(entry);
-            let problem = match std::fs::metadata(&path) {
-                Ok(metadata) if metadata.len() == entry.size_bytes => {
-                    scans
-                        .scanned
-                        .insert(entry.segment_id(), (path, entry.clone()));
-                    return true;
-                }
-                Ok(metadata) => format!(
-                    "{} bytes, the catalog says {} (cut short or overwritten)",
-                    metadata.len(),
-                    entry.size_bytes
-                ),
-                Err(error) => format!("cannot open the file: {error}"),
+            let Some(problem) = self.archive.segment_file_problem(entry) else {
+                let path = self.archive.segment_path(entry);
+                scans
+                    .scanned
+                    .insert(entry.segment_id(), (path, entry.clone()));
+                return true;
             };
             scans.skip(entry, &problem);
             false

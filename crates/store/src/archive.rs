@@ -243,6 +243,29 @@ impl Archive {
         self.root.join(&entry.file)
     }
 
+    /// What is wrong with a catalogued segment's file that a `stat` shows: gone,
+    /// unreadable, or not the size it was sealed at. `None` if it looks whole
+    /// (damage inside it is for the pages' checksums, or `checksum_file`).
+    pub fn segment_file_problem(&self, entry: &CatalogEntry) -> Option<String> {
+        match fs::metadata(self.segment_path(entry)) {
+            Ok(metadata) if metadata.len() == entry.size_bytes => None,
+            Ok(metadata) if metadata.len() < entry.size_bytes => Some(format!(
+                "cut short: {} bytes, the catalog says {}",
+                metadata.len(),
+                entry.size_bytes
+            )),
+            Ok(metadata) => Some(format!(
+                "{} bytes, the catalog says {}",
+                metadata.len(),
+                entry.size_bytes
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Some("the file is missing".to_owned())
+            }
+            Err(e) => Some(format!("cannot read the file: {e}")),
+        }
+    }
+
     /// Returns the id the next segment must take.
     pub fn next_segment_id(&self) -> SegmentId {
         SegmentId(self.catalog.max_id().map_or(1, |id| id.0 + 1))
