@@ -6,7 +6,13 @@
 //! one hour per copy), ingested with the release `hindsight` binary next to this
 //! one. Each query returns a pcap; the client reads the whole body over a
 //! kept-alive connection. Medians of `--runs` (tcpdump: of 3).
-//! `cargo build --release -p hindsight -p hindsight-bench && target/release/api_bench [--packets N] [--runs N] [--work DIR]`
+//!
+//! With `--before BINARY` (an earlier build of `hindsight`), a second server of
+//! that binary answers the same queries over the same archive, in the same run,
+//! one request of each in turn: the side-by-side of two readers. Last, each
+//! server is scraped (`GET /metrics`) under `strace`, which counts the files of
+//! the archive a scrape opens.
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/api_bench [--packets N] [--runs N] [--work DIR] [--before BINARY]`
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,6 +27,7 @@ struct Args {
     packets: u64,
     runs: usize,
     work: PathBuf,
+    before: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -28,14 +35,18 @@ fn parse_args() -> Args {
         packets: 5_000_000,
         runs: 21,
         work: std::env::temp_dir().join("hindsight-bench"),
+        before: None,
     };
-    let mut flags =
-        hindsight_bench::Flags::new("api_bench", "[--packets N] [--runs N] [--work DIR]");
+    let mut flags = hindsight_bench::Flags::new(
+        "api_bench",
+        "[--packets N] [--runs N] [--work DIR] [--before BINARY]",
+    );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
             "--packets" => args.packets = flags.value(&flag),
             "--runs" => args.runs = flags.value(&flag),
             "--work" => args.work = flags.value(&flag),
+            "--before" => args.before = Some(flags.value(&flag)),
             other => flags.unknown(other),
         }
     }
@@ -107,6 +118,10 @@ fn main() {
         );
     }
     let server = Server::start(&hindsight, &archive);
+    let before = args
+        .before
+        .as_ref()
+        .map(|binary| Server::start(binary, &archive));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(300)))
         .build()
@@ -138,11 +153,10 @@ fn main() {
         args.runs
     );
     println!(
-        "| query | packets | HTTP API, ms | `hindsight query` process, ms | `tcpdump -r` scan, ms | API vs tcpdump |"
+        "| query | packets | HTTP API, ms | before: HTTP API, ms | before / now | `hindsight query` process, ms | `tcpdump -r` scan, ms | API vs tcpdump |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (name, filter, window, bpf) in queries {
-        let url = format!("{}/api/v1/query", server.base);
         // ureq percent-encodes the parameters.
         let mut params = vec![("format", "pcap"), ("filter", filter)];
         let mut cli_window: Vec<String> = Vec::new();
@@ -155,12 +169,10 @@ fn main() {
                 until.to_owned(),
             ];
         }
-        let mut samples = Vec::with_capacity(args.runs);
-        let mut body = Vec::new();
-        for _ in 0..args.runs {
+        let ask = |base: &str| {
             let started = Instant::now();
-            body = agent
-                .get(&url)
+            let body = agent
+                .get(format!("{base}/api/v1/query"))
                 .query_pairs(params.iter().copied())
                 .call()
                 .expect("query the API")
@@ -169,10 +181,28 @@ fn main() {
                 .limit(u64::MAX)
                 .read_to_vec()
                 .expect("read the answer");
-            samples.push(started.elapsed());
             assert!(body.len() >= 24, "not a pcap");
+            (started.elapsed(), body)
+        };
+        let mut samples = Vec::with_capacity(args.runs);
+        let mut samples_before = Vec::with_capacity(args.runs);
+        let mut body = Vec::new();
+        for _ in 0..args.runs {
+            let (elapsed, answer) = ask(&server.base);
+            samples.push(elapsed);
+            if let Some(before) = &before {
+                let (elapsed, answer_before) = ask(&before.base);
+                samples_before.push(elapsed);
+                assert_eq!(
+                    count_records(&answer),
+                    count_records(&answer_before),
+                    "{name}: the two servers' answers differ"
+                );
+            }
+            body = answer;
         }
         let api = median(samples);
+        let api_before = (!samples_before.is_empty()).then(|| median(samples_before));
         let process = time_command(args.runs, || {
             let mut command = Command::new(&hindsight);
             command
@@ -197,8 +227,13 @@ fn main() {
         };
         let matched = count_records(&body);
         println!(
-            "| {name} | {matched} | {:.2} | {:.2} | {} | {} |",
+            "| {name} | {matched} | {:.3} | {} | {} | {:.2} | {} | {} |",
             ms(api),
+            api_before.map_or("-".to_owned(), |t| format!("{:.3}", ms(t))),
+            api_before.map_or("-".to_owned(), |t| format!(
+                "{:.1}x",
+                t.as_secs_f64() / api.as_secs_f64()
+            )),
             ms(process),
             tcpdump.map_or("-".to_owned(), |t| format!("{:.0}", ms(t))),
             tcpdump.map_or("-".to_owned(), |t| format!(
@@ -207,6 +242,75 @@ fn main() {
             )),
         );
     }
+    println!();
+    println!("| server | `/metrics` scrape, ms | archive files opened by one scrape (strace) |");
+    println!("|---|---:|---:|");
+    for (label, server) in [("now", Some(&server)), ("before", before.as_ref())] {
+        let Some(server) = server else { continue };
+        let (opened, latency) = scrape(&agent, server, &archive, args.runs);
+        println!(
+            "| {label} | {:.3} | {} |",
+            ms(latency),
+            opened.map_or("- (no strace)".to_owned(), |n| n.to_string())
+        );
+    }
+}
+
+/// The files under `archive` that one `/metrics` scrape of `server` opens, as
+/// `strace` sees them (`None` without strace), and the scrape's latency (median
+/// of `runs`, without strace).
+fn scrape(
+    agent: &ureq::Agent,
+    server: &Server,
+    archive: &Path,
+    runs: usize,
+) -> (Option<usize>, Duration) {
+    let url = format!("{}/metrics", server.base);
+    let get = || {
+        agent
+            .get(&url)
+            .call()
+            .expect("scrape")
+            .body_mut()
+            .read_to_string()
+            .expect("read metrics")
+    };
+    let samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let started = Instant::now();
+            get();
+            started.elapsed()
+        })
+        .collect();
+    let trace = std::env::temp_dir().join(format!("api-bench-strace-{}", server.child.id()));
+    let strace = Command::new("strace")
+        .args(["-f", "-e", "trace=open,openat,openat2", "-o"])
+        .arg(&trace)
+        .args(["-p", &server.child.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn();
+    let opened = match strace {
+        Ok(mut strace) => {
+            // Attached once it says so for the first thread.
+            let stderr = strace.stderr.take().expect("stderr");
+            let mut lines = BufReader::new(stderr).lines();
+            let _ = lines.next();
+            std::thread::sleep(Duration::from_millis(300));
+            get();
+            std::thread::sleep(Duration::from_millis(300));
+            // SIGINT detaches strace.
+            let _ = Command::new("kill")
+                .args(["-INT", &strace.id().to_string()])
+                .status();
+            let _ = strace.wait();
+            let text = std::fs::read_to_string(&trace).unwrap_or_default();
+            let _ = std::fs::remove_file(&trace);
+            let root = archive.to_string_lossy().into_owned();
+            Some(text.lines().filter(|line| line.contains(&root)).count())
+        }
+        Err(_) => None,
+    };
+    (opened, median(samples))
 }
 
 /// Counts the records of a pcap answer: the records after the 24-byte header.

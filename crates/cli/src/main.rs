@@ -2,10 +2,6 @@
 //! subcommand under `cmd/`.
 
 mod cmd;
-mod config;
-mod output;
-mod serve;
-mod timearg;
 
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
@@ -49,7 +45,7 @@ enum Command {
     /// Capture live from an interface into the archive; dump pcaps around triggers.
     Record(cmd::record::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
-    Serve(serve::Args),
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,7 +75,7 @@ fn run() -> ExitCode {
         Command::Stats(args) => cmd::stats::run(args),
         Command::Check(args) => cmd::check::run(args),
         Command::Record(args) => cmd::record::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(code) => code,

@@ -577,6 +577,167 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     assert_eq!(read_capture(&archive.join("dumps").join(&name)), oracle);
 }
 
+/// Fresh to the second: while `serve` captures a replay (seal_secs = 60, a tail
+/// of 1 MiB so that segments seal early many times meanwhile), the API and the
+/// command line are asked every 500 ms for every packet up to 2 s before the
+/// question; each answer is exactly tcpdump's recording of the same interface up
+/// to that instant, in time order, whatever was sealed and what was still in
+/// memory.
+#[test]
+fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let config = work.path().join("hindsight.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "archive = {:?}\n[capture]\ninterface = \"hs-a\"\nseal_secs = 60\ntail_mib = 1\n\
+             [api]\nlisten = \"127.0.0.1:0\"\n",
+            archive.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let ns = Namespaces::new();
+    run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
+    let reference = work.path().join("tcpdump.pcap");
+    let tcpdump = Tcpdump::start(&ns, &reference);
+    let mut serve = ns
+        .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (serve_err, line) = wait_for_line(&mut serve, "listening on http://");
+    let address = line
+        .split("listening on http://")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let ask = |until: i64, out: &Path| {
+        let url = format!(
+            "http://{address}/api/v1/query?format=pcap&until={}.{:09}",
+            until / 1_000_000_000,
+            until % 1_000_000_000
+        );
+        let output = ns
+            .exec(&ns.receiver, "curl")
+            .args(["-sS", "--fail-with-body", "-o"])
+            .arg(out)
+            .arg(&url)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "curl {url}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    let mut tcpreplay = ns
+        .exec(&ns.sender, "tcpreplay")
+        .args(["-i", "hs-b", "--pps", "5000"])
+        .arg(lan_hour())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Questions every 500 ms during the replay (12.6 s) and a little after.
+    let mut answers = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(15) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let until = i64::try_from(now.as_nanos()).unwrap() - 2_000_000_000;
+        let out = work.path().join(format!("answer-{}.pcap", answers.len()));
+        ask(until, &out);
+        answers.push((until, out));
+        // The command line finds the serving process and asks it.
+        let out = work
+            .path()
+            .join(format!("answer-{}-cli.pcap", answers.len()));
+        let output = ns
+            .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+            .args(["query", "", "--archive"])
+            .arg(&archive)
+            .args([
+                "--until",
+                &format!("{}.{:09}", until / 1_000_000_000, until % 1_000_000_000),
+                "-o",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("answered by the serving process"),
+            "{stderr}"
+        );
+        answers.push((until, out));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(tcpreplay.wait().unwrap().success());
+    signal(&serve, "TERM");
+    assert!(serve.wait().unwrap().success());
+    let serve_err = serve_err.join().unwrap();
+    tcpdump.stop();
+
+    let seen = read_capture(&reference);
+    assert!(seen.len() >= read_capture(&lan_hour()).len());
+    let seals = catalog(&archive)
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .count();
+    assert!(
+        seals >= 3,
+        "{seals} packet segments: too few seals during the replay"
+    );
+    let mut nonempty = 0;
+    for (until, answer) in &answers {
+        let got = read_capture(answer);
+        assert!(
+            got.windows(2).all(|pair| pair[0].0 <= pair[1].0),
+            "the answer up to {until} is not in time order"
+        );
+        let mut got = got;
+        got.sort();
+        let mut expected: Vec<PacketKey> = seen
+            .iter()
+            .filter(|(ts, _, _)| ts < until)
+            .map(|(ts, len, data)| (*ts, *len, data[..data.len().min(128)].to_vec()))
+            .collect();
+        expected.sort();
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "the answer up to {until} has {} packets, tcpdump saw {}\n{serve_err}",
+            got.len(),
+            expected.len()
+        );
+        assert!(
+            got == expected,
+            "the answer up to {until} differs from tcpdump's"
+        );
+        nonempty += usize::from(!got.is_empty());
+    }
+    // Most questions came while packets flowed and segments sealed.
+    assert!(
+        nonempty >= 10 && nonempty * 3 >= answers.len() * 2,
+        "{nonempty} of {} answers held packets",
+        answers.len()
+    );
+    eprintln!(
+        "{} answers, {nonempty} with packets, all equal to tcpdump's; {seals} packet segments sealed",
+        answers.len()
+    );
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;

@@ -399,6 +399,20 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     wrong_method.error(405, "method not allowed");
     // The server is still well after all that.
     assert_eq!(get(&server, "/api/v1/stats", t).json()["packets"], 62_781);
+    // A scrape reads what the reader holds: it opens no file of the archive
+    // (while listing the dumps, under the archive, does: the trace sees opens).
+    let opened = files_opened_during(&server, &archive, || {
+        assert_eq!(get(&server, "/api/v1/dumps", t).status, 200);
+    });
+    assert!(!opened.is_empty(), "strace saw no open");
+    let opened = files_opened_during(&server, &archive, || {
+        assert_eq!(get(&server, "/metrics", t).status, 200);
+    });
+    assert_eq!(
+        opened,
+        Vec::<String>::new(),
+        "a /metrics scrape opened these"
+    );
     drop(server);
 
     // The time bound: a statement past `timeout_secs` gets a 504 (and is
@@ -425,6 +439,76 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
         get(&hurried, "/api/v1/stats", None).json()["packets"],
         62_781
     );
+
+    // Another writer seals segments into the archive: the server's reader
+    // reloads and the next answers count them.
+    let more = dir.path().join("more.pcap");
+    let status = Command::new("editcap")
+        .arg("-r")
+        .arg(common::lan_hour())
+        .arg(&more)
+        .arg("1-1000")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    ok(&hindsight(&[
+        "ingest",
+        "-q",
+        more.to_str().unwrap(),
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        get(&hurried, "/api/v1/stats", None).json()["packets"],
+        63_781
+    );
+    let count = |server: &Server| {
+        let sql = post(
+            server,
+            "/api/v1/sql",
+            json!({"sql": "SELECT count(*) AS n FROM packets"})
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(sql.status, 200, "{}", sql.text());
+        sql.json()["n"].as_u64().unwrap()
+    };
+    assert_eq!(count(&hurried), 63_781);
+}
+
+/// The files under `archive` that `server` opens while `work` runs, as strace
+/// sees them (scripts/setup installs strace).
+fn files_opened_during(server: &Server, archive: &Path, work: impl FnOnce()) -> Vec<String> {
+    let trace = archive.parent().unwrap().join("metrics.strace");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-e", "trace=open,openat,openat2", "-o"])
+        .arg(&trace)
+        .args(["-p", &server.child.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run strace (scripts/setup installs it)");
+    // Attached once it says so.
+    let mut attached = String::new();
+    BufReader::new(strace.stderr.take().unwrap())
+        .read_line(&mut attached)
+        .unwrap();
+    assert!(attached.contains("attached"), "strace: {attached}");
+    std::thread::sleep(Duration::from_millis(200));
+    work();
+    std::thread::sleep(Duration::from_millis(200));
+    // SIGINT detaches.
+    let status = Command::new("kill")
+        .args(["-INT", &strace.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _ = strace.wait();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let root = archive.to_str().unwrap();
+    text.lines()
+        .filter(|line| line.contains(root))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A WebDriver session of chromedriver driving headless Chromium.

@@ -215,6 +215,31 @@ pub struct ConnEntry {
 }
 
 impl ConnEntry {
+    /// The two entries the index holds for `record` once it is committed (under
+    /// its source address, then under its destination), as a scan returns them.
+    pub fn of_record(record: &FlowRecord) -> Vec<ConnEntry> {
+        let key = encode_key(record);
+        let mut value = Vec::with_capacity(16);
+        ConnSummary::of(record).encode(&mut value);
+        [key, reversed(&key)]
+            .iter()
+            .filter_map(|key| decode_entry(key, &value))
+            .collect()
+    }
+
+    /// The entry's key in the index: entries are ordered by it, and a page's
+    /// cursor is the key of its last entry.
+    pub fn key(&self) -> [u8; KEY_LEN] {
+        let mut key = [0u8; KEY_LEN];
+        key[..24].copy_from_slice(&key_prefix(self.addr, self.ts_ns));
+        key[24..40].copy_from_slice(&self.peer.0);
+        key[40..42].copy_from_slice(&self.port.to_be_bytes());
+        key[42..44].copy_from_slice(&self.peer_port.to_be_bytes());
+        key[44] = self.proto;
+        key[45] = if self.reverse { FLAG_REVERSE } else { 0 };
+        key
+    }
+
     /// Returns (originator, originator port, responder, responder port).
     pub fn oriented(&self) -> (Addr16, u16, Addr16, u16) {
         if self.reverse {
@@ -513,6 +538,11 @@ impl ConnectionIndex {
         };
         index.load_state()?;
         Ok(index)
+    }
+
+    /// The index's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Opens the index in `dir` read-only; `None` if there is none yet.

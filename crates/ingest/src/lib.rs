@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod error;
+pub mod settings;
 mod sink;
 
 use std::path::Path;
@@ -33,7 +34,7 @@ use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord, SegmentId};
 use hindsight_store::flows::flow_records;
 use hindsight_store::schema::{MAX_BATCH_DATA_BYTES, PacketBatchBuilder};
 use hindsight_store::{
-    Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, StoreError, Table,
+    Archive, CatalogEntry, RecoveryReport, SegmentOptions, SegmentReader, StoreError, Table, Tail,
 };
 
 pub use crate::error::IngestError;
@@ -62,6 +63,10 @@ pub struct IngestOptions {
     pub expiry: Expiry,
     /// Bounds of the packets table on disk.
     pub retention: Retention,
+    /// Keep the unsealed rows in memory for readers in this process (a live
+    /// recorder), up to about this many bytes of packet batches, past which the
+    /// open segment seals early; 0 keeps none ([`Ingestor::tail`]).
+    pub tail_bytes: usize,
 }
 
 /// Bounds of the `packets` table on disk, applied after every seal: the segments
@@ -87,6 +92,7 @@ impl Default for IngestOptions {
             flows_from_packets: true,
             expiry: Expiry::OFF,
             retention: Retention::default(),
+            tail_bytes: 0,
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct Ingestor {
     connections: Arc<ConnectionIndex>,
     /// Runs expiration of the connection index while ingest runs.
     maintenance: Option<Maintenance>,
+    /// The unsealed rows, if kept.
+    tail: Option<Arc<Tail>>,
 }
 
 /// Ended flows handed to the sink at once.
@@ -300,18 +308,21 @@ impl Ingestor {
                 eprintln!("hindsight: connection index expiration: {error}");
             })
         });
+        let tail = (options.tail_bytes > 0).then(|| Tail::new(options.tail_bytes));
         let sink = SegmentSink::start(
             archive,
             index,
             Arc::clone(&connections),
             options.segment.clone(),
             options.retention,
+            tail.clone(),
         );
         let ingestor = Self {
             flow_table: FlowTable::new(options.flows),
             flow_out: Vec::new(),
             connections,
             maintenance,
+            tail,
             builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
             options,
             sink,
@@ -411,6 +422,18 @@ impl Ingestor {
     fn segment_started(&mut self) {
         self.partition_end = None;
         self.segment_rows = 0;
+    }
+
+    /// Hands what is buffered (the packets of an unfinished batch, ended
+    /// connections) to the sink without sealing: with a tail, readers in this
+    /// process see them once the sink has taken them.
+    pub fn publish(&mut self) -> Result<(), IngestError> {
+        self.flush_batch()
+    }
+
+    /// The unsealed rows, if this ingestor keeps them (`tail_bytes`).
+    pub fn tail(&self) -> Option<Arc<Tail>> {
+        self.tail.clone()
     }
 
     /// Seals the open segment: everything pushed so far becomes durable and queryable.

@@ -16,7 +16,9 @@ use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::{FlowRecord, SegmentId};
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::flows::FlowBatchBuilder;
-use hindsight_store::{Archive, CatalogEntry, SegmentOptions, SegmentReader, SegmentWriter, Table};
+use hindsight_store::{
+    Archive, CatalogEntry, SegmentOptions, SegmentReader, SegmentWriter, Table, Tail,
+};
 
 use crate::Retention;
 use crate::error::IngestError;
@@ -66,6 +68,7 @@ impl SegmentSink {
         connections: Arc<ConnectionIndex>,
         options: SegmentOptions,
         retention: Retention,
+        tail: Option<Arc<Tail>>,
     ) -> Self {
         let (commands, receiver) = bounded(CHANNEL_BATCHES);
         let thread = std::thread::Builder::new()
@@ -74,8 +77,14 @@ impl SegmentSink {
                 let indexes = Indexes {
                     addresses: index,
                     connections,
+                    tail,
                 };
-                run(archive, &indexes, &options, retention, &receiver)
+                let result = run(archive, &indexes, &options, retention, &receiver);
+                if let Some(tail) = &indexes.tail {
+                    // What was not sealed is not in the archive.
+                    tail.clear();
+                }
+                result
             })
             .ok();
         Self {
@@ -152,6 +161,20 @@ impl SegmentSink {
 struct Indexes {
     addresses: AddressIndex,
     connections: Arc<ConnectionIndex>,
+    /// The unsealed rows, for readers in this process (live capture).
+    tail: Option<Arc<Tail>>,
+}
+
+impl Indexes {
+    /// Commits the staged connection entries (all of flows segments up to
+    /// `mark`); their records leave the tail.
+    fn commit(&self, mark: Option<SegmentId>) -> Result<(), IngestError> {
+        self.connections.commit(mark)?;
+        if let (Some(tail), Some(mark)) = (&self.tail, mark) {
+            tail.committed(mark);
+        }
+        Ok(())
+    }
 }
 
 /// An open segment of one table.
@@ -200,9 +223,17 @@ fn run(
     for command in commands {
         match command {
             Command::Write(batch) => {
-                packets
-                    .writer(&archive, &mut next_id, options)?
-                    .write(&batch)?;
+                let writer = packets.writer(&archive, &mut next_id, options)?;
+                writer.write(&batch)?;
+                if let Some(tail) = &indexes.tail {
+                    tail.push_packets(writer.id(), batch);
+                    if tail.is_full() {
+                        // Memory is bounded: the segment seals early.
+                        if let Some(writer) = packets.writer.take() {
+                            seal(writer, &mut archive, indexes, &mut report, &mut last_flows)?;
+                        }
+                    }
+                }
             }
             Command::Flows(records) => {
                 indexes.connections.stage(&records);
@@ -214,16 +245,18 @@ fn run(
                 for i in order {
                     flow_batch.append(&records[i as usize]);
                 }
-                flows
-                    .writer(&archive, &mut next_id, options)?
-                    .write(&flow_batch.finish())?;
+                let writer = flows.writer(&archive, &mut next_id, options)?;
+                writer.write(&flow_batch.finish())?;
+                if let Some(tail) = &indexes.tail {
+                    tail.push_flows(writer.id(), records.into());
+                }
                 if indexes.connections.staged_bytes() >= STAGED_MAX_BYTES {
                     // Memory is bounded: the flows segment is sealed early, so
                     // that every staged entry is of a sealed segment.
                     if let Some(writer) = flows.writer.take() {
                         seal(writer, &mut archive, indexes, &mut report, &mut last_flows)?;
                     }
-                    indexes.connections.commit(last_flows)?;
+                    indexes.commit(last_flows)?;
                 }
             }
             Command::Seal(ack) => {
@@ -243,7 +276,7 @@ fn run(
                 let result = result
                     .and_then(|()| {
                         if commit {
-                            indexes.connections.commit(last_flows)?;
+                            indexes.commit(last_flows)?;
                         }
                         Ok(())
                     })
@@ -300,6 +333,10 @@ fn seal(
         indexes
             .addresses
             .add_segment(sealed.id, &sealed.addresses, &sealed.covered)?;
+        // In the catalog and indexed: readers find it on disk from now on.
+        if let Some(tail) = &indexes.tail {
+            tail.sealed(sealed.id);
+        }
     }
     if sealed.table == Table::Flows {
         *last_flows = Some(sealed.id);

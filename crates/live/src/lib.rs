@@ -48,6 +48,18 @@ pub enum LiveError {
     /// A dump failed.
     #[error(transparent)]
     Trigger(#[from] TriggerError),
+    /// The archive's `config.toml` is not valid.
+    #[error(transparent)]
+    Settings(#[from] hindsight_ingest::settings::SettingsError),
+    /// The dump directory could not be created.
+    #[error("cannot create the dump directory {}: {source}", dir.display())]
+    DumpDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A trigger: when a packet matches `filter`, dump the packets of
@@ -92,6 +104,9 @@ pub struct RecordConfig {
     pub ring: RingConfig,
     /// Seal the archive's open segment this often.
     pub seal_every: Duration,
+    /// Keep the unsealed rows in memory, up to about this many bytes of packet
+    /// batches, for readers in this process ([`Recorder::tail`]); 0 keeps none.
+    pub tail_bytes: usize,
     /// The trigger, if any.
     pub trigger: Option<TriggerConfig>,
     /// The dumps of triggers and of [`Dumper`] requests.
@@ -172,6 +187,7 @@ pub struct Recorder {
     link_type: LinkType,
     counters: Arc<LiveCounters>,
     dumper: Dumper,
+    tail: Option<Arc<hindsight_store::Tail>>,
     capture: Vec<JoinHandle<Result<CaptureCounts, LiveError>>>,
     archiver: Option<JoinHandle<Result<(u64, u64), LiveError>>>,
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
@@ -197,6 +213,34 @@ const POLL_MS: i32 = 50;
 const KERNEL_STATS_EVERY: Duration = Duration::from_secs(1);
 
 impl Recorder {
+    /// Opens the archive at `root` for live ingest under its own bounds
+    /// (`ARCHIVE/config.toml`: expiry, retention), creates the dump directory when
+    /// `with_dumps`, and starts recording (`record` and `serve`). Returns what
+    /// opening the archive repaired.
+    pub fn open(
+        root: &std::path::Path,
+        config: RecordConfig,
+        with_dumps: bool,
+    ) -> Result<(Self, hindsight_ingest::OpenReport), LiveError> {
+        let settings = hindsight_ingest::settings::archive_settings(root, None)?;
+        let options = hindsight_ingest::IngestOptions {
+            expiry: settings.expiry,
+            retention: settings.retention,
+            tail_bytes: config.tail_bytes,
+            ..hindsight_ingest::IngestOptions::default()
+        };
+        let (ingestor, opened) = Ingestor::open(root, options)?;
+        // After the archive is opened: a new archive must start as an empty directory.
+        if with_dumps {
+            let dir = &config.dumps.dir;
+            std::fs::create_dir_all(dir).map_err(|source| LiveError::DumpDir {
+                dir: dir.clone(),
+                source,
+            })?;
+        }
+        Ok((Self::start(config, ingestor)?, opened))
+    }
+
     /// Opens the interface and starts the capture, archiver and analyzer threads.
     /// The interface is open and capturing when this returns.
     pub fn start(config: RecordConfig, ingestor: Ingestor) -> Result<Self, LiveError> {
@@ -230,6 +274,7 @@ impl Recorder {
             counters: Arc::clone(&counters),
         };
 
+        let tail = ingestor.tail();
         // Readers first, so that they see the first chunk.
         let archiver = {
             let cursor = ring.cursor_at_oldest();
@@ -272,6 +317,7 @@ impl Recorder {
             link_type,
             counters,
             dumper,
+            tail,
             capture: capture_threads,
             archiver: Some(archiver),
             analyzer,
@@ -296,6 +342,11 @@ impl Recorder {
     /// A handle that dumps windows of the ring on request (`POST /api/v1/triggers`).
     pub fn dumper(&self) -> Dumper {
         self.dumper.clone()
+    }
+
+    /// The archive's unsealed rows, if the recording keeps them (`tail_bytes`).
+    pub fn tail(&self) -> Option<Arc<hindsight_store::Tail>> {
+        self.tail.clone()
     }
 
     /// Stops capturing, lets the archiver and the analyzer finish what the ring
@@ -525,6 +576,11 @@ fn join<T: Default>(handle: Option<JoinHandle<Result<T, LiveError>>>) -> Result<
     }
 }
 
+/// How often the archiver hands what it has buffered to the archive's tail,
+/// where readers in this process see it: half the freshness a reader promises
+/// (2 s), the rest for the reader.
+const PUBLISH_EVERY: Duration = Duration::from_millis(500);
+
 /// The archiver: every packet of every chunk into the archive, sealed on a clock.
 fn archive(
     mut cursor: hindsight_ring::Cursor,
@@ -535,6 +591,8 @@ fn archive(
 ) -> Result<(u64, u64), LiveError> {
     let mut archived = 0u64;
     let mut last_seal = Instant::now();
+    let mut last_publish = Instant::now();
+    let publish = ingestor.tail().is_some();
     let mut skipped = 0;
     loop {
         match cursor.next(Duration::from_millis(200)) {
@@ -563,6 +621,10 @@ fn archive(
             ingestor.seal()?;
             add(&counters.seals, 1);
             last_seal = Instant::now();
+            last_publish = last_seal;
+        } else if publish && last_publish.elapsed() >= PUBLISH_EVERY {
+            ingestor.publish()?;
+            last_publish = Instant::now();
         }
     }
     ingestor.finish()?;

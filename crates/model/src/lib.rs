@@ -145,6 +145,45 @@ impl Addr16 {
     }
 }
 
+/// The lowest and highest address of a network written `ADDR` or `ADDR/PREFIX`
+/// (`10.1.2.3`, `10.1.2.0/24`, `2001:db8::/32`), inclusive: the address ranges the
+/// indexes are scanned by. Host bits under the prefix are ignored, as tcpdump's
+/// `net` does.
+pub fn network_range(text: &str) -> Result<(Addr16, Addr16), String> {
+    let text = text.trim();
+    let (addr, prefix) = match text.split_once('/') {
+        Some((addr, prefix)) => (addr, Some(prefix)),
+        None => (text, None),
+    };
+    let ip: IpAddr = addr
+        .parse()
+        .map_err(|_| format!("{text:?} is not an IPv4 or IPv6 address or network"))?;
+    let family_bits = if ip.is_ipv4() { 32 } else { 128 };
+    let bits = match prefix {
+        None => family_bits,
+        Some(prefix) => prefix
+            .parse::<u32>()
+            .ok()
+            .filter(|&bits| bits <= family_bits)
+            .ok_or_else(|| {
+                format!("{text:?}: the prefix length must be a number from 0 to {family_bits}")
+            })?,
+    };
+    let value = u128::from_be_bytes(Addr16::from(ip).0);
+    // The host bits of the 128-bit form: an IPv4 prefix counts from bit 96.
+    let host_bits = family_bits - bits;
+    let host_mask = if host_bits == 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
+    let low = value & !host_mask;
+    Ok((
+        Addr16(low.to_be_bytes()),
+        Addr16((low | host_mask).to_be_bytes()),
+    ))
+}
+
 impl From<IpAddr> for Addr16 {
     fn from(ip: IpAddr) -> Self {
         match ip {
@@ -545,6 +584,38 @@ pub struct PacketRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn networks_are_address_ranges() {
+        let ip = |text: &str| Addr16::from(text.parse::<IpAddr>().unwrap());
+        assert_eq!(
+            network_range("10.1.2.3").unwrap(),
+            (ip("10.1.2.3"), ip("10.1.2.3"))
+        );
+        assert_eq!(
+            network_range("10.1.2.77/24").unwrap(),
+            (ip("10.1.2.0"), ip("10.1.2.255"))
+        );
+        assert_eq!(
+            network_range("0.0.0.0/0").unwrap(),
+            (ip("0.0.0.0"), ip("255.255.255.255"))
+        );
+        assert_eq!(
+            network_range("2001:db8::1/32").unwrap(),
+            (
+                ip("2001:db8::"),
+                ip("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff")
+            )
+        );
+        assert_eq!(
+            network_range("::/0").unwrap(),
+            (Addr16([0; 16]), Addr16([0xff; 16]))
+        );
+        for bad in ["10.1.2", "10.1.2.3/33", "::1/129", "10.0.0.0/x", "", "host"] {
+            let error = network_range(bad).unwrap_err();
+            assert!(error.contains(bad), "{error}");
+        }
+    }
 
     #[test]
     fn addresses_order_as_their_bytes() {

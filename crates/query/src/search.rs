@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 
 use hindsight_index::AddressIndex;
 use hindsight_model::{
@@ -113,8 +113,8 @@ pub struct SearchPlan {
 /// An archive opened for packet queries.
 #[derive(Debug)]
 pub struct PacketSearch {
-    archive: Archive,
-    index: Option<AddressIndex>,
+    archive: Arc<Archive>,
+    index: Option<Arc<AddressIndex>>,
 }
 
 /// What a capture file needs of a record besides its bytes.
@@ -160,7 +160,13 @@ impl PacketSearch {
     pub fn open(root: &Path) -> Result<Self, QueryError> {
         let archive = Archive::open_reader(root)?;
         let index = AddressIndex::open_read_only(&archive.index_dir())?;
-        Ok(Self { archive, index })
+        Ok(Self::new(Arc::new(archive), index.map(Arc::new)))
+    }
+
+    /// A search over an archive and its address index already open (shared with
+    /// the other readers of a long-lived reader).
+    pub fn new(archive: Arc<Archive>, index: Option<Arc<AddressIndex>>) -> Self {
+        Self { archive, index }
     }
 
     /// Returns the archive.
@@ -344,6 +350,40 @@ impl PacketSearch {
             })
         })?;
         Ok(stats)
+    }
+}
+
+impl PacketSearch {
+    /// Hands the matching rows of in-memory batches of the packets schema (an
+    /// archive's unsealed tail) to `visit`, after a plan's segments: the same
+    /// filter, window and row limit, with `stats` carried on from the segments.
+    pub fn execute_batches(
+        &self,
+        request: &SearchRequest,
+        batches: &[(SegmentId, RecordBatch)],
+        stats: &mut SearchStats,
+        visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
+    ) -> Result<(), QueryError> {
+        let limit = request.limit.unwrap_or(u64::MAX);
+        if stats.rows_matched >= limit {
+            return Ok(());
+        }
+        let mut visitor = Visitor {
+            request,
+            visit,
+            stats,
+            limit,
+            segment: SegmentId(0),
+            frame: Vec::new(),
+        };
+        for (id, batch) in batches {
+            visitor.segment = *id;
+            visitor.stats.rows_read += batch.num_rows() as u64;
+            if !visitor.item(SegmentItem::Batch(batch.clone()))? {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -14,7 +14,6 @@
 //! TimescaleDB users know. `docs/sql.md` is the user's reference.
 
 mod functions;
-mod output;
 mod policy;
 mod prune;
 mod table;
@@ -25,13 +24,14 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::DataFusionError;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
-pub use crate::output::OutputFormat;
 use crate::table::SegmentTable;
+pub use hindsight_output::Format;
 
 /// Errors of a SQL session.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +73,9 @@ pub enum SqlError {
     /// Formatting the result failed.
     #[error("cannot format the result")]
     Format(#[from] datafusion::arrow::error::ArrowError),
+    /// The result could not be written in the format asked for.
+    #[error(transparent)]
+    Rows(#[from] hindsight_output::rows::RowsError),
     /// The async runtime could not start.
     #[error("cannot start the query runtime")]
     Runtime(#[source] std::io::Error),
@@ -87,10 +90,32 @@ pub struct Limits {
     pub timeout: Option<std::time::Duration>,
 }
 
+/// Rows not yet in a sealed segment (a live writer's tail), which the tables
+/// hold besides their segments.
+#[derive(Debug, Default)]
+pub struct Unsealed {
+    /// Batches of the `packets` schema.
+    pub packets: Vec<RecordBatch>,
+    /// Connection records.
+    pub flows: Vec<hindsight_model::FlowRecord>,
+}
+
+/// The runtime of a session's statements: two workers, as the machine's cores.
+fn runtime() -> Result<tokio::runtime::Runtime, SqlError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sql")
+        .enable_time()
+        .build()
+        .map_err(SqlError::Runtime)
+}
+
 /// An archive opened for SQL.
 pub struct SqlSession {
     context: SessionContext,
-    runtime: tokio::runtime::Runtime,
+    /// Its own, not shared: a statement cancelled at its deadline computes on
+    /// until it next yields, and must not hold up the next session's.
+    runtime: Option<tokio::runtime::Runtime>,
     /// Whether statements other than queries may run ([`Self::allow_writes`]).
     writes: bool,
     /// Segments the scans read and skipped, and the catalog's unreadable lines.
@@ -104,11 +129,47 @@ impl std::fmt::Debug for SqlSession {
     }
 }
 
+impl Drop for SqlSession {
+    fn drop(&mut self) {
+        // Whatever a cancelled statement still computes finishes on its own
+        // threads; the caller goes on.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 impl SqlSession {
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.runtime
+            .as_ref()
+            .expect("the runtime is taken only when the session drops")
+    }
+
     /// Opens the archive at `root` read-only and registers the `packets` and
     /// `flows` tables.
     pub fn open(root: &Path) -> Result<Self, SqlError> {
         let archive = Archive::open_reader(root)?;
+        let index = AddressIndex::open_read_only(&archive.index_dir())?;
+        Self::over(
+            Arc::new(archive),
+            index.map(Arc::new),
+            None,
+            Unsealed::default(),
+        )
+    }
+
+    /// A session over an archive and address index already open, running on
+    /// (shared with the other readers of a long-lived reader), with at most
+    /// `memory_bytes` of memory for its operators (sorts, joins, aggregations)
+    /// if given: a statement that needs more fails with a clear error.
+    /// `unsealed` rows (a live writer's tail) are in the tables too.
+    pub fn over(
+        archive: Arc<Archive>,
+        index: Option<Arc<AddressIndex>>,
+        memory_bytes: Option<usize>,
+        unsealed: Unsealed,
+    ) -> Result<Self, SqlError> {
         let catalog_damage = archive
             .catalog_damage()
             .iter()
@@ -122,7 +183,6 @@ impl SqlSession {
             })
             .collect();
         let scans = table::Scans::default();
-        let index = AddressIndex::open_read_only(&archive.index_dir())?;
         let mut config = SessionConfig::new()
             .with_target_partitions(2)
             .with_information_schema(true);
@@ -131,30 +191,40 @@ impl SqlSession {
         parquet.reorder_filters = true;
         parquet.bloom_filter_on_read = true;
         parquet.enable_page_index = true;
-        let context = SessionContext::new_with_config(config);
+        let mut environment = RuntimeEnvBuilder::new();
+        if let Some(bytes) = memory_bytes {
+            environment = environment.with_memory_limit(bytes, 1.0);
+        }
+        let context = SessionContext::new_with_config_rt(config, environment.build_arc()?);
         functions::register(&context);
         context.register_table(
             "packets",
-            Arc::new(SegmentTable::new(
-                archive,
-                Table::Packets,
-                index,
-                Arc::clone(&scans),
-            )),
+            Arc::new(
+                SegmentTable::new(
+                    Arc::clone(&archive),
+                    Table::Packets,
+                    index,
+                    Arc::clone(&scans),
+                )
+                .with_unsealed(unsealed.packets),
+            ),
         )?;
+        let flows = if unsealed.flows.is_empty() {
+            Vec::new()
+        } else {
+            let mut builder = hindsight_store::flows::FlowBatchBuilder::new();
+            for record in &unsealed.flows {
+                builder.append(record);
+            }
+            vec![builder.finish()]
+        };
         context.register_table(
             "flows",
-            table::flows_table(Archive::open_reader(root)?, Arc::clone(&scans))?,
+            table::flows_table(archive, Arc::clone(&scans), flows)?,
         )?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("sql")
-            .enable_time()
-            .build()
-            .map_err(SqlError::Runtime)?;
         Ok(Self {
             context,
-            runtime,
+            runtime: Some(runtime()?),
             writes: false,
             scans,
             catalog_damage,
@@ -215,7 +285,7 @@ impl SqlSession {
     pub fn run(
         &self,
         sql: &str,
-        format: OutputFormat,
+        format: Format,
         out: &mut dyn Write,
         limits: &Limits,
     ) -> Result<u64, SqlError> {
@@ -223,13 +293,13 @@ impl SqlSession {
             Some(timeout) => self.collect_within(sql, limits.max_rows, timeout)?,
             None => self.collect(sql, limits.max_rows)?,
         };
-        output::write(&batches, format, out)?;
+        hindsight_output::rows::write(&batches, format, out)?;
         Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
     }
 
     /// Runs `sql` and returns its result, failing once it exceeds `max_rows`.
     pub fn collect(&self, sql: &str, max_rows: Option<u64>) -> Result<Vec<RecordBatch>, SqlError> {
-        self.runtime.block_on(collect_async(
+        self.runtime().block_on(collect_async(
             &self.context,
             sql,
             max_rows,
@@ -254,7 +324,7 @@ impl SqlSession {
         let writes = self.writes;
         let scans = Arc::clone(&self.scans);
         let (done, result) = std::sync::mpsc::sync_channel(1);
-        let task = self.runtime.spawn(async move {
+        let task = self.runtime().spawn(async move {
             let _ = done.send(collect_async(&context, &sql, max_rows, writes, &scans).await);
         });
         match result.recv_timeout(timeout) {

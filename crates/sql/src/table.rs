@@ -10,9 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::catalog::view::ViewTable;
+use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -22,6 +24,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
 use datafusion::prelude::col;
 use hindsight_index::AddressIndex;
 use hindsight_model::SegmentId;
@@ -36,8 +39,12 @@ use crate::{functions, prune};
 /// segments computes it (`docs/formats/segment.md`). Conditions on the other
 /// columns still prune segments, row groups and pages; a condition on `uid` is
 /// evaluated on the rows read.
-pub fn flows_table(archive: Archive, scans: Scans) -> Result<Arc<dyn TableProvider>> {
-    let segments = SegmentTable::new(archive, Table::Flows, None, scans);
+pub fn flows_table(
+    archive: Arc<Archive>,
+    scans: Scans,
+    unsealed: Vec<RecordBatch>,
+) -> Result<Arc<dyn TableProvider>> {
+    let segments = SegmentTable::new(archive, Table::Flows, None, scans).with_unsealed(unsealed);
     let udf = Arc::new(functions::flow_uid());
     let columns: Vec<Expr> = segments
         .schema
@@ -119,18 +126,25 @@ pub fn exclude_damaged(scans: &Scans) -> usize {
 /// One table of one archive.
 #[derive(Debug)]
 pub struct SegmentTable {
-    archive: Archive,
+    archive: Arc<Archive>,
     table: Table,
     /// Address postings (packet segments only).
-    index: Option<AddressIndex>,
+    index: Option<Arc<AddressIndex>>,
     schema: SchemaRef,
     scans: Scans,
+    /// Rows not yet in a segment (a live writer's tail), scanned after them.
+    unsealed: Vec<RecordBatch>,
 }
 
 impl SegmentTable {
     /// Creates `table` over the archive's catalogued segments; `index` prunes
     /// `packets` scans by address.
-    pub fn new(archive: Archive, table: Table, index: Option<AddressIndex>, scans: Scans) -> Self {
+    pub fn new(
+        archive: Arc<Archive>,
+        table: Table,
+        index: Option<Arc<AddressIndex>>,
+        scans: Scans,
+    ) -> Self {
         let index = index.filter(|_| table == Table::Packets);
         Self {
             archive,
@@ -138,7 +152,14 @@ impl SegmentTable {
             index,
             schema: table.schema(),
             scans,
+            unsealed: Vec::new(),
         }
+    }
+
+    /// The table with `batches` (of its schema) besides its segments.
+    pub fn with_unsealed(mut self, batches: Vec<RecordBatch>) -> Self {
+        self.unsealed = batches;
+        self
     }
 
     /// The segments a scan with `filters` must read.
@@ -205,6 +226,28 @@ impl TableProvider for SegmentTable {
     }
 
     async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let sealed = self
+            .scan_segments(state, projection, filters, limit)
+            .await?;
+        if self.unsealed.is_empty() {
+            return Ok(sealed);
+        }
+        let memory = MemTable::try_new(Arc::clone(&self.schema), vec![self.unsealed.clone()])?
+            .scan(state, projection, filters, limit)
+            .await?;
+        UnionExec::try_new(vec![sealed, memory])
+    }
+}
+
+impl SegmentTable {
+    /// The scan of the segments a statement's filters leave.
+    async fn scan_segments(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,

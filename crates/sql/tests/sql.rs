@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use hindsight_capture::CaptureReader;
 use hindsight_ingest::{IngestOptions, Ingestor};
-use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
+use hindsight_sql::{Format, Limits, SqlError, SqlSession};
 
 fn lan_hour() -> PathBuf {
     let path =
@@ -42,7 +42,7 @@ fn query(sql: &str) -> String {
     let session = SqlSession::open(archive()).unwrap();
     let mut out = Vec::new();
     session
-        .run(sql, OutputFormat::Csv, &mut out, &Limits::default())
+        .run(sql, Format::Csv, &mut out, &Limits::default())
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     String::from_utf8(out).unwrap()
 }
@@ -172,12 +172,12 @@ fn output_formats_print_addresses_as_text() {
     let session = SqlSession::open(archive()).unwrap();
     let sql = "SELECT src_addr, eth_src FROM packets WHERE src_addr = ip('10.64.88.105') LIMIT 1";
     for (format, expected) in [
-        (OutputFormat::Csv, "src_addr,eth_src\n10.64.88.105,"),
+        (Format::Csv, "src_addr,eth_src\n10.64.88.105,"),
         (
-            OutputFormat::Jsonl,
+            Format::Jsonl,
             "{\"src_addr\":\"10.64.88.105\",\"eth_src\":\"",
         ),
-        (OutputFormat::Table, "| 10.64.88.105 |"),
+        (Format::Table, "| 10.64.88.105 |"),
     ] {
         let mut out = Vec::new();
         session
@@ -185,7 +185,7 @@ fn output_formats_print_addresses_as_text() {
             .unwrap();
         let text = String::from_utf8(out).unwrap();
         let found = match format {
-            OutputFormat::Table => text.contains(expected),
+            Format::Table => text.contains(expected),
             _ => text.starts_with(expected),
         };
         assert!(found, "{format:?}: {text}");
@@ -199,7 +199,7 @@ fn errors_are_clear() {
     let error = session
         .run(
             "SELECT nope FROM packets",
-            OutputFormat::Csv,
+            Format::Csv,
             &mut out,
             &Limits::default(),
         )
@@ -208,7 +208,7 @@ fn errors_are_clear() {
     let error = session
         .run(
             "SELECT ip('not-an-address')",
-            OutputFormat::Csv,
+            Format::Csv,
             &mut out,
             &Limits::default(),
         )
@@ -219,12 +219,7 @@ fn errors_are_clear() {
         timeout: None,
     };
     let error = session
-        .run(
-            "SELECT ts FROM packets",
-            OutputFormat::Csv,
-            &mut out,
-            &limits,
-        )
+        .run("SELECT ts FROM packets", Format::Csv, &mut out, &limits)
         .unwrap_err();
     assert!(
         matches!(error, SqlError::TooManyRows { max_rows: 10 }),

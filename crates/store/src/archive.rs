@@ -452,3 +452,54 @@ fn now_nanos() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
+
+/// The file naming the `serve` process that captures into the archive: its
+/// unsealed tail is in that process's memory, so the command-line tools ask it
+/// (through its API) to answer with the tail, instead of reading the sealed
+/// segments alone.
+pub const SERVING_FILE: &str = "serving.json";
+
+/// What [`SERVING_FILE`] says.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Serving {
+    /// The process.
+    pub pid: u32,
+    /// Where its API answers (`http://127.0.0.1:8080`).
+    pub url: String,
+}
+
+impl Serving {
+    /// Writes the file of the archive at `root` (whole or not at all).
+    pub fn write(&self, root: &Path) -> std::io::Result<()> {
+        let path = root.join(SERVING_FILE);
+        let temp = root.join(format!("{SERVING_FILE}{TEMP_SUFFIX}"));
+        fs::write(
+            &temp,
+            serde_json::to_vec(self).map_err(std::io::Error::other)?,
+        )?;
+        fs::rename(&temp, &path)
+    }
+
+    /// The serving process of the archive at `root`, if the file names one that
+    /// runs (a process that died leaves the file behind).
+    pub fn find(root: &Path) -> Option<Self> {
+        let text = fs::read(root.join(SERVING_FILE)).ok()?;
+        let serving: Self = serde_json::from_slice(&text).ok()?;
+        Path::new("/proc")
+            .join(serving.pid.to_string())
+            .exists()
+            .then_some(serving)
+    }
+
+    /// Removes the file if it still names this process.
+    pub fn remove(root: &Path) {
+        let path = root.join(SERVING_FILE);
+        let ours = fs::read(&path)
+            .ok()
+            .and_then(|text| serde_json::from_slice::<Self>(&text).ok())
+            .is_some_and(|serving| serving.pid == std::process::id());
+        if ours {
+            let _ = fs::remove_file(path);
+        }
+    }
+}

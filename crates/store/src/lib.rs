@@ -17,6 +17,7 @@ pub mod flows;
 pub mod schema;
 pub mod segment;
 mod table;
+pub mod tail;
 
 pub use archive::{Archive, RecoveryReport};
 pub use catalog::{Catalog, CatalogDamage, CatalogEntry};
@@ -24,3 +25,4 @@ pub use error::{Result, StoreError};
 pub use segment::reader::{Damage, SegmentReader, TimeRange};
 pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};
 pub use table::Table;
+pub use tail::{Tail, TailView};

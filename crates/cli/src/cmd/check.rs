@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use hindsight_ingest::check::{CheckReport, check, repair};
 
-use super::human_bytes;
 use crate::ArchiveArg;
+use hindsight_output::human_bytes;
 
 /// Arguments of `hindsight check`.
 #[derive(Debug, clap::Args)]

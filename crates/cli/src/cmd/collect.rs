@@ -53,7 +53,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .context("cannot install the signal handlers")?;
     }
     let options = IngestOptions {
-        expiry: crate::config::archive_expiry(&args.archive.archive, args.keep_connections)?,
+        expiry: hindsight_ingest::settings::archive_expiry(
+            &args.archive.archive,
+            args.keep_connections,
+        )?,
         ..IngestOptions::default()
     };
     let root = &args.archive.archive;

@@ -10,8 +10,8 @@ use hindsight_model::DecodeStatus;
 use hindsight_store::{SegmentOptions, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{human_bytes, human_rate};
 use crate::ArchiveArg;
+use hindsight_output::{human_bytes, human_rate};
 
 /// Arguments of `hindsight ingest`.
 #[derive(Debug, clap::Args)]
@@ -72,7 +72,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.segment_packets > 0,
         "--segment-packets must be positive"
     );
-    let settings = crate::config::archive_settings(&args.archive.archive, args.keep_connections)?;
+    let settings =
+        hindsight_ingest::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
     let options = IngestOptions {
         snaplen: args.snaplen,
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),

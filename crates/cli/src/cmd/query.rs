@@ -7,15 +7,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use hindsight_output::packets::packet_sink;
+use hindsight_output::time::time_range;
+use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest, SearchStats};
+use hindsight_store::archive::Serving;
 
 use crate::ArchiveArg;
-
-/// Snap length written in exported pcap headers: the largest tcpdump uses.
-const PCAP_SNAPLEN: u32 = 262_144;
-use crate::output::{PacketFormat, packet_sink};
-use crate::timearg::time_range;
 
 /// Arguments of `hindsight query`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +29,7 @@ pub struct Args {
     window: WindowArgs,
     /// Output format; default: pcap or pcapng when -o names a .pcap or .pcapng file, else table.
     #[arg(long, short = 'F', value_enum)]
-    format: Option<PacketFormat>,
+    format: Option<Format>,
     /// Write to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -47,6 +46,10 @@ pub struct Args {
     /// incomplete, instead of answering from the rest with a warning.
     #[arg(long)]
     strict: bool,
+    /// Read the sealed segments here, even when a `serve` captures into the
+    /// archive (by default its API answers, with the packets not yet sealed).
+    #[arg(long)]
+    sealed_only: bool,
 }
 
 /// The time window of a query.
@@ -79,22 +82,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let filter =
         Filter::parse(&args.filter).map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
     let time = args.window.range()?;
-    let format = args.format.unwrap_or_else(|| {
-        let extension = args.output.as_ref().and_then(|p| p.extension());
-        match extension
-            .and_then(|ext| ext.to_str())
-            .map(str::to_ascii_lowercase)
-            .as_deref()
-        {
-            Some("pcap" | "cap") => PacketFormat::Pcap,
-            Some("pcapng" | "ntar") => PacketFormat::Pcapng,
-            _ => PacketFormat::Table,
-        }
-    });
+    let format = output_format(args.format, args.output.as_deref(), Answer::Packets)?;
     if format.is_capture() && args.output.is_none() && io::stdout().is_terminal() {
         anyhow::bail!("refusing to write a capture file to a terminal: use -o FILE or a pipe");
     }
     let root = &args.archive.archive;
+    if !args.sealed_only
+        && !args.explain
+        && let Some(serving) = Serving::find(root)
+    {
+        match ask(&serving, &args, format) {
+            Ok(response) => return answer_of(&serving, response, &args),
+            Err(error) => eprintln!(
+                "hindsight: the serving process at {} did not answer ({error:#}): answering \
+                 from the sealed segments only",
+                serving.url
+            ),
+        }
+    }
     let search = PacketSearch::open(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
     let request = SearchRequest {
@@ -120,7 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out.flush()?;
         stats
     } else {
-        let mut sink = packet_sink(format, out, PCAP_SNAPLEN);
+        let mut sink = packet_sink(format, out).map_err(anyhow::Error::msg)?;
         let stats = search.execute(&request, &plan, &mut |record, data| {
             sink.write(record, data).map(|()| true)
         })?;
@@ -139,6 +144,100 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         ExitCode::from(INCOMPLETE)
     })
+}
+
+/// The format of an answer: `--format`, else the one `-o FILE`'s extension asks
+/// for, else a table.
+pub fn output_format(
+    format: Option<Format>,
+    output: Option<&std::path::Path>,
+    answer: Answer,
+) -> Result<Format> {
+    let format = format
+        .or_else(|| output.and_then(|path| Format::of_path(path, answer)))
+        .unwrap_or(Format::Table);
+    format.check(answer).map_err(anyhow::Error::msg)
+}
+
+/// Asks the `serve` that captures into the archive, which answers from its
+/// sealed segments and its unsealed tail.
+fn ask(serving: &Serving, args: &Args, format: Format) -> Result<ureq::http::Response<ureq::Body>> {
+    let window = &args.window;
+    let (since, until) = match &window.between {
+        Some(both) => (both.first(), both.get(1)),
+        None => (window.since.as_ref(), window.until.as_ref()),
+    };
+    let mut params: Vec<(&str, String)> = vec![("filter", args.filter.clone())];
+    params.extend(since.map(|t| ("since", t.clone())));
+    params.extend(until.map(|t| ("until", t.clone())));
+    let route = if args.count {
+        params.push(("buckets", "1".to_owned()));
+        "histogram"
+    } else {
+        params.extend(args.limit.map(|n| ("limit", n.to_string())));
+        params.push(("format", format.name().to_owned()));
+        "query"
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(std::time::Duration::from_secs(2)))
+        .build()
+        .into();
+    let mut request = agent
+        .get(format!("{}/api/v1/{route}", serving.url))
+        .query_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
+    if let Ok(token) = std::env::var("HINDSIGHT_API_TOKEN") {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.call()?;
+    if response.status() != 200 {
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        anyhow::bail!("{}: {}", response.status(), text.trim());
+    }
+    Ok(response)
+}
+
+/// Writes the serving process's answer where the user asked.
+fn answer_of(
+    serving: &Serving,
+    mut response: ureq::http::Response<ureq::Body>,
+    args: &Args,
+) -> Result<ExitCode> {
+    let incomplete = response
+        .headers()
+        .get("hindsight-incomplete")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock())),
+    };
+    let mut body = response.body_mut().with_config().limit(u64::MAX).reader();
+    if args.count {
+        let mut text = String::new();
+        io::Read::read_to_string(&mut body, &mut text)?;
+        let answer: serde_json::Value = serde_json::from_str(&text)?;
+        writeln!(out, "{}", answer["total"])?;
+    } else {
+        io::copy(&mut body, &mut out)
+            .with_context(|| format!("the answer of {} broke off", serving.url))?;
+    }
+    out.flush()?;
+    eprintln!(
+        "hindsight: answered by the serving process at {} (sealed segments and the packets \
+         not yet sealed)",
+        serving.url
+    );
+    if let Some(what) = incomplete {
+        eprintln!("warning: the answer is incomplete: {what}");
+        if args.strict {
+            return Ok(ExitCode::from(INCOMPLETE));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit code of an answer that damage made incomplete, under `--strict`.

@@ -2,21 +2,21 @@
 //! live capture into the capture ring, archived behind it; a trigger writes a
 //! pcap of the window around each matching packet (FlowScope).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use hindsight_ingest::{IngestOptions, Ingestor, OpenReport};
 use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
 use hindsight_query::Filter;
 use hindsight_ring::RingConfig;
 use hindsight_trigger::DumpTemplate;
 
+use hindsight_output::human_bytes;
+
 use crate::ArchiveArg;
-use crate::cmd::human_bytes;
 
 /// Arguments of `hindsight record`.
 #[derive(Debug, clap::Args)]
@@ -73,32 +73,6 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
         .with_context(|| format!("--{name} {value}: expected a number of seconds ≥ 0"))
 }
 
-/// Opens the archive at `root` for live ingest under its own bounds
-/// (`ARCHIVE/config.toml`: expiry, retention), creates the dump directory when
-/// `with_dumps`, and starts recording (`record` and `serve`). Returns what
-/// opening the archive repaired.
-pub fn start(
-    root: &Path,
-    config: RecordConfig,
-    with_dumps: bool,
-) -> Result<(Recorder, OpenReport)> {
-    let settings = crate::config::archive_settings(root, None)?;
-    let options = IngestOptions {
-        expiry: settings.expiry,
-        retention: settings.retention,
-        ..IngestOptions::default()
-    };
-    let (ingestor, opened) = Ingestor::open(root, options)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
-    // After the archive is opened: a new archive must start as an empty directory.
-    if with_dumps {
-        let dir = &config.dumps.dir;
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create the dump directory {}", dir.display()))?;
-    }
-    Ok((Recorder::start(config, ingestor)?, opened))
-}
-
 /// Records until SIGINT, SIGTERM or `--duration`, then drains the ring, seals and
 /// prints what was done.
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -138,10 +112,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         fanout: usize::from(args.fanout),
         ring: RingConfig::with_memory(args.ring_mib << 20),
         seal_every: Duration::from_secs(args.seal_secs),
+        // No reader shares this process.
+        tail_bytes: 0,
         trigger,
         dumps,
     };
-    let (recorder, _opened) = start(&args.archive.archive, config, with_dumps)?;
+    let (recorder, _opened) = Recorder::open(&args.archive.archive, config, with_dumps)
+        .with_context(|| format!("cannot record into {}", args.archive.archive.display()))?;
     eprintln!(
         "recording on {} (link type {}), ring {}",
         args.interface,

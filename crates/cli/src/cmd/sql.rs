@@ -2,26 +2,14 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
+use hindsight_output::{Answer, Format};
+use hindsight_sql::{Limits, SqlError, SqlSession};
 
 use crate::ArchiveArg;
-
-/// Output formats of SQL results.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SqlFormat {
-    /// An aligned table.
-    Table,
-    /// Comma-separated values with a header line.
-    Csv,
-    /// One JSON object per line.
-    Jsonl,
-    /// An Apache Parquet file (needs -o FILE).
-    Parquet,
-}
 
 /// Arguments of `hindsight sql`.
 #[derive(Debug, clap::Args)]
@@ -33,7 +21,7 @@ pub struct Args {
     archive: ArchiveArg,
     /// Output format [default: from -o FILE's extension (.csv, .jsonl, .parquet), else table].
     #[arg(long, short = 'F', value_enum)]
-    format: Option<SqlFormat>,
+    format: Option<Format>,
     /// Write the result to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -56,12 +44,8 @@ pub struct Args {
 /// Runs `hindsight sql`.
 pub fn run(args: Args) -> Result<ExitCode> {
     let root = &args.archive.archive;
-    let format = match (args.format, &args.output) {
-        (Some(format), _) => format,
-        (None, Some(path)) => format_of(path),
-        (None, None) => SqlFormat::Table,
-    };
-    if format == SqlFormat::Parquet && args.output.is_none() && !args.explain {
+    let format = super::query::output_format(args.format, args.output.as_deref(), Answer::Rows)?;
+    if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");
     }
     let mut session = SqlSession::open(root)
@@ -88,12 +72,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let format = match format {
-        SqlFormat::Table => OutputFormat::Table,
-        SqlFormat::Csv => OutputFormat::Csv,
-        SqlFormat::Jsonl => OutputFormat::Jsonl,
-        SqlFormat::Parquet => OutputFormat::Parquet,
-    };
     let limits = Limits {
         max_rows: Some(args.max_rows),
         timeout: None,
@@ -116,19 +94,4 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// The output format an export file's name asks for: `.csv`, `.jsonl`/`.ndjson`/`.json`,
-/// `.parquet`; a table otherwise.
-fn format_of(path: &Path) -> SqlFormat {
-    let extension = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    match extension.as_deref() {
-        Some("csv") => SqlFormat::Csv,
-        Some("jsonl" | "ndjson" | "json") => SqlFormat::Jsonl,
-        Some("parquet" | "pq") => SqlFormat::Parquet,
-        _ => SqlFormat::Table,
-    }
 }

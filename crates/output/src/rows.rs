@@ -1,80 +1,103 @@
-//! Writing SQL results: an aligned table, CSV or JSON lines. Addresses and MACs are
-//! printed in their usual text forms and raw bytes in hex, in every format.
+//! SQL rows as an aligned table, CSV, JSON lines or Parquet (`hindsight sql`,
+//! `POST /api/v1/sql`). Addresses and MACs are printed in their usual text forms
+//! and raw bytes in hex, in every text format.
 
 use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
+use arrow::array::{
     Array, ArrayRef, BinaryArray, FixedSizeBinaryArray, LargeBinaryArray, RecordBatch, StringArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::arrow::error::ArrowError;
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::error::ArrowError;
 use hindsight_model::{Addr16, mac_text};
 
-/// Output formats of SQL results.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutputFormat {
-    /// An aligned table.
-    Table,
-    /// Comma-separated values with a header line.
-    Csv,
-    /// One JSON object per line.
-    Jsonl,
-    /// An Apache Parquet file (zstd), for DuckDB, pandas or Spark.
-    Parquet,
+use crate::{Answer, Format};
+
+/// Errors writing rows.
+#[derive(Debug)]
+pub enum RowsError {
+    /// The rows cannot be written in the format asked for.
+    Format(String),
+    /// The rows could not be formatted.
+    Arrow(ArrowError),
+    /// The output could not be written.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for RowsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Format(message) => f.write_str(message),
+            Self::Arrow(error) => write!(f, "cannot format the result: {error}"),
+            Self::Io(error) => write!(f, "cannot write the result: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for RowsError {}
+
+impl From<ArrowError> for RowsError {
+    fn from(error: ArrowError) -> Self {
+        Self::Arrow(error)
+    }
+}
+
+impl From<std::io::Error> for RowsError {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
 }
 
 /// Writes `batches` to `out` in `format`.
 pub fn write(
     batches: &[RecordBatch],
-    format: OutputFormat,
+    format: Format,
     out: &mut dyn Write,
-) -> Result<(), crate::SqlError> {
+) -> Result<(), RowsError> {
+    format.check(Answer::Rows).map_err(RowsError::Format)?;
     let batches = batches
         .iter()
         .map(readable)
         .collect::<Result<Vec<_>, _>>()?;
     match format {
-        OutputFormat::Table => {
-            let table = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?;
+        Format::Table => {
+            let table = arrow::util::pretty::pretty_format_batches(&batches)?;
             writeln!(out, "{table}")?;
             let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
             writeln!(out, "{rows} row(s)")?;
         }
-        OutputFormat::Csv => {
-            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+        Format::Csv => {
+            let mut writer = arrow::csv::WriterBuilder::new()
                 .with_header(true)
                 .build(out);
             for batch in &batches {
                 writer.write(batch)?;
             }
         }
-        OutputFormat::Jsonl => {
-            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(out);
+        Format::Jsonl => {
+            let mut writer = arrow::json::LineDelimitedWriter::new(out);
             for batch in &batches {
                 writer.write(batch)?;
             }
             writer.finish()?;
         }
-        OutputFormat::Parquet => {
+        Format::Parquet => {
             let schema = match batches.first() {
                 Some(batch) => batch.schema(),
                 None => Arc::new(Schema::empty()),
             };
-            let properties = datafusion::parquet::file::properties::WriterProperties::builder()
-                .set_compression(datafusion::parquet::basic::Compression::ZSTD(
-                    datafusion::parquet::basic::ZstdLevel::default(),
+            let properties = parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::ZSTD(
+                    parquet::basic::ZstdLevel::default(),
                 ))
                 .build();
             // The writer wants a `Send` sink; the result is bounded by the row limit.
             let mut file = Vec::new();
-            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
-                &mut file,
-                schema,
-                Some(properties),
-            )
-            .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
+            let mut writer =
+                parquet::arrow::ArrowWriter::try_new(&mut file, schema, Some(properties))
+                    .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
             for batch in &batches {
                 writer
                     .write(batch)
@@ -85,6 +108,7 @@ pub fn write(
                 .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
             out.write_all(&file)?;
         }
+        Format::Pcap | Format::Pcapng => {}
     }
     Ok(())
 }

@@ -19,11 +19,23 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use std::path::PathBuf;
+
 use hindsight_index::Expiry;
-use hindsight_ingest::Retention;
 use hindsight_store::archive::CONFIG_FILE;
 use serde::Deserialize;
+
+use crate::Retention;
+
+/// An archive's `config.toml` that cannot be read or is not valid.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct SettingsError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub reason: String,
+}
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,21 +84,26 @@ pub struct ArchiveSettings {
 
 /// Returns the expiration settings of the archive at `root`: its `config.toml`
 /// (defaults where absent), with `keep_override` from the command line on top.
-pub fn archive_expiry(root: &Path, keep_override: Option<u64>) -> Result<Expiry> {
+pub fn archive_expiry(root: &Path, keep_override: Option<u64>) -> Result<Expiry, SettingsError> {
     archive_settings(root, keep_override).map(|settings| settings.expiry)
 }
 
 /// Returns the settings of the archive at `root` from its `config.toml`
 /// (defaults where absent), with `keep_override` from the command line on top.
-pub fn archive_settings(root: &Path, keep_override: Option<u64>) -> Result<ArchiveSettings> {
+pub fn archive_settings(
+    root: &Path,
+    keep_override: Option<u64>,
+) -> Result<ArchiveSettings, SettingsError> {
     let path = root.join(CONFIG_FILE);
+    let error = |reason: String| SettingsError {
+        path: path.clone(),
+        reason,
+    };
     let config = match std::fs::read_to_string(&path) {
         Ok(text) => toml::from_str::<ArchiveConfig>(&text)
-            .with_context(|| format!("{} is not a valid archive configuration", path.display()))?,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => ArchiveConfig::default(),
-        Err(error) => {
-            return Err(error).with_context(|| format!("cannot read {}", path.display()));
-        }
+            .map_err(|e| error(format!("not a valid archive configuration: {e}")))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ArchiveConfig::default(),
+        Err(e) => return Err(error(format!("cannot read it: {e}"))),
     };
     let c = config.connections;
     for (name, secs) in [
@@ -94,11 +111,9 @@ pub fn archive_settings(root: &Path, keep_override: Option<u64>) -> Result<Archi
         ("cutoff_interval_secs", c.cutoff_interval_secs),
         ("compaction_interval_secs", c.compaction_interval_secs),
     ] {
-        anyhow::ensure!(
-            secs > 0,
-            "{}: [connections] {name} must be positive",
-            path.display()
-        );
+        if secs == 0 {
+            return Err(error(format!("[connections] {name} must be positive")));
+        }
     }
     let expiry = Expiry {
         keep_events: keep_override.unwrap_or(c.keep),

@@ -9,6 +9,8 @@
 //! kernel_buffer_mib = 64
 //! ring_mib = 256                   # memory of the capture ring, 2 MiB chunks
 //! seal_secs = 60                   # how often the archive is sealed (made durable)
+//! tail_mib = 256                   # unsealed packets kept in memory for queries; the
+//!                                  # open segment seals early when they reach it
 //! fanout = 1                       # capture threads (AF_PACKET fanout by flow hash)
 //!
 //! [trigger]                        # optional, needs [capture]
@@ -29,10 +31,12 @@
 //! max_rows = 1000000
 //! timeout_secs = 60
 //! max_concurrent = 4               # queries running at once; more get 503
+//! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
 //! ```
 //!
 //! The archive's own bounds (connection-index expiration, packet retention) are
-//! in `ARCHIVE/config.toml`, read by every command that writes the archive.
+//! in `ARCHIVE/config.toml`, read by every command that writes the archive and
+//! by the reader.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -77,6 +81,9 @@ pub struct CaptureSection {
     /// Seal the archive this often.
     #[serde(default = "default_seal_secs")]
     pub seal_secs: u64,
+    /// Unsealed packet batches kept in memory for queries, MiB.
+    #[serde(default = "default_tail_mib")]
+    pub tail_mib: usize,
     /// Capture threads (AF_PACKET fanout by flow hash when more than one).
     #[serde(default = "default_fanout")]
     pub fanout: usize,
@@ -137,6 +144,8 @@ pub struct ApiSection {
     pub timeout_secs: u64,
     /// Queries running at once.
     pub max_concurrent: usize,
+    /// Memory of one SQL statement's operators, MiB.
+    pub max_memory_mib: usize,
 }
 
 impl Default for ApiSection {
@@ -148,6 +157,7 @@ impl Default for ApiSection {
             max_rows: 1_000_000,
             timeout_secs: 60,
             max_concurrent: 4,
+            max_memory_mib: 1024,
         }
     }
 }
@@ -159,6 +169,9 @@ fn default_kernel_buffer_mib() -> u32 {
     64
 }
 fn default_ring_mib() -> usize {
+    256
+}
+fn default_tail_mib() -> usize {
     256
 }
 fn default_seal_secs() -> u64 {
@@ -205,6 +218,9 @@ impl ServeConfig {
             if capture.seal_secs == 0 {
                 bail!("[capture] seal_secs must be positive");
             }
+            if capture.tail_mib == 0 {
+                bail!("[capture] tail_mib must be positive");
+            }
             if !(1..=64).contains(&capture.fanout) {
                 bail!("[capture] fanout must be between 1 and 64");
             }
@@ -217,8 +233,14 @@ impl ServeConfig {
             seconds("[trigger] after_secs", trigger.after_secs)?;
         }
         let api = &self.api;
-        if api.max_rows == 0 || api.timeout_secs == 0 || api.max_concurrent == 0 {
-            bail!("[api] max_rows, timeout_secs and max_concurrent must be positive");
+        if api.max_rows == 0
+            || api.timeout_secs == 0
+            || api.max_concurrent == 0
+            || api.max_memory_mib == 0
+        {
+            bail!(
+                "[api] max_rows, timeout_secs, max_concurrent and max_memory_mib must be positive"
+            );
         }
         if api.token.as_deref().is_some_and(str::is_empty) {
             bail!("[api] token must not be empty (leave it out for no authentication)");

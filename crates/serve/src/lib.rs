@@ -1,4 +1,5 @@
-//! `hindsight serve --config hindsight.toml`: the long-running flight recorder.
+//! The role of the serve crate is `hindsight serve --config hindsight.toml`, the
+//! long-running flight recorder.
 //! Live capture into the ring (optional), archived behind it with flows,
 //! retention and triggers (see `hindsight_live`), and the HTTP API and web UI
 //! over the archive (see [`api`]), until SIGTERM or SIGINT: then the API stops
@@ -13,49 +14,48 @@ mod metrics;
 
 use std::future::IntoFuture;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use hindsight_filter::Filter;
 use hindsight_live::{DumpConfig, RecordConfig, Recorder, TriggerConfig};
-use hindsight_query::Filter;
+use hindsight_output::human_bytes;
+use hindsight_reader::Reader;
 use hindsight_ring::RingConfig;
-use hindsight_store::Archive;
+use hindsight_store::archive::Serving;
 use hindsight_trigger::DumpTemplate;
 use tokio::sync::Semaphore;
 
 use self::api::{ApiLimits, AppState, Live};
 pub use self::config::ServeConfig;
 use self::config::seconds;
-use crate::cmd::human_bytes;
 
-/// Arguments of `hindsight serve`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
+/// What the command line gives `serve`.
+#[derive(Debug, Default)]
+pub struct Options {
     /// The configuration file (see docs/serve.md); without it, serve answers
-    /// queries over --archive and captures nothing.
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: Option<PathBuf>,
+    /// queries over `archive` and captures nothing.
+    pub config: Option<PathBuf>,
     /// The archive directory (overrides the file's `archive`).
-    #[arg(long, short = 'a', env = "HINDSIGHT_ARCHIVE", value_name = "DIR")]
-    archive: Option<PathBuf>,
-    /// Address to listen on (overrides [api] listen); port 0 picks a free port.
-    #[arg(long, value_name = "ADDR:PORT")]
-    listen: Option<std::net::SocketAddr>,
-    /// Listen beyond loopback without a token: anyone who reaches the port can
-    /// read the archive. Only behind a proxy that authenticates (docs/serve.md).
-    #[arg(long)]
-    insecure_no_token: bool,
+    pub archive: Option<PathBuf>,
+    /// Address to listen on (overrides `[api] listen`).
+    pub listen: Option<std::net::SocketAddr>,
+    /// Listen beyond loopback without a token.
+    pub insecure_no_token: bool,
 }
+
+/// How often the reader looks for sealed or expired segments when no request
+/// asks (so that the metrics, which read what the reader holds, stay fresh).
+const REFRESH: Duration = Duration::from_secs(1);
 
 /// How long, after SIGTERM, requests in flight may take before the archive is
 /// sealed regardless.
 const DRAIN_REQUESTS: Duration = Duration::from_secs(10);
 
-/// Runs `hindsight serve`.
-pub fn run(args: Args) -> Result<ExitCode> {
+/// Runs `hindsight serve` until SIGTERM or SIGINT.
+pub fn run(args: Options) -> Result<()> {
     let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)?,
         None => ServeConfig::default(),
@@ -110,20 +110,44 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
     let recorder = match &config.capture {
         Some(capture) => Some(start_capture(&config, capture, &root, &dumps_dir)?),
-        None => {
-            Archive::open_reader(&root)
-                .with_context(|| format!("cannot open archive {}", root.display()))?;
-            None
-        }
+        None => None,
     };
+    // Opened once, after the recorder has created the archive if it was new.
+    let mut reader = Reader::open(&root)?;
+    if let Some(tail) = recorder.as_ref().and_then(|(recorder, _)| recorder.tail()) {
+        // Packets and connections answered before their segment seals.
+        reader = reader.with_tail(tail);
+    }
+    let reader = Arc::new(reader);
+    if recorder.is_some() {
+        // The command-line tools find this process here and ask it, so that
+        // they see the unsealed tail too.
+        let host = match address.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+            ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        let serving = Serving {
+            pid: std::process::id(),
+            url: format!("http://{}", std::net::SocketAddr::new(host, address.port())),
+        };
+        if let Err(error) = serving.write(&root) {
+            eprintln!(
+                "hindsight serve: cannot write {}: {error}; the command-line tools will \
+                 read the sealed segments only",
+                root.join(hindsight_store::archive::SERVING_FILE).display()
+            );
+        }
+    }
     let live = recorder.as_ref().map(|(recorder, interface)| Live {
         interface: interface.clone(),
         counters: recorder.counters(),
         ring: recorder.ring().clone(),
         dumper: recorder.dumper(),
     });
+    let dumps_dir_listed = dumps_dir.clone();
     let state = Arc::new(AppState {
-        root: root.clone(),
+        reader,
         dumps_dir,
         token,
         limits: ApiLimits {
@@ -131,6 +155,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             max_rows: config.api.max_rows,
             timeout: Duration::from_secs(config.api.timeout_secs),
             max_concurrent: config.api.max_concurrent,
+            max_memory_bytes: config.api.max_memory_mib.saturating_mul(1 << 20),
         },
         live,
         started: Instant::now(),
@@ -139,6 +164,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         dump_requests_made: AtomicU64::new(0),
         responses: Default::default(),
         archive_rate: AtomicU64::new(0),
+        dumps_seen: std::sync::Mutex::new(api::list_dumps(&dumps_dir_listed)),
     });
     eprintln!(
         "hindsight serve: archive {}, {}; {}; listening on http://{address}",
@@ -162,6 +188,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Arc::clone(&state),
             Duration::from_secs(5),
         ));
+        let refresher = tokio::spawn(api::refresh(Arc::clone(&state), REFRESH));
         let (stopping, stop) = tokio::sync::watch::channel(false);
         // No Nagle: a response's last piece would otherwise wait for the
         // client's delayed ACK (40 ms on Linux).
@@ -183,8 +210,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         };
         sampler.abort();
+        refresher.abort();
         result
     });
+    Serving::remove(&root);
     // The archive seals whether or not the server ended well.
     if let Some((recorder, _)) = recorder {
         let counters = recorder.counters();
@@ -203,7 +232,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     served.context("the HTTP server failed")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Waits for SIGTERM or SIGINT and returns its name.
@@ -247,6 +276,7 @@ fn start_capture(
         fanout: capture.fanout,
         ring: RingConfig::with_memory(capture.ring_mib << 20),
         seal_every: Duration::from_secs(capture.seal_secs),
+        tail_bytes: capture.tail_mib.saturating_mul(1 << 20),
         trigger,
         dumps: DumpConfig {
             dir: dumps_dir.to_owned(),
@@ -255,7 +285,8 @@ fn start_capture(
         },
     };
     // The dump directory always: requests may dump without a trigger.
-    let (recorder, opened) = crate::cmd::record::start(root, record, true)?;
+    let (recorder, opened) = Recorder::open(root, record, true)
+        .with_context(|| format!("cannot record into {}", root.display()))?;
     let recovery = &opened.recovery;
     if !recovery.temp_files_removed.is_empty() || !opened.reindexed.is_empty() {
         eprintln!(

@@ -21,11 +21,15 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
+use hindsight_filter::Filter;
 use hindsight_live::{Dumper, LiveCounters};
-use hindsight_query::filter::Filter;
-use hindsight_query::search::{PacketSearch, SearchRequest};
+use hindsight_output::Format;
+use hindsight_output::packets::packet_sink;
+use hindsight_output::time::{format_nanos, parse_instant, time_range};
+use hindsight_query::search::SearchRequest;
+use hindsight_reader::{ConnQuery, Limits, Reader, ReaderError, Snapshot};
 use hindsight_ring::Ring;
-use hindsight_sql::{Limits, OutputFormat, SqlError, SqlSession};
+use hindsight_sql::SqlError;
 use hindsight_store::TimeRange;
 use serde::Deserialize;
 use serde_json::json;
@@ -33,17 +37,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::metrics;
-use crate::output::{PacketFormat, packet_sink};
-use crate::timearg::{format_nanos, parse_instant, time_range};
-
-/// Snap length written in exported pcap headers, as `hindsight query` writes it.
-const PCAP_SNAPLEN: u32 = 262_144;
 
 /// The web UI: one page, no external resources.
 const UI: &str = include_str!("ui.html");
 
 /// The API's contract.
-const OPENAPI: &str = include_str!("../../../../docs/openapi.yaml");
+const OPENAPI: &str = include_str!("../../../docs/openapi.yaml");
 
 /// Bounds of requests.
 #[derive(Clone, Copy, Debug)]
@@ -56,6 +55,8 @@ pub struct ApiLimits {
     pub timeout: Duration,
     /// Queries running at once.
     pub max_concurrent: usize,
+    /// Memory of one SQL statement's operators, bytes.
+    pub max_memory_bytes: usize,
 }
 
 /// The live side of the server, when it captures.
@@ -74,8 +75,8 @@ pub struct Live {
 /// What every handler shares.
 #[derive(Debug)]
 pub struct AppState {
-    /// The archive directory.
-    pub root: PathBuf,
+    /// The archive, opened once.
+    pub reader: Arc<Reader>,
     /// The dump directory.
     pub dumps_dir: PathBuf,
     /// The bearer token, if the API needs one.
@@ -96,6 +97,8 @@ pub struct AppState {
     pub responses: [AtomicU64; 5],
     /// Packets archived per second, as `f64` bits, sampled by [`sample_rates`].
     pub archive_rate: AtomicU64,
+    /// The finished dumps as [`refresh`] last listed them (for the metrics).
+    pub dumps_seen: std::sync::Mutex<Vec<(String, u64, i64)>>,
 }
 
 type Shared = Arc<AppState>;
@@ -122,6 +125,37 @@ impl ApiError {
     fn internal(error: &anyhow::Error) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{error:#}"))
     }
+
+    /// A reader's error, by its kind: the request's fault (400), a limit it
+    /// carried (400 for rows, 504 for time), a statement refused (403), the
+    /// server's (500).
+    fn of_reader(error: ReaderError) -> Self {
+        let status = match &error {
+            ReaderError::Request(_)
+            | ReaderError::Limit(hindsight_reader::LimitExceeded::Rows(_)) => {
+                StatusCode::BAD_REQUEST
+            }
+            ReaderError::Limit(hindsight_reader::LimitExceeded::Time(_)) => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ReaderError::Sql(SqlError::DataFusion(_) | SqlError::TooManyRows { .. }) => {
+                StatusCode::BAD_REQUEST
+            }
+            ReaderError::Sql(SqlError::ReadOnly { .. }) => StatusCode::FORBIDDEN,
+            ReaderError::Sql(SqlError::TimedOut { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let mut message = format!("{:#}", anyhow::Error::from(error));
+        if status == StatusCode::GATEWAY_TIMEOUT {
+            message.push_str(" (the server's timeout_secs)");
+        }
+        Self::new(status, message)
+    }
+}
+
+/// The reader's current snapshot (reloaded if a segment was sealed or expired).
+fn snapshot(state: &AppState) -> ApiResult<Arc<Snapshot>> {
+    state.reader.snapshot().map_err(ApiError::of_reader)
 }
 
 impl IntoResponse for ApiError {
@@ -213,14 +247,10 @@ pub const INCOMPLETE_HEADER: &str = "hindsight-incomplete";
 
 /// The value of [`INCOMPLETE_HEADER`], if the answer goes without something.
 fn incomplete_header(
-    archive: &hindsight_store::Archive,
+    snapshot: &Snapshot,
     skipped: &[hindsight_query::search::SkippedSegment],
 ) -> Option<String> {
-    let mut parts: Vec<String> = archive
-        .catalog_damage()
-        .iter()
-        .map(|damage| format!("catalog line at byte {} unreadable", damage.offset))
-        .collect();
+    let mut parts = snapshot.catalog_damage();
     parts.extend(skipped.iter().map(ToString::to_string));
     header_text(&parts)
 }
@@ -345,12 +375,8 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
 }
 
 async fn stats(State(state): State<Shared>) -> ApiResult<Json<serde_json::Value>> {
-    let root = state.root.clone();
-    let summary = blocking(&state, move || {
-        crate::cmd::stats::summary(&root, false).map_err(|e| ApiError::internal(&e))
-    })
-    .await?;
-    Ok(Json(summary))
+    let snapshot = snapshot(&state)?;
+    Ok(Json(snapshot.summary_json(state.reader.root(), false)))
 }
 
 /// The time window of a request.
@@ -383,18 +409,15 @@ struct QueryParams {
     format: Option<String>,
 }
 
-fn packet_format(name: Option<&str>) -> ApiResult<(PacketFormat, &'static str, &'static str)> {
-    Ok(match name.unwrap_or("jsonl") {
-        "jsonl" => (PacketFormat::Jsonl, "application/x-ndjson", "jsonl"),
-        "csv" => (PacketFormat::Csv, "text/csv; charset=utf-8", "csv"),
-        "pcap" => (PacketFormat::Pcap, "application/vnd.tcpdump.pcap", "pcap"),
-        "pcapng" => (PacketFormat::Pcapng, "application/x-pcapng", "pcapng"),
-        other => {
-            return Err(ApiError::bad_request(format!(
-                "format {other:?} is not one of jsonl, csv, pcap, pcapng"
-            )));
-        }
-    })
+fn packet_format(name: Option<&str>) -> ApiResult<Format> {
+    let name = name.unwrap_or("jsonl");
+    Format::from_name(name)
+        .filter(|format| *format != Format::Parquet)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "format {name:?} is not one of jsonl, csv, table, pcap, pcapng"
+            ))
+        })
 }
 
 fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
@@ -421,7 +444,7 @@ async fn query(
         until: params.until,
     }
     .range()?;
-    let (format, content_type, extension) = packet_format(params.format.as_deref())?;
+    let format = packet_format(params.format.as_deref())?;
     // An explicit limit cuts the result there. Without one the search reads
     // ahead in parallel, and a result longer than max_rows is an error, never
     // a silently short answer.
@@ -429,8 +452,13 @@ async fn query(
         Some(_) => Some(row_limit(&state, params.limit)?),
         None => None,
     };
-    let max_rows = state.limits.max_rows;
+    let limits = Limits {
+        max_rows: Some(state.limits.max_rows),
+        timeout: Some(state.limits.timeout),
+        memory_bytes: None,
+    };
     let permit = permit(&state)?;
+    let snapshot = snapshot(&state)?;
     let request = SearchRequest {
         filter,
         time,
@@ -440,53 +468,43 @@ async fn query(
     };
     let (chunks, body) = mpsc::channel::<io::Result<Bytes>>(8);
     let (planned, is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
-    let root = state.root.clone();
-    let deadline = Instant::now() + state.limits.timeout;
     std::thread::Builder::new()
         .name("api-query".to_owned())
         .spawn(move || {
             let _permit = permit;
-            let search = match PacketSearch::open(&root) {
-                Ok(search) => search,
-                Err(e) => {
-                    let _ = planned.send(Err(ApiError::internal(&e.into())));
+            let out = ChannelWriter::new(chunks.clone());
+            let mut sink = match packet_sink(format, Box::new(out)) {
+                Ok(sink) => sink,
+                Err(message) => {
+                    let _ = planned.send(Err(ApiError::bad_request(message)));
                     return;
                 }
             };
-            let plan = match search.plan(&request) {
-                Ok(plan) => plan,
-                Err(e) => {
-                    let _ = planned.send(Err(ApiError::internal(&e.into())));
-                    return;
-                }
-            };
-            // What the answer goes without, known before reading: damaged catalog
-            // lines, segment files gone or not their sealed size.
-            let incomplete = incomplete_header(search.archive(), &plan.stats.skipped);
-            let skipped_before = plan.stats.skipped.len();
-            if planned.send(Ok(incomplete)).is_err() {
+            let mut planned = Some(planned);
+            let mut skipped_before = 0;
+            let result = snapshot.search(
+                &request,
+                &limits,
+                &mut |plan| {
+                    // What the answer goes without, known before reading: damaged
+                    // catalog lines, segment files gone or not their sealed size.
+                    skipped_before = plan.stats.skipped.len();
+                    if let Some(planned) = planned.take() {
+                        let _ = planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
+                    }
+                },
+                &mut |record, data| sink.write(record, data).map(|()| true),
+            );
+            if let Some(planned) = planned.take() {
+                // The plan failed: the error is the answer.
+                let error = match result {
+                    Err(error) => ApiError::of_reader(error),
+                    Ok(_) => ApiError::internal(&anyhow::anyhow!("the query ended unplanned")),
+                };
+                let _ = planned.send(Err(error));
                 return;
             }
-            let out = ChannelWriter::new(chunks.clone());
-            let mut sink = packet_sink(format, Box::new(out), PCAP_SNAPLEN);
-            let mut rows = 0u64;
-            let result = search
-                .execute(&request, &plan, &mut |record, data| {
-                    rows += 1;
-                    if rows > max_rows {
-                        return Err(io::Error::other(format!(
-                            "the result has more than {max_rows} packets, the server's \
-                             max_rows: add a limit or narrow the filter or the window"
-                        )));
-                    }
-                    if Instant::now() > deadline {
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "the query took longer than the server's timeout_secs",
-                        ));
-                    }
-                    sink.write(record, data).map(|()| true)
-                })
+            let result = result
                 .map_err(anyhow::Error::from)
                 .and_then(|stats| match stats.skipped.get(skipped_before..) {
                     // Damage met while reading, after the headers went out: the
@@ -515,9 +533,12 @@ async fn query(
     if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
         headers.insert(INCOMPLETE_HEADER, value);
     }
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.media_type()),
+    );
     if format.is_capture() {
-        let name = format!("attachment; filename=\"hindsight.{extension}\"");
+        let name = format!("attachment; filename=\"hindsight.{}\"", format.name());
         if let Ok(value) = HeaderValue::from_str(&name) {
             headers.insert(header::CONTENT_DISPOSITION, value);
         }
@@ -597,11 +618,10 @@ async fn histogram(
         until: params.until,
     };
     let time = window.range()?;
-    let root = state.root.clone();
-    let deadline = Instant::now() + state.limits.timeout;
+    let snapshot = snapshot(&state)?;
+    let timeout = state.limits.timeout;
     let explicit = (window.since.is_some(), window.until.is_some());
     let answer = blocking(&state, move || {
-        let search = PacketSearch::open(&root).map_err(|e| ApiError::internal(&e.into()))?;
         let request = SearchRequest {
             filter,
             time,
@@ -609,38 +629,60 @@ async fn histogram(
             with_data: false,
             capture_only: true,
         };
-        let plan = search
-            .plan(&request)
-            .map_err(|e| ApiError::internal(&e.into()))?;
-        let first = plan.segments.iter().map(|s| s.min_ts_nanos).min();
-        let last = plan.segments.iter().map(|s| s.max_ts_nanos).max();
-        let start = if explicit.0 {
-            time.start_nanos
-        } else {
-            first.unwrap_or(0)
+        let limits = Limits {
+            max_rows: None,
+            timeout: Some(timeout),
+            memory_bytes: None,
         };
-        let end = if explicit.1 {
-            time.end_nanos
-        } else {
-            last.map_or(start, |last| last.saturating_add(1))
-        };
-        let span = end.saturating_sub(start).max(1);
-        let width = (span + buckets as i64 - 1) / buckets as i64;
+        // Without a window, the span of the segments the filter can match and
+        // of the unsealed packets: known once the search is planned.
+        let unsealed = snapshot.unsealed_span();
         let mut counts = vec![0u64; buckets];
         let mut total = 0u64;
-        let stats = search
-            .execute(&request, &plan, &mut |record, _| {
-                if total.is_multiple_of(4096) && Instant::now() > deadline {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "timeout"));
-                }
-                let slot = (record.ts_nanos.saturating_sub(start) / width) as usize;
-                if let Some(count) = counts.get_mut(slot) {
-                    *count += 1;
-                    total += 1;
-                }
-                Ok(true)
-            })
-            .map_err(|e| ApiError::internal(&e.into()))?;
+        // (start, end, bucket width), set when the search is planned.
+        let bounds = std::cell::Cell::new((0i64, 1i64, 1i64));
+        let stats = snapshot
+            .search(
+                &request,
+                &limits,
+                &mut |plan| {
+                    let first = plan
+                        .segments
+                        .iter()
+                        .map(|s| s.min_ts_nanos)
+                        .chain(unsealed.map(|u| u.0))
+                        .min();
+                    let last = plan
+                        .segments
+                        .iter()
+                        .map(|s| s.max_ts_nanos)
+                        .chain(unsealed.map(|u| u.1))
+                        .max();
+                    let start = if explicit.0 {
+                        time.start_nanos
+                    } else {
+                        first.unwrap_or(0)
+                    };
+                    let end = if explicit.1 {
+                        time.end_nanos
+                    } else {
+                        last.map_or(start, |last| last.saturating_add(1))
+                    };
+                    let span = end.saturating_sub(start).max(1);
+                    bounds.set((start, end, (span + buckets as i64 - 1) / buckets as i64));
+                },
+                &mut |record, _| {
+                    let (start, _, width) = bounds.get();
+                    let slot = (record.ts_nanos.saturating_sub(start) / width) as usize;
+                    if let Some(count) = counts.get_mut(slot) {
+                        *count += 1;
+                        total += 1;
+                    }
+                    Ok(true)
+                },
+            )
+            .map_err(ApiError::of_reader)?;
+        let (start, end, width) = bounds.get();
         Ok(json!({
             "start_ns": start,
             "end_ns": end,
@@ -649,7 +691,7 @@ async fn histogram(
             "bucket_ns": width,
             "counts": counts,
             "total": total,
-            "incomplete": incomplete_header(search.archive(), &stats.skipped),
+            "incomplete": incomplete_header(&snapshot, &stats.skipped),
         }))
     })
     .await?;
@@ -670,29 +712,23 @@ async fn sql(
 ) -> ApiResult<Response> {
     let Json(body) = body?;
     let max_rows = row_limit(&state, body.max_rows)?;
-    let root = state.root.clone();
-    let timeout = state.limits.timeout;
+    let limits = Limits {
+        max_rows: Some(max_rows),
+        timeout: Some(state.limits.timeout),
+        memory_bytes: Some(state.limits.max_memory_bytes),
+    };
+    let reader = Arc::clone(&state.reader);
     let output = blocking(&state, move || {
-        let session = SqlSession::open(&root).map_err(|e| ApiError::internal(&e.into()))?;
+        let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
         let mut out = Vec::new();
-        let limits = Limits {
-            max_rows: Some(max_rows),
-            timeout: Some(timeout),
+        let sql_limits = hindsight_sql::Limits {
+            max_rows: limits.max_rows,
+            timeout: limits.timeout,
         };
-        match session.run(&body.sql, OutputFormat::Jsonl, &mut out, &limits) {
-            Ok(_rows) => Ok((out, session.skipped())),
-            Err(e @ (SqlError::DataFusion(_) | SqlError::TooManyRows { .. })) => Err(
-                ApiError::bad_request(format!("{:#}", anyhow::Error::from(e))),
-            ),
-            Err(e @ SqlError::ReadOnly { .. }) => {
-                Err(ApiError::new(StatusCode::FORBIDDEN, e.to_string()))
-            }
-            Err(e @ SqlError::TimedOut { .. }) => Err(ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("{e} (the server's timeout_secs)"),
-            )),
-            Err(e) => Err(ApiError::internal(&e.into())),
-        }
+        session
+            .run(&body.sql, Format::Jsonl, &mut out, &sql_limits)
+            .map_err(|e| ApiError::of_reader(e.into()))?;
+        Ok((out, session.skipped()))
     })
     .await?;
     let (output, skipped) = output;
@@ -727,21 +763,29 @@ async fn flows(
     .range()?;
     let limit = row_limit(&state, params.limit.map(|n| n as u64))?;
     let limit = usize::try_from(limit.min(100_000)).unwrap_or(100_000);
-    let root = state.root.clone();
+    let filter = params.filter.as_deref().map(parse_filter).transpose()?;
+    let query = ConnQuery {
+        ranges: ConnQuery::ranges_of(params.ip.as_deref(), filter.as_ref())
+            .map_err(ApiError::of_reader)?,
+        filter,
+        time,
+        limit: if params.limit.is_some() { limit } else { 1000 },
+        after: params
+            .after
+            .as_deref()
+            .map(hindsight_reader::decode_cursor)
+            .transpose()
+            .map_err(ApiError::of_reader)?,
+    };
+    let snapshot = snapshot(&state)?;
     let answer = blocking(&state, move || {
-        let lookup = crate::cmd::flows::Lookup {
-            filter: params.filter.as_deref(),
-            ip: params.ip.as_deref(),
-            time,
-            limit: if params.limit.is_some() { limit } else { 1000 },
-            after: params.after.as_deref(),
-        };
-        let (entries, next) = crate::cmd::flows::lookup(&root, &lookup)
-            .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
-        let connections: Vec<_> = entries
+        let page = snapshot.connections(&query).map_err(ApiError::of_reader)?;
+        let connections: Vec<_> = page
+            .entries
             .iter()
-            .map(crate::cmd::flows::connection_json)
+            .map(hindsight_output::connections::connection_json)
             .collect();
+        let next = page.next.as_deref().map(hindsight_reader::encode_cursor);
         Ok(json!({"connections": connections, "next": next}))
     })
     .await?;
@@ -929,6 +973,30 @@ async fn metrics_text(State(state): State<Shared>) -> ApiResult<Response> {
         text,
     )
         .into_response())
+}
+
+/// Looks for sealed or expired segments every `every`, so that what the reader
+/// holds (the metrics read it) is at most that old.
+pub async fn refresh(state: Shared, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let work = Arc::clone(&state);
+        let reloaded = tokio::task::spawn_blocking(move || {
+            // Only a capturing server makes dumps; without one the list read at
+            // the start stands.
+            if work.live.is_some() {
+                let dumps = list_dumps(&work.dumps_dir);
+                if let Ok(mut seen) = work.dumps_seen.lock() {
+                    *seen = dumps;
+                }
+            }
+            work.reader.snapshot()
+        })
+        .await;
+        if let Ok(Err(error)) = reloaded {
+            eprintln!("hindsight serve: cannot reload the archive: {error}");
+        }
+    }
 }
 
 /// Samples the archive rate every `every`, for the `hindsight_archive_packets_per_second` gauge.

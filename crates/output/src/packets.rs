@@ -1,5 +1,5 @@
-//! Output formats of `hindsight query`: an aligned table for people, CSV and JSON
-//! lines for programs, pcap for Wireshark and tcpdump.
+//! Packets as an aligned table for people, CSV and JSON lines for programs, pcap
+//! and pcapng for Wireshark and tcpdump (`hindsight query`, `GET /api/v1/query`).
 
 use std::io::{self, Write};
 
@@ -7,29 +7,8 @@ use hindsight_capture::{PcapWriter, PcapngWriter, TimestampPrecision};
 use hindsight_model::{Addr16, LinkType, PacketRecord, ip_proto, mac_text};
 use serde_json::{Map, Value};
 
-use crate::timearg::format_nanos;
-
-/// The output formats of packet queries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PacketFormat {
-    /// An aligned, human-readable table (the default on a terminal).
-    Table,
-    /// Comma-separated values with a header line.
-    Csv,
-    /// One JSON object per line.
-    Jsonl,
-    /// A pcap file (nanosecond timestamps) of the stored packet bytes.
-    Pcap,
-    /// A pcapng file of the stored packet bytes: one interface per link type.
-    Pcapng,
-}
-
-impl PacketFormat {
-    /// Returns true for the capture-file formats, which carry packet bytes.
-    pub fn is_capture(self) -> bool {
-        matches!(self, Self::Pcap | Self::Pcapng)
-    }
-}
+use crate::time::format_nanos;
+use crate::{Answer, Format};
 
 /// Receives matching packets and writes them in one format.
 pub trait PacketSink {
@@ -39,34 +18,39 @@ pub trait PacketSink {
     fn finish(&mut self) -> io::Result<()>;
 }
 
-/// Returns the sink for `format` writing to `out`.
+/// Snap length written in exported capture headers: the largest tcpdump uses.
+pub const SNAPLEN: u32 = 262_144;
+
+/// Returns the sink for `format` writing to `out`; an error names the formats
+/// of packets if `format` is not one.
 pub fn packet_sink<'a>(
-    format: PacketFormat,
+    format: Format,
     out: Box<dyn Write + 'a>,
-    snaplen: u32,
-) -> Box<dyn PacketSink + 'a> {
-    match format {
-        PacketFormat::Table => Box::new(TableSink {
+) -> Result<Box<dyn PacketSink + 'a>, String> {
+    let snaplen = SNAPLEN;
+    Ok(match format {
+        Format::Table => Box::new(TableSink {
             out,
             header_written: false,
         }),
-        PacketFormat::Csv => Box::new(CsvSink {
+        Format::Csv => Box::new(CsvSink {
             out,
             header_written: false,
         }),
-        PacketFormat::Jsonl => Box::new(JsonlSink { out }),
-        PacketFormat::Pcap => Box::new(PcapSink {
+        Format::Jsonl => Box::new(JsonlSink { out }),
+        Format::Pcap => Box::new(PcapSink {
             out: Some(out),
             writer: None,
             link_type: None,
             snaplen,
         }),
-        PacketFormat::Pcapng => Box::new(PcapngSink {
+        Format::Pcapng => Box::new(PcapngSink {
             out: Some(out),
             writer: None,
             snaplen,
         }),
-    }
+        Format::Parquet => return Err(format.check(Answer::Packets).err().unwrap_or_default()),
+    })
 }
 
 /// Returns the conventional name of an IP protocol number (`TCP`, `UDP`...).

@@ -4,13 +4,12 @@
 //! archive rate for people reading the page by eye.
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result};
-use hindsight_store::{Archive, Table};
+use anyhow::Result;
+use hindsight_store::Table;
 
-use super::api::{AppState, list_dumps};
+use super::api::AppState;
 
 /// Writes the HELP and TYPE lines of a metric family.
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -194,8 +193,10 @@ pub fn render(state: &AppState) -> Result<String> {
             f64::from_bits(state.archive_rate.load(Ordering::Relaxed)),
         );
     }
-    let archive = Archive::open_reader(&state.root)
-        .with_context(|| format!("cannot open archive {}", state.root.display()))?;
+    // What the reader holds: a scrape opens no file of the archive (the reader
+    // reloads when a request or the refresher finds a segment sealed or expired).
+    let snapshot = state.reader.held();
+    let summary = snapshot.summary();
     for (name, help) in [
         ("hindsight_segments", "Sealed segments in the catalog."),
         (
@@ -209,11 +210,11 @@ pub fn render(state: &AppState) -> Result<String> {
     ] {
         head(&mut out, name, "gauge", help);
         for table in Table::ALL {
-            let entries: Vec<_> = archive.catalog().entries_of(table).collect();
+            let totals = summary.table(table);
             let value = match name {
-                "hindsight_segments" => entries.len() as u64,
-                "hindsight_segment_rows" => entries.iter().map(|e| e.rows).sum(),
-                _ => entries.iter().map(|e| e.size_bytes).sum(),
+                "hindsight_segments" => totals.segments as u64,
+                "hindsight_segment_rows" => totals.rows,
+                _ => totals.bytes,
             };
             sample(
                 &mut out,
@@ -228,9 +229,9 @@ pub fn render(state: &AppState) -> Result<String> {
         "hindsight_archive_disk_bytes",
         "gauge",
         "Bytes of every file under the archive directory (segments, indexes, catalog, dumps).",
-        disk_usage(&state.root),
+        summary.disk_bytes,
     );
-    if let Some(free) = free_bytes(&state.root) {
+    if let Some(free) = free_bytes(state.reader.root()) {
         single(
             &mut out,
             "hindsight_filesystem_free_bytes",
@@ -239,7 +240,11 @@ pub fn render(state: &AppState) -> Result<String> {
             free,
         );
     }
-    let dumps = list_dumps(&state.dumps_dir);
+    let dumps = state
+        .dumps_seen
+        .lock()
+        .map(|dumps| dumps.clone())
+        .unwrap_or_default();
     single(
         &mut out,
         "hindsight_dumps",
@@ -271,23 +276,8 @@ pub fn render(state: &AppState) -> Result<String> {
     Ok(out)
 }
 
-/// Bytes of the regular files under `dir`, recursively; what cannot be read counts 0.
-fn disk_usage(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => disk_usage(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
-            _ => 0,
-        })
-        .sum()
-}
-
 /// Bytes available to unprivileged users on the file system of `path`.
-fn free_bytes(path: &Path) -> Option<u64> {
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs is plain data, zero is a valid value of it.

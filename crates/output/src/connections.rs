@@ -1,0 +1,191 @@
+//! Connection records as an aligned table, CSV or JSON lines (`hindsight flows`,
+//! `GET /api/v1/flows`). Counts are the ranges the index keeps (log2 scales).
+
+use std::io::{self, Write};
+
+use hindsight_index::ConnEntry;
+use hindsight_index::connections::scale_range;
+use hindsight_model::{FlowState, tcp_flags};
+use serde_json::json;
+
+use crate::packets::{proto_name, tcp_flags_text};
+use crate::time::format_nanos;
+use crate::{Answer, Format};
+
+/// A count shown as the range its log2 scale stands for: `0`, `1`, `2-3`, `1024-2047`.
+fn range_text(scale: u8) -> String {
+    let (low, high) = scale_range(scale);
+    if low == high {
+        low.to_string()
+    } else {
+        format!("{low}-{high}")
+    }
+}
+
+/// A connection as one JSON object (`--format jsonl`, `GET /api/v1/flows`).
+pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
+    let (orig, orig_port, resp, resp_port) = e.oriented();
+    let s = &e.summary;
+    let state = if s.state == FlowState::Unknown {
+        "-"
+    } else {
+        s.state.name()
+    };
+    let range = |scale: u8| {
+        let (low, high) = scale_range(scale);
+        json!([low, high])
+    };
+    json!({
+        "start": format_nanos(e.ts_ns),
+        "start_ns": e.ts_ns,
+        "duration": f64::from(s.duration_ms) / 1e3,
+        "proto": e.proto,
+        "orig_addr": orig.to_string(),
+        "orig_port": orig_port,
+        "resp_addr": resp.to_string(),
+        "resp_port": resp_port,
+        "address_is": if e.reverse { "resp" } else { "orig" },
+        "state": state,
+        "tcp_flags": s.tcp_flags,
+        "packets_out": range(s.packets_out_scale),
+        "packets_in": range(s.packets_in_scale),
+        "bytes_out": range(s.bytes_out_scale),
+        "bytes_in": range(s.bytes_in_scale),
+        "source": s.source.name(),
+    })
+}
+
+/// Writes connections in one format.
+#[derive(Debug)]
+pub struct ConnWriter {
+    format: Format,
+    rows: usize,
+}
+
+impl ConnWriter {
+    /// A writer of `format`; an error names the formats of connections if
+    /// `format` is not one.
+    pub fn new(format: Format) -> Result<Self, String> {
+        Ok(Self {
+            format: format.check(Answer::Connections)?,
+            rows: 0,
+        })
+    }
+
+    /// Writes one connection.
+    pub fn write(&mut self, out: &mut dyn Write, e: &ConnEntry) -> io::Result<()> {
+        let (orig, orig_port, resp, resp_port) = e.oriented();
+        let s = &e.summary;
+        let flags = if e.proto == hindsight_model::ip_proto::TCP && s.tcp_flags != 0 {
+            tcp_flags_text(
+                s.tcp_flags
+                    & (tcp_flags::SYN
+                        | tcp_flags::FIN
+                        | tcp_flags::RST
+                        | tcp_flags::PSH
+                        | tcp_flags::ACK
+                        | tcp_flags::URG),
+            )
+        } else {
+            String::new()
+        };
+        let state = if s.state == FlowState::Unknown {
+            "-"
+        } else {
+            s.state.name()
+        };
+        let duration = f64::from(s.duration_ms) / 1e3;
+        match self.format {
+            Format::Table => {
+                if self.rows == 0 {
+                    writeln!(
+                        out,
+                        "{:<30} {:>9} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} source",
+                        "start",
+                        "duration",
+                        "proto",
+                        "address",
+                        "",
+                        "peer",
+                        "state",
+                        "flags",
+                        "packets o/r",
+                        "bytes o/r",
+                    )?;
+                }
+                let direction = if e.reverse { "<-" } else { "->" };
+                writeln!(
+                    out,
+                    "{:<30} {:>9.3} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} {}",
+                    format_nanos(e.ts_ns),
+                    duration,
+                    proto_name(e.proto),
+                    endpoint(e.addr, e.port),
+                    direction,
+                    endpoint(e.peer, e.peer_port),
+                    state,
+                    flags,
+                    format!(
+                        "{}/{}",
+                        range_text(s.packets_out_scale),
+                        range_text(s.packets_in_scale)
+                    ),
+                    format!(
+                        "{}/{}",
+                        range_text(s.bytes_out_scale),
+                        range_text(s.bytes_in_scale)
+                    ),
+                    s.source.name()
+                )?;
+            }
+            Format::Csv => {
+                if self.rows == 0 {
+                    writeln!(
+                        out,
+                        "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source"
+                    )?;
+                }
+                writeln!(
+                    out,
+                    "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    format_nanos(e.ts_ns),
+                    duration,
+                    proto_name(e.proto),
+                    orig,
+                    orig_port,
+                    resp,
+                    resp_port,
+                    if e.reverse { "resp" } else { "orig" },
+                    state,
+                    flags,
+                    range_text(s.packets_out_scale),
+                    range_text(s.packets_in_scale),
+                    range_text(s.bytes_out_scale),
+                    range_text(s.bytes_in_scale),
+                    s.source.name()
+                )?;
+            }
+            Format::Jsonl => writeln!(out, "{}", connection_json(e))?,
+            Format::Pcap | Format::Pcapng | Format::Parquet => {}
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Ends the answer (a table says when there was nothing).
+    pub fn finish(&mut self, out: &mut dyn Write) -> io::Result<()> {
+        if self.rows == 0 && self.format == Format::Table {
+            writeln!(out, "(no connections)")?;
+        }
+        Ok(())
+    }
+}
+
+/// `10.1.2.3:443`, `[2001:db8::1]:443`, or the bare address when the port is 0.
+fn endpoint(addr: hindsight_model::Addr16, port: u16) -> String {
+    match (addr.is_v4(), port) {
+        (_, 0) => addr.to_string(),
+        (true, _) => format!("{addr}:{port}"),
+        (false, _) => format!("[{addr}]:{port}"),
+    }
+}

@@ -1,0 +1,206 @@
+//! Connection lookups: the connections of address ranges from the connection
+//! index alone (Diventi's lookup), optionally narrowed by a filter, one page at a
+//! time with a cursor.
+
+use std::sync::Arc;
+
+use hindsight_filter::Filter;
+use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
+use hindsight_model::{
+    Addr16, FlowRecord, PacketHeaders, PacketRecord, SegmentId, ip_proto, network_range,
+};
+use hindsight_store::TimeRange;
+
+use crate::ReaderError;
+
+/// A connection lookup.
+#[derive(Debug, Clone)]
+pub struct ConnQuery {
+    /// The address ranges whose connections to list (inclusive).
+    pub ranges: Vec<(Addr16, Addr16)>,
+    /// Keeps the connections that match (on addresses, ports, protocol, flags).
+    pub filter: Option<Filter>,
+    /// The window on the connections' start times.
+    pub time: TimeRange,
+    /// Connections at most in one page.
+    pub limit: usize,
+    /// The key the previous page ended with ([`Connections::next`]).
+    pub after: Option<Vec<u8>>,
+}
+
+impl ConnQuery {
+    /// The ranges of a lookup given as an address or network (`--ip`, `ip=`), or
+    /// else as a filter that names the addresses every connection must have.
+    pub fn ranges_of(
+        ip: Option<&str>,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<(Addr16, Addr16)>, ReaderError> {
+        match (ip, filter) {
+            (Some(ip), _) => Ok(vec![network_range(ip).map_err(ReaderError::Request)?]),
+            (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {
+                ReaderError::Request(
+                    "the connection index is keyed by address: give an ip, or a filter that \
+                     names the addresses every connection must have (such as `host 10.1.2.3 \
+                     and port 53`)"
+                        .to_owned(),
+                )
+            }),
+            (None, None) => Err(ReaderError::Request(
+                "give an ip (ADDR or CIDR), or a filter that names addresses".to_owned(),
+            )),
+        }
+    }
+}
+
+/// A page of connections.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Connections {
+    /// The connections, in the index's order.
+    pub entries: Vec<ConnEntry>,
+    /// Where the next page starts, if there is one.
+    pub next: Option<Vec<u8>>,
+}
+
+/// The connections of `query` from the index and from the records of the
+/// unsealed tail that the index has not committed, in the index's order: the
+/// tail's entries are placed by the keys the index will give them, so a cursor
+/// pages across both.
+pub(crate) fn lookup(
+    index: Option<&ConnectionIndex>,
+    tail: &[(SegmentId, Arc<[FlowRecord]>)],
+    query: &ConnQuery,
+) -> Result<Connections, ReaderError> {
+    let keep = |entry: &ConnEntry| {
+        query
+            .filter
+            .as_ref()
+            .is_none_or(|f| f.matches(&as_packet(entry)))
+    };
+    let page = match index {
+        Some(index) => lookup_index(index, query, &keep)?,
+        None => Connections::default(),
+    };
+    let after = query.after.as_deref();
+    let unsealed: Vec<ConnEntry> = tail
+        .iter()
+        .flat_map(|(_, records)| records.iter())
+        .flat_map(ConnEntry::of_record)
+        .filter(|e| {
+            query
+                .ranges
+                .iter()
+                .any(|&(low, high)| low <= e.addr && e.addr <= high)
+                && e.ts_ns >= query.time.start_nanos
+                && e.ts_ns <= query.time.end_nanos
+                && after.is_none_or(|after| e.key().as_slice() > after)
+                && keep(e)
+        })
+        .collect();
+    if unsealed.is_empty() {
+        return Ok(page);
+    }
+    let mut entries = page.entries;
+    entries.extend(unsealed);
+    entries.sort_by_key(ConnEntry::key);
+    entries.dedup_by_key(|e| e.key());
+    // Past the index page's end, the tail's entries wait for the next page.
+    if let Some(next) = &page.next {
+        entries.retain(|e| e.key().as_slice() <= next.as_slice());
+    }
+    let more = page.next.is_some() || entries.len() > query.limit;
+    entries.truncate(query.limit);
+    let next = if more {
+        entries.last().map(|e| e.key().to_vec())
+    } else {
+        None
+    };
+    Ok(Connections { entries, next })
+}
+
+fn lookup_index(
+    index: &ConnectionIndex,
+    query: &ConnQuery,
+    keep: &dyn Fn(&ConnEntry) -> bool,
+) -> Result<Connections, ReaderError> {
+    let mut page = Connections::default();
+    let mut after = query.after.clone();
+    for &(low, high) in &query.ranges {
+        // A cursor belongs to the range that holds its address.
+        if let Some(cursor) = &after
+            && cursor.get(..16).is_some_and(|a| a > &high.0[..])
+        {
+            continue;
+        }
+        let scan = ConnScan {
+            low,
+            high,
+            start_ns: query.time.start_nanos,
+            end_ns: query.time.end_nanos,
+        };
+        let left = query.limit - page.entries.len();
+        let found = index
+            .scan_where(&scan, after.take().as_deref(), left, keep)
+            .map_err(|source| ReaderError::Index {
+                which: "connection index",
+                root: index.path().to_owned(),
+                source,
+            })?;
+        page.entries.extend(found.entries);
+        if let Some(cursor) = found.next {
+            page.next = Some(cursor);
+            break;
+        }
+    }
+    Ok(page)
+}
+
+/// The fields of a connection a filter can test, as a packet of it would have
+/// them: originator → responder, protocol, the union of TCP flags; ICMP type and
+/// code from NetFlow's destination port.
+fn as_packet(entry: &ConnEntry) -> PacketRecord {
+    let (src, src_port, dst, dst_port) = entry.oriented();
+    let proto = entry.proto;
+    let has_ports = matches!(proto, ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP);
+    let icmp = matches!(proto, ip_proto::ICMP | ip_proto::ICMPV6);
+    PacketRecord {
+        ts_nanos: entry.ts_ns,
+        headers: PacketHeaders {
+            ip_version: Some(if src.is_v4() && dst.is_v4() { 4 } else { 6 }),
+            src_addr: Some(src),
+            dst_addr: Some(dst),
+            ip_proto: Some(proto),
+            src_port: has_ports.then_some(src_port),
+            dst_port: has_ports.then_some(dst_port),
+            tcp_flags: (proto == ip_proto::TCP).then_some(entry.summary.tcp_flags),
+            icmp_type: icmp.then_some((dst_port >> 8) as u8),
+            icmp_code: icmp.then_some(dst_port as u8),
+            ..PacketHeaders::default()
+        },
+        ..PacketRecord::default()
+    }
+}
+
+/// A page's cursor as text (hex), as the command line and the API print it.
+pub fn encode_cursor(key: &[u8]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The key of a cursor printed by [`encode_cursor`].
+pub fn decode_cursor(text: &str) -> Result<Vec<u8>, ReaderError> {
+    let bad = || {
+        ReaderError::Request(format!(
+            "cursor {text:?} is not one that a page of connections ended with"
+        ))
+    };
+    if !text.len().is_multiple_of(2) || text.len() > 256 {
+        return Err(bad());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            text.get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect()
+}

@@ -1,0 +1,476 @@
+//! The role of the reader crate is to be the one long-lived reader of an archive:
+//! opened once (by `serve`, by a command), it holds the catalog, the address index,
+//! the connection index and the archive's settings (`config.toml`), and answers
+//! packet searches, connection lookups, SQL and the archive's summary from them.
+//!
+//! What it holds is a [`Snapshot`]: an immutable view of the archive as of one
+//! catalog. [`Reader::snapshot`] checks with a `stat` of the catalog and of the two
+//! index directories whether a writer (in this process or another) has sealed or
+//! expired a segment since, and if so loads a new snapshot, as tantivy's
+//! `IndexReader` reloads on commit. A request works on the snapshot it took, to its
+//! end, whatever seals meanwhile: a segment expired under it is a file gone, which
+//! the search skips and names.
+//!
+//! A reader in the process of a live writer (`serve` while it captures) is given
+//! the writer's [`Tail`]: each snapshot then also holds what the tail held just
+//! before the snapshot looked at the disk, so packets and connection records are
+//! answered within a second of capture, before their segment seals, each exactly
+//! once (see `hindsight_store::tail`).
+//!
+//! Limits (rows, time, memory) are carried by each request ([`Limits`]), not by
+//! the surface that asks.
+
+mod connections;
+mod summary;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hindsight_index::{AddressIndex, ConnectionIndex};
+use hindsight_ingest::settings::{ArchiveSettings, SettingsError, archive_settings};
+use hindsight_model::{PacketRecord, SegmentId};
+use hindsight_query::QueryError;
+use hindsight_query::search::{PacketSearch, SearchPlan, SearchRequest, SearchStats};
+use hindsight_sql::{SqlError, SqlSession};
+use hindsight_store::{Archive, StoreError, Tail, TailView};
+
+pub use crate::connections::{ConnQuery, Connections, decode_cursor, encode_cursor};
+pub use crate::summary::{Summary, TableTotals};
+
+/// Errors of the reader.
+#[derive(Debug, thiserror::Error)]
+pub enum ReaderError {
+    /// The archive or its catalog could not be opened.
+    #[error("cannot open archive {}: {source}", root.display())]
+    Open {
+        /// The archive.
+        root: PathBuf,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
+    /// An index could not be opened.
+    #[error("cannot open the {which} of {}: {source}", root.display())]
+    Index {
+        /// "address index" or "connection index".
+        which: &'static str,
+        /// The archive.
+        root: PathBuf,
+        /// Why.
+        #[source]
+        source: hindsight_index::IndexError,
+    },
+    /// The archive's `config.toml` is not valid.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// A packet search failed.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// A SQL statement failed.
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    /// A request is not valid (an address, a cursor, a filter without addresses).
+    #[error("{0}")]
+    Request(String),
+    /// A request went past one of its limits.
+    #[error("{0}")]
+    Limit(LimitExceeded),
+}
+
+/// Which of a request's limits was passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitExceeded {
+    /// More rows than `max_rows`.
+    Rows(u64),
+    /// Longer than `timeout`.
+    Time(Duration),
+}
+
+impl std::fmt::Display for LimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Rows(max) => write!(
+                f,
+                "the result has more than {max} rows: add a limit or narrow the filter or the window"
+            ),
+            Self::Time(timeout) => write!(
+                f,
+                "the request ran longer than {} s and was stopped",
+                timeout.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// The bounds one request carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Fail once the answer has more rows than this.
+    pub max_rows: Option<u64>,
+    /// Stop once the request has run this long.
+    pub timeout: Option<Duration>,
+    /// Memory for SQL operators (sorts, joins, aggregations), bytes.
+    pub memory_bytes: Option<usize>,
+}
+
+/// What makes a snapshot stale: the catalog file and the index directories as
+/// `stat` sees them (a seal appends to the catalog; an index commit adds a file).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Stamp(Vec<Option<(u64, u64, i64, i64)>>);
+
+impl Stamp {
+    fn of(paths: &[PathBuf]) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self(
+            paths
+                .iter()
+                .map(|path| {
+                    std::fs::metadata(path)
+                        .ok()
+                        .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The archive as of one catalog: everything a request reads, opened once, and
+/// the unsealed tail as of just before.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    archive: Arc<Archive>,
+    index: Option<Arc<AddressIndex>>,
+    connections: Option<Arc<ConnectionIndex>>,
+    /// The last flows segment whose connection entries the index had committed.
+    flows_mark: Option<SegmentId>,
+    settings: ArchiveSettings,
+    summary: Summary,
+    generation: u64,
+    /// The tail's pieces that are not on disk as of this snapshot.
+    tail: Option<TailView>,
+}
+
+impl Snapshot {
+    fn load(root: &Path, generation: u64) -> Result<Self, ReaderError> {
+        let archive = Archive::open_reader(root).map_err(|source| ReaderError::Open {
+            root: root.to_owned(),
+            source,
+        })?;
+        let index = AddressIndex::open_read_only(&archive.index_dir()).map_err(|source| {
+            ReaderError::Index {
+                which: "address index",
+                root: root.to_owned(),
+                source,
+            }
+        })?;
+        let connections =
+            ConnectionIndex::open_read_only(&archive.connections_dir()).map_err(|source| {
+                ReaderError::Index {
+                    which: "connection index",
+                    root: root.to_owned(),
+                    source,
+                }
+            })?;
+        let settings = archive_settings(root, None)?;
+        let summary = Summary::of(&archive);
+        let flows_mark = match &connections {
+            Some(index) => index.flows_mark().map_err(|source| ReaderError::Index {
+                which: "connection index",
+                root: root.to_owned(),
+                source,
+            })?,
+            None => None,
+        };
+        Ok(Self {
+            archive: Arc::new(archive),
+            index: index.map(Arc::new),
+            connections: connections.map(Arc::new),
+            flows_mark,
+            settings,
+            summary,
+            generation,
+            tail: None,
+        })
+    }
+
+    /// This snapshot with the pieces of `view` (taken before it looked at the
+    /// disk) that are not on disk: packet batches of segments not in its catalog,
+    /// connection records the connection index had not committed.
+    fn with_tail(&self, mut view: TailView) -> Self {
+        let catalog = self.archive.catalog();
+        view.packets.retain(|(id, _)| catalog.get(*id).is_none());
+        view.flows
+            .retain(|(id, _)| self.flows_mark.is_none_or(|mark| *id > mark));
+        Self {
+            tail: Some(view),
+            ..self.clone()
+        }
+    }
+
+    /// The unsealed pieces this snapshot answers from besides its segments.
+    pub fn tail(&self) -> Option<&TailView> {
+        self.tail.as_ref()
+    }
+
+    /// Packets in the unsealed tail (answered, not yet in a segment).
+    pub fn unsealed_packets(&self) -> u64 {
+        self.tail.as_ref().map_or(0, |tail| {
+            tail.packets
+                .iter()
+                .map(|(_, batch)| batch.num_rows() as u64)
+                .sum()
+        })
+    }
+
+    /// The time span of the unsealed packets, if there are any.
+    pub fn unsealed_span(&self) -> Option<(i64, i64)> {
+        use hindsight_store::arrow::array::AsArray;
+        use hindsight_store::arrow::datatypes::TimestampNanosecondType;
+        let tail = self.tail.as_ref()?;
+        let mut span: Option<(i64, i64)> = None;
+        for (_, batch) in &tail.packets {
+            let Some(ts) = batch
+                .column_by_name(hindsight_store::schema::col::TS)
+                .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
+            else {
+                continue;
+            };
+            for &t in ts.values() {
+                span = Some(span.map_or((t, t), |(low, high)| (low.min(t), high.max(t))));
+            }
+        }
+        span
+    }
+
+    /// The archive (its catalog and layout).
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    /// The archive's settings, from its `config.toml`.
+    pub fn settings(&self) -> &ArchiveSettings {
+        &self.settings
+    }
+
+    /// What the archive holds, counted when the snapshot was loaded.
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    /// What the archive at `root` holds, as JSON (`stats --json`, `GET /api/v1/stats`),
+    /// with every segment if `with_segments`.
+    pub fn summary_json(&self, root: &Path, with_segments: bool) -> serde_json::Value {
+        use hindsight_output::time::format_nanos;
+        let (packets, flows) = (&self.summary.packets, &self.summary.flows);
+        serde_json::json!({
+            "archive": root.display().to_string(),
+            "segments": packets.segments,
+            "packets": packets.rows,
+            "bytes_on_disk": packets.bytes,
+            "bytes_per_packet": self.summary.bytes_per_packet(),
+            "first": packets.first_ns.map(format_nanos),
+            "last": packets.last_ns.map(format_nanos),
+            "first_ns": packets.first_ns,
+            "last_ns": packets.last_ns,
+            "flows": {
+                "segments": flows.segments,
+                "records": flows.rows,
+                "bytes_on_disk": flows.bytes,
+            },
+            "segment_list": if with_segments {
+                serde_json::json!(self.archive.catalog().entries().collect::<Vec<_>>())
+            } else {
+                serde_json::Value::Null
+            },
+        })
+    }
+
+    /// How many snapshots the reader loaded before this one (0 for the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The damaged catalog lines this snapshot went without, one line each.
+    pub fn catalog_damage(&self) -> Vec<String> {
+        self.archive
+            .catalog_damage()
+            .iter()
+            .map(|damage| format!("catalog line at byte {} unreadable", damage.offset))
+            .collect()
+    }
+
+    /// A packet search over this snapshot (its plan and execution).
+    pub fn packet_search(&self) -> PacketSearch {
+        PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
+    }
+
+    /// Plans `request` and hands every matching packet to `visit`, in time
+    /// order, within `limits`: past `max_rows` or `timeout` it fails with
+    /// [`ReaderError::Limit`] (an answer is never silently short). `planned`
+    /// gets the plan before anything is read (what the answer will go without is
+    /// known then: segments gone or not their sealed size).
+    pub fn search(
+        &self,
+        request: &SearchRequest,
+        limits: &Limits,
+        planned: &mut dyn FnMut(&SearchPlan),
+        visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
+    ) -> Result<SearchStats, ReaderError> {
+        let search = self.packet_search();
+        let plan = search.plan(request)?;
+        planned(&plan);
+        let deadline = limits
+            .timeout
+            .map(|timeout| (Instant::now() + timeout, timeout));
+        let mut rows = 0u64;
+        // Read between the sealed segments and the tail, while the visitor lives.
+        let exceeded = std::cell::Cell::new(None);
+        let stopped = std::cell::Cell::new(false);
+        let mut bounded = |record: &PacketRecord, data: &[u8]| {
+            rows += 1;
+            if let Some(max) = limits.max_rows
+                && rows > max
+            {
+                exceeded.set(Some(LimitExceeded::Rows(max)));
+                return Ok(false);
+            }
+            if let Some((deadline, timeout)) = deadline
+                && rows.is_multiple_of(256)
+                && Instant::now() > deadline
+            {
+                exceeded.set(Some(LimitExceeded::Time(timeout)));
+                return Ok(false);
+            }
+            let go_on = visit(record, data)?;
+            stopped.set(!go_on);
+            Ok(go_on)
+        };
+        let mut stats = search.execute(request, &plan, &mut bounded)?;
+        // Then the unsealed tail, later in time than every sealed segment.
+        if let Some(tail) = &self.tail
+            && exceeded.get().is_none()
+            && !stopped.get()
+        {
+            search.execute_batches(request, &tail.packets, &mut stats, &mut bounded)?;
+        }
+        match exceeded.get() {
+            Some(limit) => Err(ReaderError::Limit(limit)),
+            None => Ok(stats),
+        }
+    }
+
+    /// The connections of [`ConnQuery::ranges`] from the connection index, one
+    /// page of at most `query.limit`, in the index's order (address, time, peer).
+    pub fn connections(&self, query: &ConnQuery) -> Result<Connections, ReaderError> {
+        let tail = self.tail.as_ref().map(|tail| tail.flows.as_slice());
+        connections::lookup(self.connections.as_deref(), tail.unwrap_or_default(), query)
+    }
+
+    /// A SQL session over this snapshot (`packets` and `flows`), read-only,
+    /// with the memory bound of `limits`.
+    pub fn sql(&self, limits: &Limits) -> Result<SqlSession, ReaderError> {
+        let unsealed = match &self.tail {
+            Some(tail) => {
+                // Flow records leave the tail when the index commits them, later
+                // than their segment seals: the table takes only the unsealed.
+                let catalog = self.archive.catalog();
+                let flows = tail
+                    .flows
+                    .iter()
+                    .filter(|(id, _)| catalog.get(*id).is_none())
+                    .flat_map(|(_, records)| records.iter().cloned())
+                    .collect();
+                let packets = tail.packets.iter().map(|(_, b)| b.clone()).collect();
+                hindsight_sql::Unsealed { packets, flows }
+            }
+            None => hindsight_sql::Unsealed::default(),
+        };
+        Ok(SqlSession::over(
+            Arc::clone(&self.archive),
+            self.index.clone(),
+            limits.memory_bytes,
+            unsealed,
+        )?)
+    }
+}
+
+/// The long-lived reader of one archive.
+#[derive(Debug)]
+pub struct Reader {
+    root: PathBuf,
+    /// The unsealed rows of a writer in this process, if one shares them.
+    tail: Option<Arc<Tail>>,
+    /// The files whose `stat` tells a snapshot stale.
+    watched: Vec<PathBuf>,
+    current: Mutex<(Stamp, Arc<Snapshot>)>,
+}
+
+impl Reader {
+    /// Opens the archive at `root`: its catalog, indexes and settings.
+    pub fn open(root: &Path) -> Result<Self, ReaderError> {
+        let snapshot = Snapshot::load(root, 0)?;
+        let watched = vec![
+            snapshot.archive.catalog().path().to_owned(),
+            snapshot.archive.index_dir(),
+            snapshot.archive.connections_dir(),
+            root.join(hindsight_store::archive::CONFIG_FILE),
+        ];
+        let stamp = Stamp::of(&watched);
+        Ok(Self {
+            root: root.to_owned(),
+            tail: None,
+            watched,
+            current: Mutex::new((stamp, Arc::new(snapshot))),
+        })
+    }
+
+    /// Answers from `tail` too: the unsealed rows of the live writer of this
+    /// archive in this process.
+    pub fn with_tail(mut self, tail: Arc<Tail>) -> Self {
+        self.tail = Some(tail);
+        self
+    }
+
+    /// The archive's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The current snapshot: the one held, or a new one if a writer sealed or
+    /// expired a segment (or changed the settings) since it was loaded. A reload
+    /// that fails (a writer mid-way) keeps the snapshot held and says why.
+    pub fn snapshot(&self) -> Result<Arc<Snapshot>, ReaderError> {
+        // The tail first, the disk after: a piece that left the tail meanwhile
+        // is on disk by then (see `hindsight_store::tail`).
+        let tail = self.tail.as_ref().map(|tail| tail.view());
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stamp = Stamp::of(&self.watched);
+        if stamp != current.0 {
+            let snapshot = Snapshot::load(&self.root, current.1.generation + 1)?;
+            *current = (stamp, Arc::new(snapshot));
+        }
+        Ok(match tail {
+            Some(view) => Arc::new(current.1.with_tail(view)),
+            None => Arc::clone(&current.1),
+        })
+    }
+
+    /// The snapshot held, without checking for changes (for a metrics scrape,
+    /// which must not touch the archive).
+    pub fn held(&self) -> Arc<Snapshot> {
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&current.1)
+    }
+
+    /// A SQL session over the current snapshot, within `limits`' memory.
+    pub fn sql(&self, limits: &Limits) -> Result<SqlSession, ReaderError> {
+        self.snapshot()?.sql(limits)
+    }
+}
