@@ -149,6 +149,8 @@ pub struct Snapshot {
     generation: u64,
     /// The tail's pieces that are not on disk as of this snapshot.
     tail: Option<TailView>,
+    /// Bytes under the archive directory, counted when first asked.
+    disk_bytes: Arc<std::sync::OnceLock<u64>>,
 }
 
 impl Snapshot {
@@ -191,6 +193,7 @@ impl Snapshot {
             summary,
             generation,
             tail: None,
+            disk_bytes: Arc::default(),
         })
     }
 
@@ -251,6 +254,16 @@ impl Snapshot {
     /// The archive's settings, from its `config.toml`.
     pub fn settings(&self) -> &ArchiveSettings {
         &self.settings
+    }
+
+    /// Bytes of every file under the archive directory (segments, indexes,
+    /// catalog, dumps kept there), counted once per snapshot, when first asked
+    /// (a walk of the directory: `serve` asks after each reload, so that its
+    /// metrics do not).
+    pub fn disk_bytes(&self) -> u64 {
+        *self
+            .disk_bytes
+            .get_or_init(|| summary::disk_usage(self.archive.root()))
     }
 
     /// What the archive holds, counted when the snapshot was loaded.

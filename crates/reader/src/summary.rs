@@ -39,19 +39,15 @@ pub struct Summary {
     pub packets: TableTotals,
     /// The `flows` table.
     pub flows: TableTotals,
-    /// Bytes of every file under the archive directory (segments, indexes,
-    /// catalog, dumps kept there).
-    pub disk_bytes: u64,
 }
 
 impl Summary {
-    /// Counts the catalog of `archive` and the bytes under its directory.
+    /// Counts the catalog of `archive`.
     pub fn of(archive: &Archive) -> Self {
         let catalog = archive.catalog();
         Self {
             packets: TableTotals::of(catalog.entries_of(Table::Packets)),
             flows: TableTotals::of(catalog.entries_of(Table::Flows)),
-            disk_bytes: disk_usage(archive.root()),
         }
     }
 
@@ -74,7 +70,7 @@ impl Summary {
 }
 
 /// Bytes of the regular files under `dir`, recursively; what cannot be read counts 0.
-fn disk_usage(dir: &Path) -> u64 {
+pub(crate) fn disk_usage(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -990,7 +990,9 @@ pub async fn refresh(state: Shared, every: Duration) {
                     *seen = dumps;
                 }
             }
-            work.reader.snapshot()
+            // Counted here, once per snapshot, so that a scrape does not walk
+            // the archive.
+            work.reader.snapshot().map(|snapshot| snapshot.disk_bytes())
         })
         .await;
         if let Ok(Err(error)) = reloaded {

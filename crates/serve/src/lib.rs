@@ -118,6 +118,8 @@ pub fn run(args: Options) -> Result<()> {
         // Packets and connections answered before their segment seals.
         reader = reader.with_tail(tail);
     }
+    // Counted before the first scrape (see `api::refresh`).
+    reader.held().disk_bytes();
     let reader = Arc::new(reader);
     if recorder.is_some() {
         // The command-line tools find this process here and ask it, so that

@@ -229,7 +229,7 @@ pub fn render(state: &AppState) -> Result<String> {
         "hindsight_archive_disk_bytes",
         "gauge",
         "Bytes of every file under the archive directory (segments, indexes, catalog, dumps).",
-        summary.disk_bytes,
+        snapshot.disk_bytes(),
     );
     if let Some(free) = free_bytes(state.reader.root()) {
         single(
