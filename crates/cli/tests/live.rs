@@ -682,6 +682,36 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
         answers.push((until, out));
         std::thread::sleep(Duration::from_millis(500));
     }
+    // SQL and connections on the command line are the serving process's too:
+    // every packet of the last answer is counted, and more.
+    let cli = |args: &[&str]| {
+        let output = ns
+            .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+            .args(args)
+            .args(["--archive", archive.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("answered by the serving process"),
+            "{args:?}: {stderr}"
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let counted: usize = cli(&["sql", "SELECT count(*) AS n FROM packets", "-F", "csv"])
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let last = read_capture(&answers.last().unwrap().1).len();
+    assert!(
+        counted >= last,
+        "SQL counted {counted}, the last answer held {last}"
+    );
+    let connections = cli(&["flows", "--ip", "0.0.0.0/0", "-F", "jsonl", "-n", "100000"]);
+    assert!(connections.lines().count() > 0, "no connections");
     assert!(tcpreplay.wait().unwrap().success());
     signal(&serve, "TERM");
     assert!(serve.wait().unwrap().success());

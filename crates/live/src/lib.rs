@@ -13,6 +13,7 @@
 //! behind and loses the chunks the ring overwrote (counted), it never makes the
 //! capture drop; a dump pins the ring where it reads (see `hindsight_ring::Pin`).
 
+pub mod collector;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

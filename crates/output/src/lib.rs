@@ -149,6 +149,20 @@ impl Format {
     }
 }
 
+/// A buffered writer of the file at `path` (created), or of standard output.
+pub fn create(path: Option<&Path>) -> std::io::Result<Box<dyn std::io::Write>> {
+    use std::io::BufWriter;
+    Ok(match path {
+        Some(path) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(path).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+            })?,
+        )),
+        None => Box::new(BufWriter::with_capacity(1 << 16, std::io::stdout().lock())),
+    })
+}
+
 /// Formats a byte count with a binary unit: `1.5 MiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

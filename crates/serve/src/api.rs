@@ -703,15 +703,39 @@ async fn histogram(
 struct SqlBody {
     sql: String,
     max_rows: Option<u64>,
+    format: Option<String>,
 }
 
-/// `POST /api/v1/sql`: a statement over `packets` and `flows`, as JSON lines.
+/// The format an answer of `answer` asks for by name (`default` without one).
+fn answer_format(
+    name: Option<&str>,
+    default: Format,
+    answer: hindsight_output::Answer,
+) -> ApiResult<Format> {
+    let format = match name {
+        Some(name) => Format::from_name(name)
+            .ok_or_else(|| ApiError::bad_request(format!("format {name:?} is not a format")))?,
+        None => default,
+    };
+    format.check(answer).map_err(ApiError::bad_request)
+}
+
+/// Response header of a page of connections that has a next page: its cursor.
+pub const NEXT_HEADER: &str = "hindsight-next";
+
+/// `POST /api/v1/sql`: a statement over `packets` and `flows`, as JSON lines
+/// (or `format`: csv, table, parquet).
 async fn sql(
     State(state): State<Shared>,
     body: Result<Json<SqlBody>, JsonRejection>,
 ) -> ApiResult<Response> {
     let Json(body) = body?;
     let max_rows = row_limit(&state, body.max_rows)?;
+    let format = answer_format(
+        body.format.as_deref(),
+        Format::Jsonl,
+        hindsight_output::Answer::Rows,
+    )?;
     let limits = Limits {
         max_rows: Some(max_rows),
         timeout: Some(state.limits.timeout),
@@ -726,13 +750,13 @@ async fn sql(
             timeout: limits.timeout,
         };
         session
-            .run(&body.sql, Format::Jsonl, &mut out, &sql_limits)
+            .run(&body.sql, format, &mut out, &sql_limits)
             .map_err(|e| ApiError::of_reader(e.into()))?;
         Ok((out, session.skipped()))
     })
     .await?;
     let (output, skipped) = output;
-    let mut response = ([(header::CONTENT_TYPE, "application/x-ndjson")], output).into_response();
+    let mut response = ([(header::CONTENT_TYPE, format.media_type())], output).into_response();
     if let Some(value) = header_text(&skipped).and_then(|text| HeaderValue::from_str(&text).ok()) {
         response.headers_mut().insert(INCOMPLETE_HEADER, value);
     }
@@ -748,14 +772,25 @@ struct FlowParams {
     until: Option<String>,
     limit: Option<usize>,
     after: Option<String>,
+    format: Option<String>,
 }
 
-/// `GET /api/v1/flows`: the connections of an address or network.
+/// `GET /api/v1/flows`: the connections of an address or network, as JSON with
+/// the next page's cursor, or with `format` (table, csv, jsonl) as text with
+/// the cursor in the `hindsight-next` header.
 async fn flows(
     State(state): State<Shared>,
     params: Result<Query<FlowParams>, QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Response> {
     let Query(params) = params?;
+    let text = match params.format.as_deref() {
+        Some(name) => Some(answer_format(
+            Some(name),
+            Format::Jsonl,
+            hindsight_output::Answer::Connections,
+        )?),
+        None => None,
+    };
     let time = Window {
         since: params.since.clone(),
         until: params.until.clone(),
@@ -778,18 +813,35 @@ async fn flows(
             .map_err(ApiError::of_reader)?,
     };
     let snapshot = snapshot(&state)?;
-    let answer = blocking(&state, move || {
-        let page = snapshot.connections(&query).map_err(ApiError::of_reader)?;
+    let page = blocking(&state, move || {
+        snapshot.connections(&query).map_err(ApiError::of_reader)
+    })
+    .await?;
+    let next = page.next.as_deref().map(hindsight_reader::encode_cursor);
+    let Some(format) = text else {
         let connections: Vec<_> = page
             .entries
             .iter()
             .map(hindsight_output::connections::connection_json)
             .collect();
-        let next = page.next.as_deref().map(hindsight_reader::encode_cursor);
-        Ok(json!({"connections": connections, "next": next}))
-    })
-    .await?;
-    Ok(Json(answer))
+        return Ok(Json(json!({"connections": connections, "next": next})).into_response());
+    };
+    let mut out = Vec::new();
+    let mut writer =
+        hindsight_output::connections::ConnWriter::new(format).map_err(ApiError::bad_request)?;
+    for entry in &page.entries {
+        writer
+            .write(&mut out, entry)
+            .map_err(|e| ApiError::internal(&e.into()))?;
+    }
+    writer
+        .finish(&mut out)
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let mut response = ([(header::CONTENT_TYPE, format.media_type())], out).into_response();
+    if let Some(value) = next.and_then(|next| HeaderValue::from_str(&next).ok()) {
+        response.headers_mut().insert(NEXT_HEADER, value);
+    }
+    Ok(response)
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,6 +9,7 @@
 //! as `ingest` does (temporary files removed, every catalogued segment intact).
 
 pub mod api;
+pub mod client;
 mod config;
 mod metrics;
 

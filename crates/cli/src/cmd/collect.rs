@@ -1,8 +1,6 @@
 //! `hindsight collect --listen udp://127.0.0.1:2055 --archive DIR`: a NetFlow v5,
 //! v9 and IPFIX collector writing into the `flows` table and the connection index.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,17 +34,10 @@ pub struct Args {
     report_errors: u64,
 }
 
-/// Socket receive buffer asked for, so bursts of export packets are not dropped.
-const RECEIVE_BUFFER: libc::c_int = 8 << 20;
-
 /// Runs the collector until SIGINT or SIGTERM, then seals and exits.
 pub fn run(args: Args) -> Result<ExitCode> {
     anyhow::ensure!(args.seal_secs > 0, "--seal-secs must be positive");
-    let address = parse_listen(&args.listen)?;
-    let socket =
-        UdpSocket::bind(address).with_context(|| format!("cannot listen on udp://{address}"))?;
-    set_receive_buffer(&socket);
-    socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let socket = hindsight_live::collector::bind(&args.listen)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -109,54 +100,4 @@ fn summary(stats: &NetflowStats) -> String {
          {} templates; {} data sets before their template; {} lost by sequence numbers",
         stats.malformed, stats.records, stats.templates, stats.unknown_template_sets, stats.lost
     )
-}
-
-fn parse_listen(url: &str) -> Result<SocketAddr> {
-    let rest = url
-        .strip_prefix("udp://")
-        .with_context(|| format!("--listen {url:?}: expected udp://ADDRESS:PORT"))?;
-    rest.parse()
-        .with_context(|| format!("--listen {url:?}: {rest:?} is not ADDRESS:PORT"))
-}
-
-/// Asks for a larger socket receive buffer: SO_RCVBUFFORCE (root, or
-/// CAP_NET_ADMIN) goes beyond `net.core.rmem_max`; otherwise the kernel grants what
-/// SO_RCVBUF may, which only means more drops under bursts.
-fn set_receive_buffer(socket: &UdpSocket) {
-    let size = RECEIVE_BUFFER;
-    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: the descriptor is open for the life of `socket`, and the
-        // option value is a c_int of the size passed.
-        let set = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                (&raw const size).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if set == 0 {
-            return;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_urls() {
-        assert_eq!(
-            parse_listen("udp://127.0.0.1:2055").unwrap(),
-            "127.0.0.1:2055".parse().unwrap()
-        );
-        assert_eq!(
-            parse_listen("udp://[::1]:0").unwrap(),
-            "[::1]:0".parse().unwrap()
-        );
-        assert!(parse_listen("tcp://127.0.0.1:2055").is_err());
-        assert!(parse_listen("udp://localhost").is_err());
-    }
 }

@@ -10,6 +10,7 @@ use hindsight_output::connections::ConnWriter;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
 use hindsight_reader::{ConnQuery, Reader, decode_cursor, encode_cursor};
+use hindsight_serve::client::Client;
 
 use crate::ArchiveArg;
 use crate::cmd::query::WindowArgs;
@@ -39,6 +40,10 @@ pub struct Args {
     /// Resume after the page that ended with this cursor (printed by the previous page).
     #[arg(long, value_name = "CURSOR")]
     after: Option<String>,
+    /// Read the connection index here, even when a `serve` captures into the
+    /// archive (by default its API answers, with the records not yet committed).
+    #[arg(long)]
+    sealed_only: bool,
 }
 
 /// Runs `hindsight flows`.
@@ -55,6 +60,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         limit: args.limit,
         after: args.after.as_deref().map(decode_cursor).transpose()?,
     };
+    if !args.sealed_only
+        && let Some(client) = Client::find(&args.archive.archive)
+    {
+        match ask(&client, &args, format) {
+            Ok(answered) => return answered,
+            Err(error) => super::unanswered(&client, &error),
+        }
+    }
     let page = Reader::open(&args.archive.archive)?
         .snapshot()?
         .connections(&query)?;
@@ -66,11 +79,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
     writer.finish(&mut out)?;
     out.flush()?;
     if let Some(cursor) = page.next {
-        eprintln!(
-            "more connections: add --after {} to see the next {}",
-            encode_cursor(&cursor),
-            args.limit
-        );
+        more(&encode_cursor(&cursor), args.limit);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn more(cursor: &str, limit: usize) {
+    eprintln!("more connections: add --after {cursor} to see the next {limit}");
+}
+
+/// Asks the `serve` that captures into the archive, which answers from the
+/// connection index and the records it has not committed, and prints the answer.
+fn ask(client: &Client, args: &Args, format: Format) -> Result<Result<ExitCode>> {
+    let window = &args.window;
+    let mut params: Vec<(&str, String)> = vec![
+        ("format", format.name().to_owned()),
+        ("limit", args.limit.to_string()),
+    ];
+    params.extend(args.ip.clone().map(|ip| ("ip", ip)));
+    params.extend(args.filter.clone().map(|filter| ("filter", filter)));
+    params.extend(
+        window
+            .since_until()
+            .map(|(name, time)| (name, time.to_owned())),
+    );
+    params.extend(args.after.clone().map(|after| ("after", after)));
+    let answer = client.get("flows", &params)?;
+    Ok((|| {
+        let next = answer.next();
+        let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+        answer.copy_to(&mut out)?;
+        out.flush()?;
+        super::answered_by(client);
+        if let Some(cursor) = next {
+            more(&cursor, args.limit);
+        }
+        Ok(ExitCode::SUCCESS)
+    })())
 }

@@ -1,7 +1,6 @@
 //! `hindsight query FILTER --archive DIR`
 
-use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -12,7 +11,7 @@ use hindsight_output::time::time_range;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest, SearchStats};
-use hindsight_store::archive::Serving;
+use hindsight_serve::client::Client;
 
 use crate::ArchiveArg;
 
@@ -67,6 +66,17 @@ pub struct WindowArgs {
 }
 
 impl WindowArgs {
+    /// The window's ends as given, by the names the API takes them.
+    pub fn since_until(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let (since, until) = match &self.between {
+            Some(both) => (both.first(), both.get(1)),
+            None => (self.since.as_ref(), self.until.as_ref()),
+        };
+        [("since", since), ("until", until)]
+            .into_iter()
+            .filter_map(|(name, time)| Some((name, time?.as_str())))
+    }
+
     /// Returns the window as a time range.
     pub fn range(&self) -> Result<hindsight_store::TimeRange> {
         time_range(
@@ -89,15 +99,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = &args.archive.archive;
     if !args.sealed_only
         && !args.explain
-        && let Some(serving) = Serving::find(root)
+        && let Some(client) = Client::find(root)
     {
-        match ask(&serving, &args, format) {
-            Ok(response) => return answer_of(&serving, response, &args),
-            Err(error) => eprintln!(
-                "hindsight: the serving process at {} did not answer ({error:#}): answering \
-                 from the sealed segments only",
-                serving.url
-            ),
+        match ask(&client, &args, format) {
+            Ok(answered) => return answered,
+            Err(error) => super::unanswered(&client, &error),
         }
     }
     let search = PacketSearch::open(root)
@@ -111,13 +117,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let started = Instant::now();
     let plan = search.plan(&request)?;
-    let out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(BufWriter::with_capacity(
-            1 << 20,
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock())),
-    };
+    let out = hindsight_output::create(args.output.as_deref())?;
     let stats = if args.count {
         let stats = search.execute(&request, &plan, &mut |_, _| Ok(true))?;
         let mut out = out;
@@ -160,84 +160,36 @@ pub fn output_format(
 }
 
 /// Asks the `serve` that captures into the archive, which answers from its
-/// sealed segments and its unsealed tail.
-fn ask(serving: &Serving, args: &Args, format: Format) -> Result<ureq::http::Response<ureq::Body>> {
-    let window = &args.window;
-    let (since, until) = match &window.between {
-        Some(both) => (both.first(), both.get(1)),
-        None => (window.since.as_ref(), window.until.as_ref()),
-    };
+/// sealed segments and its unsealed tail, and writes the answer.
+fn ask(client: &Client, args: &Args, format: Format) -> Result<Result<ExitCode>> {
     let mut params: Vec<(&str, String)> = vec![("filter", args.filter.clone())];
-    params.extend(since.map(|t| ("since", t.clone())));
-    params.extend(until.map(|t| ("until", t.clone())));
-    let route = if args.count {
+    params.extend(
+        args.window
+            .since_until()
+            .map(|(name, time)| (name, time.to_owned())),
+    );
+    let answer = if args.count {
         params.push(("buckets", "1".to_owned()));
-        "histogram"
+        client.get("histogram", &params)?
     } else {
         params.extend(args.limit.map(|n| ("limit", n.to_string())));
         params.push(("format", format.name().to_owned()));
-        "query"
+        client.get("query", &params)?
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_connect(Some(std::time::Duration::from_secs(2)))
-        .build()
-        .into();
-    let mut request = agent
-        .get(format!("{}/api/v1/{route}", serving.url))
-        .query_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
-    if let Ok(token) = std::env::var("HINDSIGHT_API_TOKEN") {
-        request = request.header("Authorization", format!("Bearer {token}"));
-    }
-    let mut response = request.call()?;
-    if response.status() != 200 {
-        let text = response.body_mut().read_to_string().unwrap_or_default();
-        anyhow::bail!("{}: {}", response.status(), text.trim());
-    }
-    Ok(response)
-}
-
-/// Writes the serving process's answer where the user asked.
-fn answer_of(
-    serving: &Serving,
-    mut response: ureq::http::Response<ureq::Body>,
-    args: &Args,
-) -> Result<ExitCode> {
-    let incomplete = response
-        .headers()
-        .get("hindsight-incomplete")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(BufWriter::with_capacity(
-            1 << 20,
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(BufWriter::with_capacity(1 << 16, io::stdout().lock())),
-    };
-    let mut body = response.body_mut().with_config().limit(u64::MAX).reader();
-    if args.count {
-        let mut text = String::new();
-        io::Read::read_to_string(&mut body, &mut text)?;
-        let answer: serde_json::Value = serde_json::from_str(&text)?;
-        writeln!(out, "{}", answer["total"])?;
-    } else {
-        io::copy(&mut body, &mut out)
-            .with_context(|| format!("the answer of {} broke off", serving.url))?;
-    }
-    out.flush()?;
-    eprintln!(
-        "hindsight: answered by the serving process at {} (sealed segments and the packets \
-         not yet sealed)",
-        serving.url
-    );
-    if let Some(what) = incomplete {
-        eprintln!("warning: the answer is incomplete: {what}");
-        if args.strict {
-            return Ok(ExitCode::from(INCOMPLETE));
+    Ok((|| {
+        let incomplete = answer.incomplete();
+        let mut out = hindsight_output::create(args.output.as_deref())?;
+        if args.count {
+            writeln!(out, "{}", answer.json()?["total"])?;
+        } else {
+            answer
+                .copy_to(&mut out)
+                .with_context(|| format!("the answer of {} broke off", client.url()))?;
         }
-    }
-    Ok(ExitCode::SUCCESS)
+        out.flush()?;
+        super::answered_by(client);
+        Ok(super::incomplete_exit(incomplete, args.strict))
+    })())
 }
 
 /// Exit code of an answer that damage made incomplete, under `--strict`.

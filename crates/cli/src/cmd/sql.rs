@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use hindsight_output::{Answer, Format};
+use hindsight_serve::client::Client;
 use hindsight_sql::{Limits, SqlError, SqlSession};
 
 use crate::ArchiveArg;
@@ -39,6 +40,10 @@ pub struct Args {
     /// Print the plan instead of running the statement.
     #[arg(long)]
     explain: bool,
+    /// Read the sealed segments here, even when a `serve` captures into the
+    /// archive (by default its API answers, with the rows not yet sealed).
+    #[arg(long)]
+    sealed_only: bool,
 }
 
 /// Runs `hindsight sql`.
@@ -47,6 +52,28 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let format = super::query::output_format(args.format, args.output.as_deref(), Answer::Rows)?;
     if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");
+    }
+    if !args.sealed_only
+        && !args.allow_writes
+        && !args.explain
+        && let Some(client) = Client::find(root)
+    {
+        let body = serde_json::json!({
+            "sql": args.sql,
+            "max_rows": args.max_rows,
+            "format": format.name(),
+        });
+        match client.post("sql", &body) {
+            Ok(answer) => {
+                let incomplete = answer.incomplete();
+                let mut out = hindsight_output::create(args.output.as_deref())?;
+                answer.copy_to(&mut out)?;
+                out.flush()?;
+                super::answered_by(&client);
+                return Ok(super::incomplete_exit(incomplete, args.strict));
+            }
+            Err(error) => super::unanswered(&client, &error),
+        }
     }
     let mut session = SqlSession::open(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;

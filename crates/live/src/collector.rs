@@ -1,0 +1,86 @@
+//! The socket of a flow collector (`hindsight collect`): NetFlow and IPFIX
+//! export packets over UDP.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Receive buffer asked of the kernel: a burst of export packets must not be dropped.
+const RECEIVE_BUFFER: libc::c_int = 8 << 20;
+
+/// Why a collector cannot listen.
+#[derive(Debug, thiserror::Error)]
+#[error("--listen {url:?}: {reason}")]
+pub struct ListenError {
+    /// The URL given.
+    pub url: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// A UDP socket bound to `url` (`udp://ADDRESS:PORT`) with a large receive
+/// buffer and a 200 ms read timeout (so that the loop sees a stop flag).
+pub fn bind(url: &str) -> Result<UdpSocket, ListenError> {
+    let error = |reason: String| ListenError {
+        url: url.to_owned(),
+        reason,
+    };
+    let address = parse_listen(url).map_err(error)?;
+    let socket = UdpSocket::bind(address)
+        .map_err(|e| error(format!("cannot listen on udp://{address}: {e}")))?;
+    set_receive_buffer(&socket);
+    socket
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .map_err(|e| error(e.to_string()))?;
+    Ok(socket)
+}
+
+fn parse_listen(url: &str) -> Result<SocketAddr, String> {
+    let rest = url
+        .strip_prefix("udp://")
+        .ok_or_else(|| "expected udp://ADDRESS:PORT".to_owned())?;
+    rest.parse()
+        .map_err(|_| format!("{rest:?} is not ADDRESS:PORT"))
+}
+
+/// Asks for a larger socket receive buffer: SO_RCVBUFFORCE (root, or
+/// CAP_NET_ADMIN) goes beyond `net.core.rmem_max`; otherwise the kernel grants what
+/// SO_RCVBUF may, which only means more drops under bursts.
+fn set_receive_buffer(socket: &UdpSocket) {
+    let size = RECEIVE_BUFFER;
+    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: the descriptor is open for the life of `socket`, and the
+        // option value is a c_int of the size passed.
+        let set = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&raw const size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if set == 0 {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_urls() {
+        assert_eq!(
+            parse_listen("udp://127.0.0.1:2055").unwrap(),
+            "127.0.0.1:2055".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("udp://[::1]:0").unwrap(),
+            "[::1]:0".parse().unwrap()
+        );
+        assert!(parse_listen("tcp://127.0.0.1:2055").is_err());
+        assert!(parse_listen("udp://localhost").is_err());
+    }
+}
