@@ -14,6 +14,7 @@
 //! capture drop; a dump pins the ring where it reads (see `hindsight_ring::Pin`).
 
 pub mod collector;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
