@@ -328,13 +328,12 @@ async fn blocking<T: Send + 'static>(
 ) -> ApiResult<T> {
     let permit = permit(state)?;
     let (done, result) = oneshot::channel();
-    std::thread::Builder::new()
-        .name("api-work".to_owned())
-        .spawn(move || {
-            let _permit = permit;
-            let _ = done.send(work());
-        })
-        .map_err(|e| ApiError::internal(&e.into()))?;
+    // On the runtime's pool of blocking threads, kept between requests: a new
+    // thread per request cost more than a rare-address query itself.
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let _ = done.send(work());
+    });
     // A little after the work's own bound, so that work which cancels itself
     // (SQL) reports first.
     match tokio::time::timeout(state.limits.timeout + Duration::from_secs(2), result).await {
@@ -468,60 +467,58 @@ async fn query(
     };
     let (chunks, body) = mpsc::channel::<io::Result<Bytes>>(8);
     let (planned, is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
-    std::thread::Builder::new()
-        .name("api-query".to_owned())
-        .spawn(move || {
-            let _permit = permit;
-            let out = ChannelWriter::new(chunks.clone());
-            let mut sink = match packet_sink(format, Box::new(out)) {
-                Ok(sink) => sink,
-                Err(message) => {
-                    let _ = planned.send(Err(ApiError::bad_request(message)));
-                    return;
-                }
-            };
-            let mut planned = Some(planned);
-            let mut skipped_before = 0;
-            let result = snapshot.search(
-                &request,
-                &limits,
-                &mut |plan| {
-                    // What the answer goes without, known before reading: damaged
-                    // catalog lines, segment files gone or not their sealed size.
-                    skipped_before = plan.stats.skipped.len();
-                    if let Some(planned) = planned.take() {
-                        let _ = planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
-                    }
-                },
-                &mut |record, data| sink.write(record, data).map(|()| true),
-            );
-            if let Some(planned) = planned.take() {
-                // The plan failed: the error is the answer.
-                let error = match result {
-                    Err(error) => ApiError::of_reader(error),
-                    Ok(_) => ApiError::internal(&anyhow::anyhow!("the query ended unplanned")),
-                };
-                let _ = planned.send(Err(error));
+    // The runtime's blocking pool (see `blocking`).
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let out = ChannelWriter::new(chunks.clone());
+        let mut sink = match packet_sink(format, Box::new(out)) {
+            Ok(sink) => sink,
+            Err(message) => {
+                let _ = planned.send(Err(ApiError::bad_request(message)));
                 return;
             }
-            let result = result
-                .map_err(anyhow::Error::from)
-                .and_then(|stats| match stats.skipped.get(skipped_before..) {
-                    // Damage met while reading, after the headers went out: the
-                    // transfer breaks rather than look whole.
-                    Some([first, ..]) => Err(anyhow::anyhow!("the answer is incomplete: {first}")),
-                    _ => Ok(()),
-                })
-                .and_then(|()| sink.finish().map_err(anyhow::Error::from));
-            drop(sink);
-            if let Err(error) = result {
-                // Headers are sent: ending the body with an error makes the
-                // connection close early, so the client sees a broken transfer
-                // rather than a short result that looks whole.
-                let _ = chunks.blocking_send(Err(io::Error::other(format!("{error:#}"))));
-            }
-        })
-        .map_err(|e| ApiError::internal(&e.into()))?;
+        };
+        let mut planned = Some(planned);
+        let mut skipped_before = 0;
+        let result = snapshot.search(
+            &request,
+            &limits,
+            &mut |plan| {
+                // What the answer goes without, known before reading: damaged
+                // catalog lines, segment files gone or not their sealed size.
+                skipped_before = plan.stats.skipped.len();
+                if let Some(planned) = planned.take() {
+                    let _ = planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
+                }
+            },
+            &mut |record, data| sink.write(record, data).map(|()| true),
+        );
+        if let Some(planned) = planned.take() {
+            // The plan failed: the error is the answer.
+            let error = match result {
+                Err(error) => ApiError::of_reader(error),
+                Ok(_) => ApiError::internal(&anyhow::anyhow!("the query ended unplanned")),
+            };
+            let _ = planned.send(Err(error));
+            return;
+        }
+        let result = result
+            .map_err(anyhow::Error::from)
+            .and_then(|stats| match stats.skipped.get(skipped_before..) {
+                // Damage met while reading, after the headers went out: the
+                // transfer breaks rather than look whole.
+                Some([first, ..]) => Err(anyhow::anyhow!("the answer is incomplete: {first}")),
+                _ => Ok(()),
+            })
+            .and_then(|()| sink.finish().map_err(anyhow::Error::from));
+        drop(sink);
+        if let Err(error) = result {
+            // Headers are sent: ending the body with an error makes the
+            // connection close early, so the client sees a broken transfer
+            // rather than a short result that looks whole.
+            let _ = chunks.blocking_send(Err(io::Error::other(format!("{error:#}"))));
+        }
+    });
     let incomplete = is_planned.await.map_err(|_| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
