@@ -230,13 +230,17 @@ impl ConnEntry {
     /// The entry's key in the index: entries are ordered by it, and a page's
     /// cursor is the key of its last entry.
     pub fn key(&self) -> [u8; KEY_LEN] {
-        let mut key = [0u8; KEY_LEN];
-        key[..24].copy_from_slice(&key_prefix(self.addr, self.ts_ns));
-        key[24..40].copy_from_slice(&self.peer.0);
-        key[40..42].copy_from_slice(&self.port.to_be_bytes());
-        key[42..44].copy_from_slice(&self.peer_port.to_be_bytes());
-        key[44] = self.proto;
-        key[45] = if self.reverse { FLAG_REVERSE } else { 0 };
+        let mut key = entry_key(
+            self.addr,
+            self.ts_ns,
+            self.peer,
+            self.port,
+            self.peer_port,
+            self.proto,
+        );
+        if self.reverse {
+            key[45] = FLAG_REVERSE;
+        }
         key
     }
 
@@ -269,12 +273,32 @@ fn key_prefix(addr: Addr16, ts_ns: i64) -> [u8; 24] {
 /// The key of a record's entry under its source address (see [`reversed`] for
 /// the one under its destination).
 fn encode_key(record: &FlowRecord) -> [u8; KEY_LEN] {
+    entry_key(
+        record.src,
+        record.first_ns,
+        record.dst,
+        record.src_port,
+        record.dst_port,
+        record.proto,
+    )
+}
+
+/// The key of an entry under `addr` (flags clear): address, start, peer,
+/// ports, protocol.
+fn entry_key(
+    addr: Addr16,
+    ts_ns: i64,
+    peer: Addr16,
+    port: u16,
+    peer_port: u16,
+    proto: u8,
+) -> [u8; KEY_LEN] {
     let mut key = [0u8; KEY_LEN];
-    key[..24].copy_from_slice(&key_prefix(record.src, record.first_ns));
-    key[24..40].copy_from_slice(&record.dst.0);
-    key[40..42].copy_from_slice(&record.src_port.to_be_bytes());
-    key[42..44].copy_from_slice(&record.dst_port.to_be_bytes());
-    key[44] = record.proto;
+    key[..24].copy_from_slice(&key_prefix(addr, ts_ns));
+    key[24..40].copy_from_slice(&peer.0);
+    key[40..42].copy_from_slice(&port.to_be_bytes());
+    key[42..44].copy_from_slice(&peer_port.to_be_bytes());
+    key[44] = proto;
     key
 }
 

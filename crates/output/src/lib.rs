@@ -50,7 +50,8 @@ impl Answer {
         }
     }
 
-    fn formats(self) -> &'static [Format] {
+    /// The formats this answer can be written in.
+    pub fn formats(self) -> &'static [Format] {
         match self {
             Self::Packets => &[
                 Format::Table,
@@ -96,12 +97,6 @@ impl Format {
     /// Returns true for the capture-file formats, which carry packet bytes.
     pub fn is_capture(self) -> bool {
         matches!(self, Self::Pcap | Self::Pcapng)
-    }
-
-    /// Returns true for the formats that are files for tools rather than text
-    /// (capture files, Parquet): never written to a terminal.
-    pub fn is_binary(self) -> bool {
-        matches!(self, Self::Pcap | Self::Pcapng | Self::Parquet)
     }
 
     /// The media type of an HTTP answer in this format.

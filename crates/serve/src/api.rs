@@ -408,17 +408,6 @@ struct QueryParams {
     format: Option<String>,
 }
 
-fn packet_format(name: Option<&str>) -> ApiResult<Format> {
-    let name = name.unwrap_or("jsonl");
-    Format::from_name(name)
-        .filter(|format| *format != Format::Parquet)
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "format {name:?} is not one of jsonl, csv, table, pcap, pcapng"
-            ))
-        })
-}
-
 fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
     let max = state.limits.max_rows;
     match limit {
@@ -443,7 +432,11 @@ async fn query(
         until: params.until,
     }
     .range()?;
-    let format = packet_format(params.format.as_deref())?;
+    let format = answer_format(
+        params.format.as_deref(),
+        Format::Jsonl,
+        hindsight_output::Answer::Packets,
+    )?;
     // An explicit limit cuts the result there. Without one the search reads
     // ahead in parallel, and a result longer than max_rows is an error, never
     // a silently short answer.
@@ -709,12 +702,18 @@ fn answer_format(
     default: Format,
     answer: hindsight_output::Answer,
 ) -> ApiResult<Format> {
-    let format = match name {
-        Some(name) => Format::from_name(name)
-            .ok_or_else(|| ApiError::bad_request(format!("format {name:?} is not a format")))?,
-        None => default,
+    let Some(name) = name else {
+        return Ok(default);
     };
-    format.check(answer).map_err(ApiError::bad_request)
+    Format::from_name(name)
+        .filter(|format| answer.formats().contains(format))
+        .ok_or_else(|| {
+            let names: Vec<&str> = answer.formats().iter().map(|f| f.name()).collect();
+            ApiError::bad_request(format!(
+                "format {name:?} is not one of {}",
+                names.join(", ")
+            ))
+        })
 }
 
 /// Response header of a page of connections that has a next page: its cursor.

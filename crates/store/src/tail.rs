@@ -79,14 +79,6 @@ impl Tail {
         pieces.packet_bytes >= self.max_bytes
     }
 
-    /// Bytes of the packet batches held.
-    pub fn packet_bytes(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .packet_bytes
-    }
-
     /// Packets segment `id` is in the catalog: its batches leave the tail.
     pub fn sealed(&self, id: SegmentId) {
         let mut pieces = self.write();
