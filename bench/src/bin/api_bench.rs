@@ -9,10 +9,13 @@
 //!
 //! With `--before BINARY` (an earlier build of `hindsight`), a second server of
 //! that binary answers the same queries over the same archive, in the same run,
-//! one request of each in turn: the side-by-side of two readers. Last, each
+//! taking turns of `--turn` requests (10 by default: a client asks one server
+//! several times in a row, as the web UI or a script does; `--turn 1` alternates
+//! every request, which leaves each server's threads and caches cold for its
+//! next request): the side-by-side of two readers. Last, each
 //! server is scraped (`GET /metrics`) under `strace`, which counts the files of
 //! the archive a scrape opens.
-//! `cargo build --release -p hindsight -p hindsight-bench && target/release/api_bench [--packets N] [--runs N] [--work DIR] [--before BINARY]`
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/api_bench [--packets N] [--runs N] [--work DIR] [--before BINARY] [--turn N]`
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -28,6 +31,7 @@ struct Args {
     runs: usize,
     work: PathBuf,
     before: Option<PathBuf>,
+    turn: usize,
 }
 
 fn parse_args() -> Args {
@@ -36,10 +40,11 @@ fn parse_args() -> Args {
         runs: 21,
         work: std::env::temp_dir().join("hindsight-bench"),
         before: None,
+        turn: 10,
     };
     let mut flags = hindsight_bench::Flags::new(
         "api_bench",
-        "[--packets N] [--runs N] [--work DIR] [--before BINARY]",
+        "[--packets N] [--runs N] [--work DIR] [--before BINARY] [--turn N]",
     );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -47,6 +52,7 @@ fn parse_args() -> Args {
             "--runs" => args.runs = flags.value(&flag),
             "--work" => args.work = flags.value(&flag),
             "--before" => args.before = Some(flags.value(&flag)),
+            "--turn" => args.turn = flags.value::<usize>(&flag).max(1),
             other => flags.unknown(other),
         }
     }
@@ -148,14 +154,21 @@ fn main() {
         ("1-minute window", "", Some((&since, &until)), ""),
     ];
     println!(
-        "# hindsight API benchmark: {packets} packets ({}), {} runs per figure (medians; tcpdump: 3)\n",
+        "# hindsight API benchmark: {packets} packets ({}), {} runs per figure (medians; tcpdump: 3){}\n",
         capture.display(),
-        args.runs
+        args.runs,
+        if before.is_some() {
+            format!("; the two servers take turns of {} requests", args.turn)
+        } else {
+            String::new()
+        }
     );
     println!(
-        "| query | packets | HTTP API, ms | before: HTTP API, ms | before / now | `hindsight query` process, ms | `tcpdump -r` scan, ms | API vs tcpdump |"
+        "| query | packets | HTTP API, ms | before: HTTP API, ms | before / now | reader in this process, ms | `hindsight query` process, ms | `tcpdump -r` scan, ms | API vs tcpdump |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // The same search without HTTP: what the API adds is the difference.
+    let reader = hindsight_reader::Reader::open(&archive).expect("open the archive");
     for (name, filter, window, bpf) in queries {
         // ureq percent-encodes the parameters.
         let mut params = vec![("format", "pcap"), ("filter", filter)];
@@ -187,21 +200,71 @@ fn main() {
         let mut samples = Vec::with_capacity(args.runs);
         let mut samples_before = Vec::with_capacity(args.runs);
         let mut body = Vec::new();
-        for _ in 0..args.runs {
-            let (elapsed, answer) = ask(&server.base);
-            samples.push(elapsed);
-            if let Some(before) = &before {
-                let (elapsed, answer_before) = ask(&before.base);
-                samples_before.push(elapsed);
-                assert_eq!(
-                    count_records(&answer),
-                    count_records(&answer_before),
-                    "{name}: the two servers' answers differ"
-                );
+        // Turns of `--turn` requests to each server, until each has `--runs`.
+        while samples.len() < args.runs {
+            let turn = args.turn.min(args.runs - samples.len());
+            for _ in 0..turn {
+                let (elapsed, answer) = ask(&server.base);
+                samples.push(elapsed);
+                body = answer;
             }
-            body = answer;
+            if let Some(before) = &before {
+                for _ in 0..turn {
+                    let (elapsed, answer_before) = ask(&before.base);
+                    samples_before.push(elapsed);
+                    assert_eq!(
+                        count_records(&body),
+                        count_records(&answer_before),
+                        "{name}: the two servers' answers differ"
+                    );
+                }
+            }
         }
         let api = median(samples);
+        let in_process = {
+            let time = match window {
+                Some((since, until)) => {
+                    hindsight_output::time::time_range(Some(since), Some(until), None)
+                        .expect("the window")
+                }
+                None => hindsight_store::TimeRange::ALL,
+            };
+            let request = hindsight_query::search::SearchRequest {
+                filter: hindsight_query::filter::Filter::parse(filter).expect("the filter"),
+                time,
+                limit: None,
+                with_data: true,
+                capture_only: true,
+            };
+            let mut samples = Vec::with_capacity(args.runs);
+            for _ in 0..args.runs {
+                let started = Instant::now();
+                let snapshot = reader.snapshot().expect("a snapshot");
+                let mut out = Vec::new();
+                let mut sink = hindsight_output::packets::packet_sink(
+                    hindsight_output::Format::Pcap,
+                    Box::new(&mut out),
+                )
+                .expect("a pcap writer");
+                snapshot
+                    .search(
+                        &request,
+                        &hindsight_reader::Limits::default(),
+                        &mut |_| {},
+                        &mut |record, data| sink.write(record, data).map(|()| true),
+                    )
+                    .expect("the search");
+                sink.finish().expect("the pcap's end");
+                drop(sink);
+                samples.push(started.elapsed());
+                assert_eq!(
+                    count_records(&out),
+                    count_records(&body),
+                    "{name}: in process"
+                );
+            }
+            median(samples)
+        };
         let api_before = (!samples_before.is_empty()).then(|| median(samples_before));
         let process = time_command(args.runs, || {
             let mut command = Command::new(&hindsight);
@@ -227,13 +290,14 @@ fn main() {
         };
         let matched = count_records(&body);
         println!(
-            "| {name} | {matched} | {:.3} | {} | {} | {:.2} | {} | {} |",
+            "| {name} | {matched} | {:.3} | {} | {} | {:.3} | {:.2} | {} | {} |",
             ms(api),
             api_before.map_or("-".to_owned(), |t| format!("{:.3}", ms(t))),
             api_before.map_or("-".to_owned(), |t| format!(
                 "{:.1}x",
                 t.as_secs_f64() / api.as_secs_f64()
             )),
+            ms(in_process),
             ms(process),
             tcpdump.map_or("-".to_owned(), |t| format!("{:.0}", ms(t))),
             tcpdump.map_or("-".to_owned(), |t| format!(

@@ -353,7 +353,8 @@ fn hostile_headers_are_corruption_not_panics() {
 }
 
 fn lan_hour() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap")
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/lan-hour-2012.pcap")
 }
 
 #[test]

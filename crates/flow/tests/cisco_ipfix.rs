@@ -12,7 +12,13 @@ use hindsight_model::FlowSource;
 fn fixture() -> PathBuf {
     std::env::var_os("HINDSIGHT_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
+        .unwrap_or_else(|| {
+            Path::new(
+                &std::env::var_os("CARGO_MANIFEST_DIR")
+                    .expect("cargo test sets CARGO_MANIFEST_DIR"),
+            )
+            .join("../../.fixtures")
+        })
         .join("netflow/cisco-ipfix.pcap")
 }
 

@@ -23,9 +23,10 @@ pub use histogram::TimestampHistogram;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use hindsight_model::{Addr16, GranuleSet, SegmentId};
-use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch};
+use rocksdb::{ColumnFamilyDescriptor, DB, IteratorMode, Options, ReadOptions, WriteBatch};
 
 /// Column family of postings: key `addr (16 bytes) | segment id (8 bytes, big-endian)`,
 /// value the granules of the segment holding the address (`GranuleSet::encode`). Big-endian ids keep one address's segments in id order, and 16-byte
@@ -84,6 +85,11 @@ pub type Result<T, E = IndexError> = std::result::Result<T, E>;
 pub struct AddressIndex {
     path: PathBuf,
     db: DB,
+    /// The indexed segments of a read-only handle, read once when first asked:
+    /// such a handle sees the index as of its open, so the set cannot change,
+    /// and a lookup need not read the whole family again (which grew with the
+    /// archive). `None` for a writer's handle.
+    indexed: Option<OnceLock<Arc<BTreeSet<SegmentId>>>>,
 }
 
 impl AddressIndex {
@@ -100,6 +106,7 @@ impl AddressIndex {
         Ok(Self {
             path: dir.to_owned(),
             db,
+            indexed: None,
         })
     }
 
@@ -127,6 +134,7 @@ impl AddressIndex {
         Ok(Some(Self {
             path: dir.to_owned(),
             db,
+            indexed: Some(OnceLock::new()),
         }))
     }
 
@@ -292,10 +300,16 @@ impl AddressIndex {
         for &(low, high) in ranges {
             let start = posting_key(low, SegmentId(0));
             let end = posting_key(high, SegmentId(u64::MAX));
-            let mode = IteratorMode::From(&start, Direction::Forward);
-            for item in self.db.iterator_cf(family, mode) {
-                let (key, value) = item.map_err(rocks(&self.path))?;
-                if key.as_ref() > end.as_slice() {
+            // A raw iterator bounded above: no key or value copied per entry, and
+            // RocksDB stops at the range's end instead of reading the next block.
+            let mut options = ReadOptions::default();
+            if let Some(bound) = key_after(&end) {
+                options.set_iterate_upper_bound(bound);
+            }
+            let mut iter = self.db.raw_iterator_cf_opt(family, options);
+            iter.seek(start);
+            while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+                if key > end.as_slice() {
                     break;
                 }
                 let Some(id) = key
@@ -307,9 +321,11 @@ impl AddressIndex {
                         key.len()
                     )));
                 };
-                visit(SegmentId(u64::from_be_bytes(id)), &value)
+                visit(SegmentId(u64::from_be_bytes(id)), value)
                     .map_err(|reason| corrupt(reason.to_owned()))?;
+                iter.next();
             }
+            iter.status().map_err(rocks(&self.path))?;
         }
         Ok(())
     }
@@ -325,8 +341,18 @@ impl AddressIndex {
             Ok(())
         })?;
         covered.retain(|id, rows| postings_per_segment.get(id) == Some(&rows.len()));
+        let indexed = match &self.indexed {
+            Some(once) => match once.get() {
+                Some(set) => Arc::clone(set),
+                None => {
+                    let set = Arc::new(self.indexed_segments()?);
+                    Arc::clone(once.get_or_init(|| set))
+                }
+            },
+            None => Arc::new(self.indexed_segments()?),
+        };
         Ok(AddressLookup {
-            indexed: self.indexed_segments()?,
+            indexed,
             holding,
             covered,
         })
@@ -360,7 +386,7 @@ pub type CoveredPostings = BTreeMap<SegmentId, Vec<Vec<u8>>>;
 /// The answer of [`AddressIndex::lookup`] for one set of address ranges.
 #[derive(Debug)]
 pub struct AddressLookup {
-    indexed: BTreeSet<SegmentId>,
+    indexed: Arc<BTreeSet<SegmentId>>,
     holding: BTreeMap<SegmentId, GranuleSet>,
     covered: CoveredPostings,
 }
@@ -389,6 +415,19 @@ pub(crate) fn read_only_options() -> Options {
     options.set_max_file_opening_threads(1);
     options.set_skip_stats_update_on_db_open(true);
     options
+}
+
+/// The least key greater than every key starting with `key` (`None` if `key` is
+/// all 0xff bytes): an exclusive upper bound for an iterator.
+fn key_after(key: &[u8]) -> Option<Vec<u8>> {
+    let mut next = key.to_vec();
+    while let Some(last) = next.pop() {
+        if last < u8::MAX {
+            next.push(last + 1);
+            return Some(next);
+        }
+    }
+    None
 }
 
 fn posting_key(address: Addr16, id: SegmentId) -> [u8; POSTING_KEY_LEN] {

@@ -28,7 +28,8 @@ fn capture_path() -> PathBuf {
     if let Some(path) = std::env::var_os("HINDSIGHT_TEST_PCAP") {
         return PathBuf::from(path);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap")
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/lan-hour-2012.pcap")
 }
 
 /// Fails the test when an oracle tool is missing: `scripts/setup` installs them.

@@ -16,8 +16,10 @@ use hindsight_store::{Archive, Table, TimeRange};
 const BUSY: &str = "10.174.200.10";
 
 fn lan_hour() -> PathBuf {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap");
+    let path = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../../../shared/data/lan-hour-2012.pcap");
     assert!(path.exists(), "missing capture {}", path.display());
     path
 }

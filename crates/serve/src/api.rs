@@ -34,7 +34,6 @@ use hindsight_store::TimeRange;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::metrics;
 
@@ -458,34 +457,46 @@ async fn query(
         with_data: format.is_capture(),
         capture_only: format.is_capture(),
     };
-    let (chunks, body) = mpsc::channel::<io::Result<Bytes>>(8);
+    let (pieces, mut body) = mpsc::channel::<Piece>(8);
     let (planned, is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     // The runtime's blocking pool (see `blocking`).
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let out = ChannelWriter::new(chunks.clone());
-        let mut sink = match packet_sink(format, Box::new(out)) {
-            Ok(sink) => sink,
-            Err(message) => {
-                let _ = planned.send(Err(ApiError::bad_request(message)));
-                return;
-            }
-        };
+        let mut out = PieceWriter::new(pieces);
         let mut planned = Some(planned);
         let mut skipped_before = 0;
-        let result = snapshot.search(
-            &request,
-            &limits,
-            &mut |plan| {
-                // What the answer goes without, known before reading: damaged
-                // catalog lines, segment files gone or not their sealed size.
-                skipped_before = plan.stats.skipped.len();
-                if let Some(planned) = planned.take() {
-                    let _ = planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
+        let result = {
+            let mut sink = match packet_sink(format, Box::new(&mut out)) {
+                Ok(sink) => sink,
+                Err(message) => {
+                    if let Some(planned) = planned.take() {
+                        let _ = planned.send(Err(ApiError::bad_request(message)));
+                    }
+                    return;
                 }
-            },
-            &mut |record, data| sink.write(record, data).map(|()| true),
-        );
+            };
+            snapshot
+                .search(
+                    &request,
+                    &limits,
+                    &mut |plan| {
+                        // What the answer goes without, known before reading:
+                        // damaged catalog lines, segment files gone or not their
+                        // sealed size.
+                        skipped_before = plan.stats.skipped.len();
+                        if let Some(planned) = planned.take() {
+                            let _ =
+                                planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
+                        }
+                    },
+                    &mut |record, data| sink.write(record, data).map(|()| true),
+                )
+                .and_then(|stats| {
+                    sink.finish()
+                        .map(|()| stats)
+                        .map_err(|e| ReaderError::Request(format!("cannot write the answer: {e}")))
+                })
+        };
         if let Some(planned) = planned.take() {
             // The plan failed: the error is the answer.
             let error = match result {
@@ -495,30 +506,60 @@ async fn query(
             let _ = planned.send(Err(error));
             return;
         }
-        let result = result
-            .map_err(anyhow::Error::from)
-            .and_then(|stats| match stats.skipped.get(skipped_before..) {
-                // Damage met while reading, after the headers went out: the
-                // transfer breaks rather than look whole.
-                Some([first, ..]) => Err(anyhow::anyhow!("the answer is incomplete: {first}")),
-                _ => Ok(()),
-            })
-            .and_then(|()| sink.finish().map_err(anyhow::Error::from));
-        drop(sink);
-        if let Err(error) = result {
-            // Headers are sent: ending the body with an error makes the
-            // connection close early, so the client sees a broken transfer
-            // rather than a short result that looks whole.
-            let _ = chunks.blocking_send(Err(io::Error::other(format!("{error:#}"))));
+        match result {
+            // Damage met while reading, after the plan.
+            Ok(stats) => out.finish(Ok(stats.skipped[skipped_before.min(stats.skipped.len())..]
+                .iter()
+                .map(ToString::to_string)
+                .collect())),
+            Err(error) => out.finish(Err(ApiError::of_reader(error))),
         }
     });
-    let incomplete = is_planned.await.map_err(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the query ended without an answer",
-        )
-    })??;
-    let mut response = Body::from_stream(ReceiverStream::new(body)).into_response();
+    // An answer that ends within its first piece (64 KiB) and within
+    // `WHOLE_WITHIN` goes out whole, with its length, after one wake of this task;
+    // a longer or slower one streams, its headers sent at most `WHOLE_WITHIN`
+    // after it began.
+    let first = tokio::time::timeout(WHOLE_WITHIN, body.recv()).await.ok();
+    let planned_header = |is_planned: Option<ApiResult<Option<String>>>| {
+        is_planned.unwrap_or_else(|| {
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the query ended without an answer",
+            ))
+        })
+    };
+    let (incomplete, mut response) = match first {
+        // The plan failed (or the worker ended): the error is the answer.
+        Some(None) => {
+            let mut is_planned = is_planned;
+            planned_header(is_planned.try_recv().ok())?;
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the query ended without an answer",
+            ));
+        }
+        Some(Some(piece)) => {
+            let mut is_planned = is_planned;
+            let incomplete = planned_header(is_planned.try_recv().ok())?;
+            match piece {
+                // Headers not yet sent: what was met while reading is in them
+                // too, and a failure has its own status.
+                Piece::Last(bytes, late) => {
+                    let mut parts: Vec<String> = incomplete.into_iter().collect();
+                    parts.extend(late?);
+                    (header_text(&parts), Body::from(bytes).into_response())
+                }
+                Piece::More(bytes) => (
+                    incomplete,
+                    Body::from_stream(piece_stream(Some(bytes), body)).into_response(),
+                ),
+            }
+        }
+        None => (
+            planned_header(is_planned.await.ok())?,
+            Body::from_stream(piece_stream(None, body)).into_response(),
+        ),
+    };
     let headers = response.headers_mut();
     if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
         headers.insert(INCOMPLETE_HEADER, value);
@@ -536,48 +577,109 @@ async fn query(
     Ok(response)
 }
 
-/// A `Write` that sends 64 KiB pieces down a channel to the response body; a
-/// client that went away makes the next write fail, which stops the search.
-struct ChannelWriter {
-    chunks: mpsc::Sender<io::Result<Bytes>>,
+/// How long a packet answer may take to go out whole (with its length, in one
+/// piece) before its headers are sent and the rest streams.
+const WHOLE_WITHIN: Duration = Duration::from_millis(20);
+
+/// What the search sends to the response: a piece of the answer, or its last
+/// piece with what the reading met (damaged segments skipped) or its failure.
+enum Piece {
+    More(Bytes),
+    Last(Bytes, ApiResult<Vec<String>>),
+}
+
+/// The response body once its headers are sent: the pieces as they come; damage
+/// met or a failure ends the body with an error, which makes the connection close
+/// early, so the client sees a broken transfer rather than a short result that
+/// looks whole.
+fn piece_stream(first: Option<Bytes>, rest: mpsc::Receiver<Piece>) -> PieceStream {
+    PieceStream {
+        ready: first.map(Ok).into_iter().collect(),
+        rest,
+    }
+}
+
+/// See [`piece_stream`].
+struct PieceStream {
+    ready: std::collections::VecDeque<io::Result<Bytes>>,
+    rest: mpsc::Receiver<Piece>,
+}
+
+impl tokio_stream::Stream for PieceStream {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if let Some(item) = self.ready.pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        match self.rest.poll_recv(context) {
+            Poll::Ready(Some(Piece::More(bytes))) => Poll::Ready(Some(Ok(bytes))),
+            Poll::Ready(Some(Piece::Last(bytes, end))) => {
+                let failure = match end {
+                    Ok(late) => late
+                        .first()
+                        .map(|first| format!("the answer is incomplete: {first}")),
+                    Err(error) => Some(error.message),
+                };
+                if let Some(message) = failure {
+                    self.ready.push_back(Err(io::Error::other(message)));
+                }
+                Poll::Ready(Some(Ok(bytes)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A `Write` that sends 64 KiB pieces down a channel to the response, and the
+/// rest at [`PieceWriter::finish`]; a client that went away makes the next write
+/// fail, which stops the search.
+struct PieceWriter {
+    pieces: mpsc::Sender<Piece>,
     buffer: Vec<u8>,
 }
 
 const WRITE_CHUNK: usize = 64 << 10;
 
-impl ChannelWriter {
-    fn new(chunks: mpsc::Sender<io::Result<Bytes>>) -> Self {
+impl PieceWriter {
+    fn new(pieces: mpsc::Sender<Piece>) -> Self {
         Self {
-            chunks,
+            pieces,
             buffer: Vec::with_capacity(WRITE_CHUNK),
         }
     }
 
-    fn send(&mut self) -> io::Result<()> {
-        if self.buffer.is_empty() {
-            return Ok(());
-        }
-        let piece = Bytes::from(std::mem::replace(
-            &mut self.buffer,
-            Vec::with_capacity(WRITE_CHUNK),
-        ));
-        self.chunks
-            .blocking_send(Ok(piece))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))
+    /// Sends what is left with the answer's end.
+    fn finish(mut self, end: ApiResult<Vec<String>>) {
+        let last = Bytes::from(std::mem::take(&mut self.buffer));
+        let _ = self.pieces.blocking_send(Piece::Last(last, end));
     }
 }
 
-impl Write for ChannelWriter {
+impl Write for PieceWriter {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.buffer.extend_from_slice(data);
         if self.buffer.len() >= WRITE_CHUNK {
-            self.send()?;
+            let piece = Bytes::from(std::mem::replace(
+                &mut self.buffer,
+                Vec::with_capacity(WRITE_CHUNK),
+            ));
+            self.pieces
+                .blocking_send(Piece::More(piece))
+                .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the client went away"))?;
         }
         Ok(data.len())
     }
 
+    /// Nothing: the buffer goes at 64 KiB or at the end, so that a short answer
+    /// is one piece.
     fn flush(&mut self) -> io::Result<()> {
-        self.send()
+        Ok(())
     }
 }
 

@@ -12,8 +12,10 @@ use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_sql::{Format, Limits, SqlError, SqlSession};
 
 fn lan_hour() -> PathBuf {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap");
+    let path = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("../../../shared/data/lan-hour-2012.pcap");
     assert!(path.exists(), "missing capture {}", path.display());
     path
 }

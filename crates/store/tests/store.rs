@@ -342,8 +342,10 @@ fn newer_format_versions_are_refused_by_name() {
 /// overflow a subtraction. The reader refuses such a footer as corruption.
 #[test]
 fn a_footer_with_pages_outside_their_chunk_is_corruption() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz-page-before-chunk.parquet");
+    let path = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join("tests/data/fuzz-page-before-chunk.parquet");
     let error = SegmentReader::open(&path).unwrap_err();
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
     assert!(error.to_string().contains("outside"), "{error}");

@@ -12,7 +12,8 @@ use hindsight_ring::{Ring, RingConfig};
 use hindsight_trigger::{Analyzer, DumpLimits, DumpRequest, DumpTemplate, TriggerError, dump};
 
 fn lan_hour() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lan-hour-2012.pcap")
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data/lan-hour-2012.pcap")
 }
 
 /// (timestamp ns, wire length, bytes) of every frame of a capture file.

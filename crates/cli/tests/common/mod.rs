@@ -9,7 +9,10 @@ const LAN_HOUR: &str = "../../../shared/data/lan-hour-2012.pcap";
 
 /// The shared real capture.
 pub fn lan_hour() -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(LAN_HOUR);
+    let path = Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR"),
+    )
+    .join(LAN_HOUR);
     assert!(path.exists(), "missing shared capture {}", path.display());
     path
 }
@@ -18,7 +21,13 @@ pub fn lan_hour() -> PathBuf {
 pub fn fixtures_dir() -> PathBuf {
     std::env::var_os("HINDSIGHT_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.fixtures"))
+        .unwrap_or_else(|| {
+            Path::new(
+                &std::env::var_os("CARGO_MANIFEST_DIR")
+                    .expect("cargo test sets CARGO_MANIFEST_DIR"),
+            )
+            .join("../../.fixtures")
+        })
 }
 
 /// Runs the `hindsight` binary with no standard input.
