@@ -44,6 +44,8 @@ enum Command {
     Check(cmd::check::Args),
     /// Capture live from an interface into the archive; dump pcaps around triggers.
     Record(cmd::record::Args),
+    /// Run a continuous query (SQL over windows of a stream) and print its answers.
+    Watch(cmd::watch::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
     Serve(cmd::serve::Args),
 }
@@ -76,6 +78,7 @@ fn run() -> ExitCode {
         Command::Check(args) => cmd::check::run(args),
         Command::Record(args) => cmd::record::run(args),
         Command::Serve(args) => cmd::serve::run(args),
+        Command::Watch(args) => cmd::watch::run(args),
     };
     match result {
         Ok(code) => code,

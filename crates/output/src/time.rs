@@ -43,6 +43,17 @@ pub fn parse_instant(text: &str, now: Timestamp) -> Result<i64> {
     i64::try_from(nanos).map_err(|_| anyhow!("time {text:?} is out of range"))
 }
 
+/// A duration written as the ages are: a whole number and a unit (90s, 15m,
+/// 2h, 7d, 3w).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
+    match parse_relative(text.trim())? {
+        Some(nanos) if nanos > 0 => Ok(std::time::Duration::from_nanos(
+            u64::try_from(nanos).with_context(|| format!("duration {text:?} is too long"))?,
+        )),
+        _ => bail!("duration {text:?}: use a whole number and a unit: 10s, 1m, 2h, 1d or 1w"),
+    }
+}
+
 fn parse_relative(text: &str) -> Result<Option<i128>> {
     let Some(unit) = text.chars().last().filter(char::is_ascii_alphabetic) else {
         return Ok(None);

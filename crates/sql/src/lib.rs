@@ -23,6 +23,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -31,7 +33,14 @@ use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
 use crate::table::SegmentTable;
+pub use datafusion::scalar::ScalarValue;
 pub use hindsight_output::Format;
+
+/// The tables of a live window (`hindsight-watch`): the rows of the stream in
+/// the current window, with the columns of `packets` and `flows`.
+pub const LIVE_PACKETS: &str = "live_packets";
+/// See [`LIVE_PACKETS`].
+pub const LIVE_FLOWS: &str = "live_flows";
 
 /// Errors of a SQL session.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +107,20 @@ pub struct Unsealed {
     pub packets: Vec<RecordBatch>,
     /// Connection records.
     pub flows: Vec<hindsight_model::FlowRecord>,
+}
+
+/// The configuration of every session: two partitions (the machine's cores),
+/// Parquet pruning by statistics, page indexes and Bloom filters.
+fn session_config() -> SessionConfig {
+    let mut config = SessionConfig::new()
+        .with_target_partitions(2)
+        .with_information_schema(true);
+    let parquet = &mut config.options_mut().execution.parquet;
+    parquet.pushdown_filters = true;
+    parquet.reorder_filters = true;
+    parquet.bloom_filter_on_read = true;
+    parquet.enable_page_index = true;
+    config
 }
 
 /// The runtime of a session's statements: two workers, as the machine's cores.
@@ -183,14 +206,7 @@ impl SqlSession {
             })
             .collect();
         let scans = table::Scans::default();
-        let mut config = SessionConfig::new()
-            .with_target_partitions(2)
-            .with_information_schema(true);
-        let parquet = &mut config.options_mut().execution.parquet;
-        parquet.pushdown_filters = true;
-        parquet.reorder_filters = true;
-        parquet.bloom_filter_on_read = true;
-        parquet.enable_page_index = true;
+        let config = session_config();
         let mut environment = RuntimeEnvBuilder::new();
         if let Some(bytes) = memory_bytes {
             environment = environment.with_memory_limit(bytes, 1.0);
@@ -222,13 +238,109 @@ impl SqlSession {
             "flows",
             table::flows_table(archive, Arc::clone(&scans), flows)?,
         )?;
-        Ok(Self {
+        let session = Self {
             context,
             runtime: Some(runtime()?),
             writes: false,
             scans,
             catalog_damage,
+        };
+        session.set_live(Vec::new(), Vec::new())?;
+        Ok(session)
+    }
+
+    /// A session without an archive: the live tables (empty until
+    /// [`Self::set_live`]) and the functions, nothing else.
+    pub fn live_only() -> Result<Self, SqlError> {
+        let context = SessionContext::new_with_config(session_config());
+        functions::register(&context);
+        let session = Self {
+            context,
+            runtime: Some(runtime()?),
+            writes: false,
+            scans: table::Scans::default(),
+            catalog_damage: Vec::new(),
+        };
+        session.set_live(Vec::new(), Vec::new())?;
+        Ok(session)
+    }
+
+    /// Makes `live_packets` and `live_flows` hold `packets` (batches of the
+    /// `packets` schema) and `flows` (connection records): the rows of one window.
+    pub fn set_live(
+        &self,
+        packets: Vec<RecordBatch>,
+        flows: Vec<hindsight_model::FlowRecord>,
+    ) -> Result<(), SqlError> {
+        let packets = MemTable::try_new(hindsight_store::schema::packets_schema(), vec![packets])?;
+        let mut builder = hindsight_store::flows::FlowBatchBuilder::new();
+        for record in &flows {
+            builder.append(record);
+        }
+        let flows = table::with_uid(
+            LIVE_FLOWS,
+            Arc::new(MemTable::try_new(
+                hindsight_store::flows::flows_schema(),
+                vec![vec![builder.finish()]],
+            )?),
+        )?;
+        self.context.deregister_table(LIVE_PACKETS)?;
+        self.context.deregister_table(LIVE_FLOWS)?;
+        self.context
+            .register_table(LIVE_PACKETS, Arc::new(packets))?;
+        self.context.register_table(LIVE_FLOWS, flows)?;
+        Ok(())
+    }
+
+    /// The tables `sql` reads, as written (`live_packets`, `flows`...).
+    pub fn tables_of(&self, sql: &str) -> Result<Vec<String>, SqlError> {
+        let state = self.context.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect)?;
+        let tables = state.resolve_table_references(&statement)?;
+        Ok(tables.iter().map(|t| t.table().to_owned()).collect())
+    }
+
+    /// As [`Self::collect`], with the named parameters of `sql` (`:name`) bound
+    /// to `params`.
+    pub fn collect_with(
+        &self,
+        sql: &str,
+        params: &[(&str, ScalarValue)],
+        max_rows: Option<u64>,
+    ) -> Result<Vec<RecordBatch>, SqlError> {
+        let params = ParamValues::from(
+            params
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                .collect::<Vec<_>>(),
+        );
+        self.runtime().block_on(async {
+            let plan = self.plan(sql).await?.with_param_values(params)?;
+            let frame = self.context.execute_logical_plan(plan).await?;
+            gather(frame.execute_stream().await?, max_rows).await
         })
+    }
+
+    /// Parses, checks and plans `sql` without running it: the errors a
+    /// statement would meet before reading a row (syntax, unknown tables and
+    /// columns, a statement this session refuses).
+    pub fn prepare(&self, sql: &str) -> Result<(), SqlError> {
+        self.runtime().block_on(self.plan(sql)).map(|_| ())
+    }
+
+    async fn plan(&self, sql: &str) -> Result<datafusion::logical_expr::LogicalPlan, SqlError> {
+        let state = self.context.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state.sql_to_statement(sql, &dialect)?;
+        if !self.writes {
+            policy::check_read_only(&statement)?;
+        }
+        let plan = state.statement_to_plan(statement).await?;
+        if !self.writes {
+            policy::read_only_options().verify_plan(&plan)?;
+        }
+        Ok(plan)
     }
 
     /// What the statements run so far went without: the catalog's unreadable
@@ -378,7 +490,14 @@ async fn collect_once(
         policy::read_only_options().verify_plan(&plan)?;
     }
     let frame = context.execute_logical_plan(plan).await?;
-    let mut stream = frame.execute_stream().await?;
+    gather(frame.execute_stream().await?, max_rows).await
+}
+
+/// The batches of `stream`, failing once they pass `max_rows`.
+async fn gather(
+    mut stream: datafusion::physical_plan::SendableRecordBatchStream,
+    max_rows: Option<u64>,
+) -> Result<Vec<RecordBatch>, SqlError> {
     let mut batches = Vec::new();
     let mut rows = 0u64;
     while let Some(batch) = stream.next().await {

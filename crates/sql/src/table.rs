@@ -45,9 +45,15 @@ pub fn flows_table(
     unsealed: Vec<RecordBatch>,
 ) -> Result<Arc<dyn TableProvider>> {
     let segments = SegmentTable::new(archive, Table::Flows, None, scans).with_unsealed(unsealed);
+    with_uid("flows", Arc::new(segments))
+}
+
+/// A view of connection records (`records`, of the `flows` schema) with their
+/// `uid` derived, which the stored form does not keep.
+pub fn with_uid(name: &str, records: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {
     let udf = Arc::new(functions::flow_uid());
-    let columns: Vec<Expr> = segments
-        .schema
+    let columns: Vec<Expr> = records
+        .schema()
         .fields()
         .iter()
         .map(|field| {
@@ -59,7 +65,7 @@ pub fn flows_table(
             }
         })
         .collect();
-    let plan = LogicalPlanBuilder::scan("flows", provider_as_source(Arc::new(segments)), None)?
+    let plan = LogicalPlanBuilder::scan(name, provider_as_source(records), None)?
         .project(columns)?
         .build()?;
     Ok(Arc::new(ViewTable::new(plan, None)))

@@ -9,6 +9,7 @@ pub mod record;
 pub mod serve;
 pub mod sql;
 pub mod stats;
+pub mod watch;
 
 use std::process::ExitCode;
 

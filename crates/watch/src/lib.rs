@@ -1,0 +1,553 @@
+//! The role of the watch crate is to run continuous queries: SQL statements over
+//! windows of the live stream, joined with the archive (the live and historical
+//! queries of `fastbit-telegraphcq`).
+//!
+//! A [`Watcher`] is fed the stream: packets ([`Watcher::push_frame`], decoded
+//! here, with connection records assembled from them by a flow table of its own)
+//! or connection records from elsewhere ([`Watcher::push_flows`]: NetFlow, IPFIX).
+//! Windows are in event time, the packets' own timestamps, so a replayed capture
+//! gives the same answers as the live link:
+//!
+//! - A window has a `range` and a `slide` (tumbling when they are equal); window
+//!   ends are multiples of `slide` since the Unix epoch, and the window ending at
+//!   `e` holds the rows with `e - range <= ts < e`.
+//! - Rows are kept in panes of one `slide` each, so a row is stored once however
+//!   many windows hold it, and a window is the union of its `range / slide` panes.
+//! - The window ending at `e` is answered once a packet at or after `e` arrives
+//!   (for statements that read `live_flows`, once one at or after `e +
+//!   flow_lateness` arrives: a connection is in the window in which it ended, and
+//!   the flow table reports a connection only once it has been idle for its
+//!   timeout). A packet that arrives for a window already answered is late: it
+//!   is counted, never added to an answer given.
+//! - Each answer is the statement's rows, with `live_packets` and `live_flows`
+//!   holding exactly the window's rows and `:window_start` and `:window_end`
+//!   bound to its bounds; the statement may read the archive's `packets` and
+//!   `flows` too (the join with history).
+//! - Memory is bounded: a pane holds at most its share of `max_rows` and
+//!   `max_bytes` (`Bounds`); rows past it are dropped and every answer of a
+//!   window that lost rows says how many ([`Answer::cut`]).
+
+pub mod command;
+pub mod replay;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hindsight_flow::{FlowTable, FlowTableConfig};
+use hindsight_model::{FlowRecord, Frame, PacketRecord};
+use hindsight_sql::{LIVE_FLOWS, ScalarValue, SqlError, SqlSession};
+use hindsight_store::arrow::array::RecordBatch;
+use hindsight_store::schema::PacketBatchBuilder;
+
+/// Errors of a watch.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    /// The window is not valid.
+    #[error("{0}")]
+    Window(String),
+    /// The statement is invalid or failed on a window.
+    #[error("watch {name}: {source}")]
+    Sql {
+        /// The watch.
+        name: String,
+        /// Why.
+        #[source]
+        source: SqlError,
+    },
+}
+
+/// The windows of a watch: `range` long, one every `slide`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowSpec {
+    /// Length of a window.
+    pub range: Duration,
+    /// Time between the ends of two windows; `range` must be a multiple of it.
+    pub slide: Duration,
+}
+
+impl WindowSpec {
+    /// A tumbling window of `range`.
+    pub fn tumbling(range: Duration) -> Self {
+        Self {
+            range,
+            slide: range,
+        }
+    }
+
+    /// Checks the window: positive, and `range` a whole number of `slide`s.
+    pub fn validate(&self) -> Result<(), WatchError> {
+        let (range, slide) = (nanos(self.range), nanos(self.slide));
+        if slide <= 0 || range <= 0 {
+            return Err(WatchError::Window(
+                "the window and its slide must be longer than zero".to_owned(),
+            ));
+        }
+        if range % slide != 0 {
+            return Err(WatchError::Window(format!(
+                "the window ({:?}) must be a whole number of slides ({:?})",
+                self.range, self.slide
+            )));
+        }
+        Ok(())
+    }
+
+    fn panes(&self) -> i64 {
+        nanos(self.range) / nanos(self.slide)
+    }
+}
+
+/// Bounds of a watch's window state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Most packets plus connection records a window holds.
+    pub max_rows: usize,
+    /// Most bytes of stored packets a window holds.
+    pub max_bytes: usize,
+    /// Most rows of one answer; more is an error of that window.
+    pub max_answer_rows: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            max_rows: 4_000_000,
+            max_bytes: 1 << 30,
+            max_answer_rows: 100_000,
+        }
+    }
+}
+
+/// One continuous query.
+#[derive(Clone, Debug)]
+pub struct WatchSpec {
+    /// Its name (in answers and metrics).
+    pub name: String,
+    /// The statement, run on each window.
+    pub sql: String,
+    /// Its windows.
+    pub window: WindowSpec,
+    /// Bounds of its state.
+    pub bounds: Bounds,
+}
+
+/// The answer of one watch for one window.
+#[derive(Debug)]
+pub struct Answer {
+    /// The watch.
+    pub watch: String,
+    /// The window's first instant, ns since the epoch.
+    pub start_ns: i64,
+    /// The instant after the window's last, ns.
+    pub end_ns: i64,
+    /// The statement's rows, or why it failed on this window.
+    pub rows: Result<Vec<RecordBatch>, String>,
+    /// Rows of the window dropped at its bounds (then the answer is of the rest).
+    pub cut: u64,
+    /// How long the statement took.
+    pub took: Duration,
+}
+
+/// Counters of a watcher.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchCounts {
+    /// Packets taken.
+    pub packets: u64,
+    /// Connection records taken.
+    pub flows: u64,
+    /// Packets and records that arrived after their windows were answered.
+    pub late: u64,
+    /// Windows answered (all watches).
+    pub answers: u64,
+}
+
+/// The rows of one slide of the stream.
+#[derive(Debug, Default)]
+struct Pane {
+    packets: Vec<RecordBatch>,
+    flows: Vec<FlowRecord>,
+    rows: usize,
+    bytes: usize,
+    cut: u64,
+}
+
+/// One watch's state.
+#[derive(Debug)]
+struct Running {
+    spec: WatchSpec,
+    /// Whether the statement reads `live_flows` (its windows wait for the flow
+    /// table's timeout).
+    reads_flows: bool,
+    /// End of the next window to answer, ns; `None` before the first row.
+    next_end: Option<i64>,
+}
+
+/// Feeds the live stream to watches and answers each window as it closes.
+pub struct Watcher {
+    session: SqlSession,
+    watches: Vec<Running>,
+    /// The panes of the stream by index (`ts / slide`), for the smallest slide;
+    /// every watch's slide is a multiple of it.
+    panes: BTreeMap<i64, Pane>,
+    pane_nanos: i64,
+    builder: PacketBatchBuilder,
+    builder_pane: Option<i64>,
+    flow_table: Option<FlowTable>,
+    flow_out: Vec<FlowRecord>,
+    flow_lateness: i64,
+    /// The latest packet time seen, ns.
+    watermark: i64,
+    counts: WatchCounts,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher")
+            .field("watches", &self.watches)
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rows a pane's batch holds before a new one starts.
+const BATCH_ROWS: usize = 8192;
+
+impl Watcher {
+    /// Watches `watches` over `session` (an archive's, for statements that join
+    /// with history, or [`SqlSession::live_only`]); with `flows` the watcher
+    /// assembles connection records from the packets with that flow table.
+    pub fn new(
+        session: SqlSession,
+        watches: Vec<WatchSpec>,
+        flows: Option<FlowTableConfig>,
+    ) -> Result<Self, WatchError> {
+        let mut running = Vec::with_capacity(watches.len());
+        for spec in watches {
+            spec.window.validate()?;
+            let sql_error = |source| WatchError::Sql {
+                name: spec.name.clone(),
+                source,
+            };
+            session.prepare(&spec.sql).map_err(sql_error)?;
+            let tables = session.tables_of(&spec.sql).map_err(sql_error)?;
+            running.push(Running {
+                reads_flows: tables.iter().any(|t| t == LIVE_FLOWS),
+                spec,
+                next_end: None,
+            });
+        }
+        let pane_nanos = running
+            .iter()
+            .map(|r| nanos(r.spec.window.slide))
+            .reduce(gcd)
+            .unwrap_or(1_000_000_000);
+        // Connection records are assembled only if a statement reads them.
+        let flows = flows.filter(|_| running.iter().any(|r| r.reads_flows));
+        let flow_lateness = flows.map_or(0, |config| {
+            nanos(config.idle_timeout.max(config.close_linger))
+        });
+        Ok(Self {
+            session,
+            watches: running,
+            panes: BTreeMap::new(),
+            pane_nanos,
+            builder: PacketBatchBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 128),
+            builder_pane: None,
+            flow_table: flows.map(FlowTable::new),
+            flow_out: Vec::new(),
+            flow_lateness,
+            watermark: i64::MIN,
+            counts: WatchCounts::default(),
+        })
+    }
+
+    /// The counters so far.
+    pub fn counts(&self) -> WatchCounts {
+        self.counts
+    }
+
+    /// Takes one captured frame; answers the windows it closes through `answer`.
+    pub fn push_frame(&mut self, frame: &Frame<'_>, answer: &mut dyn FnMut(Answer)) {
+        let record = PacketRecord {
+            ts_nanos: frame.ts_nanos,
+            wire_len: frame.wire_len,
+            cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
+            link_type: frame.link_type,
+            iface: frame.iface,
+            headers: hindsight_decode::decode(frame.link_type, frame.data),
+        };
+        self.counts.packets += 1;
+        if let Some(table) = &mut self.flow_table {
+            table.push(
+                frame.ts_nanos,
+                &record.headers,
+                frame.wire_len,
+                &mut self.flow_out,
+            );
+        }
+        let pane = frame.ts_nanos.div_euclid(self.pane_nanos);
+        if self.is_answered(pane, false) {
+            self.counts.late += 1;
+        } else {
+            if self.builder_pane != Some(pane) || self.builder.len() >= BATCH_ROWS {
+                self.flush_builder();
+                self.builder_pane = Some(pane);
+            }
+            let bytes = frame.data.len();
+            if self.admit(pane, bytes) {
+                self.builder.append(&record, frame.data);
+            }
+        }
+        if !self.flow_out.is_empty() {
+            let records = std::mem::take(&mut self.flow_out);
+            self.take_flows(records);
+        }
+        self.advance(frame.ts_nanos, answer);
+    }
+
+    /// Takes connection records from outside (a collector); `now_ns` is the
+    /// stream's time (their export time), which closes windows.
+    pub fn push_flows(
+        &mut self,
+        records: Vec<FlowRecord>,
+        now_ns: i64,
+        answer: &mut dyn FnMut(Answer),
+    ) {
+        self.take_flows(records);
+        self.advance(now_ns, answer);
+    }
+
+    /// The stream ended: the flow table's open connections end, and every
+    /// window that holds a row is answered.
+    pub fn finish(&mut self, answer: &mut dyn FnMut(Answer)) {
+        if let Some(table) = &mut self.flow_table {
+            table.flush(&mut self.flow_out);
+        }
+        let records = std::mem::take(&mut self.flow_out);
+        self.take_flows(records);
+        self.flush_builder();
+        let Some((&last, _)) = self.panes.last_key_value() else {
+            return;
+        };
+        let longest = self
+            .watches
+            .iter()
+            .map(|w| nanos(w.spec.window.range))
+            .max()
+            .unwrap_or(0);
+        let until = (last + 1)
+            .saturating_mul(self.pane_nanos)
+            .saturating_add(longest);
+        self.answer_until(until, until, answer);
+    }
+
+    fn take_flows(&mut self, records: Vec<FlowRecord>) {
+        for record in records {
+            self.counts.flows += 1;
+            let pane = record.last_ns.div_euclid(self.pane_nanos);
+            if self.is_answered(pane, true) {
+                self.counts.late += 1;
+                continue;
+            }
+            if self.admit(pane, 0) {
+                self.panes.entry(pane).or_default().flows.push(record);
+            }
+        }
+    }
+
+    /// Whether every window holding `pane` has been answered, for every watch
+    /// (reading flows, or any).
+    fn is_answered(&self, pane: i64, flows: bool) -> bool {
+        let start = pane * self.pane_nanos;
+        self.watches
+            .iter()
+            .filter(|w| !flows || w.reads_flows)
+            .all(|w| {
+                w.next_end
+                    .is_some_and(|end| end - nanos(w.spec.window.range) >= start + self.pane_nanos)
+            })
+            && !self.watches.is_empty()
+    }
+
+    /// Counts a row into `pane` if its bounds allow; false if it is cut.
+    fn admit(&mut self, pane: i64, bytes: usize) -> bool {
+        let (max_rows, max_bytes) = self.pane_bounds();
+        let state = self.panes.entry(pane).or_default();
+        if state.rows + 1 > max_rows || state.bytes + bytes > max_bytes {
+            state.cut += 1;
+            return false;
+        }
+        state.rows += 1;
+        state.bytes += bytes;
+        true
+    }
+
+    /// A pane's share of the tightest watch's bounds.
+    fn pane_bounds(&self) -> (usize, usize) {
+        let mut bounds = (usize::MAX, usize::MAX);
+        for watch in &self.watches {
+            let panes = usize::try_from(
+                watch.spec.window.panes() * (nanos(watch.spec.window.slide) / self.pane_nanos),
+            )
+            .unwrap_or(usize::MAX)
+            .max(1);
+            bounds.0 = bounds.0.min(watch.spec.bounds.max_rows / panes);
+            bounds.1 = bounds.1.min(watch.spec.bounds.max_bytes / panes);
+        }
+        bounds
+    }
+
+    fn flush_builder(&mut self) {
+        if let Some(pane) = self.builder_pane.take()
+            && !self.builder.is_empty()
+        {
+            let batch = self.builder.finish();
+            self.panes.entry(pane).or_default().packets.push(batch);
+        }
+    }
+
+    /// Time moved to `now_ns`: answers the windows that closed.
+    fn advance(&mut self, now_ns: i64, answer: &mut dyn FnMut(Answer)) {
+        if now_ns <= self.watermark {
+            return;
+        }
+        self.watermark = now_ns;
+        for watch in &mut self.watches {
+            if watch.next_end.is_none() {
+                // The first window to answer is the one holding the first row.
+                let slide = nanos(watch.spec.window.slide);
+                watch.next_end = Some((now_ns.div_euclid(slide) + 1) * slide);
+            }
+        }
+        let due = self.watches.iter().any(|w| {
+            let lateness = if w.reads_flows { self.flow_lateness } else { 0 };
+            w.next_end
+                .is_some_and(|end| now_ns >= end.saturating_add(lateness))
+        });
+        if due {
+            self.flush_builder();
+            self.answer_until(now_ns, now_ns.saturating_sub(self.flow_lateness), answer);
+        }
+    }
+
+    /// Answers, for each watch, the windows ending at or before `packets_until`
+    /// (`flows_until` for a watch that reads flows), then drops the panes no
+    /// window still needs. A window without rows is not answered (as in Flink,
+    /// windows exist for the rows they hold).
+    fn answer_until(
+        &mut self,
+        packets_until: i64,
+        flows_until: i64,
+        answer: &mut dyn FnMut(Answer),
+    ) {
+        for index in 0..self.watches.len() {
+            loop {
+                let watch = &self.watches[index];
+                let until = if watch.reads_flows {
+                    flows_until
+                } else {
+                    packets_until
+                };
+                let Some(end) = watch.next_end.filter(|&end| end <= until) else {
+                    break;
+                };
+                let (range, slide) = (
+                    nanos(watch.spec.window.range),
+                    nanos(watch.spec.window.slide),
+                );
+                let (first, last) = (
+                    (end - range).div_euclid(self.pane_nanos),
+                    end.div_euclid(self.pane_nanos),
+                );
+                let holds = |pane: &Pane| pane.rows > 0 || pane.cut > 0;
+                let next_end = if self.panes.range(first..last).any(|(_, pane)| holds(pane)) {
+                    let result = self.evaluate(index, end - range, end);
+                    self.counts.answers += 1;
+                    answer(result);
+                    end + slide
+                } else {
+                    // On to the first window that holds the next pane with rows,
+                    // or past `until` if none has come yet.
+                    let next = match self.panes.range(last..).find(|(_, pane)| holds(pane)) {
+                        Some((&pane, _)) => pane * self.pane_nanos,
+                        None => until,
+                    };
+                    (end + slide).max((next.div_euclid(slide) + 1).saturating_mul(slide))
+                };
+                self.watches[index].next_end = Some(next_end);
+            }
+        }
+        // A pane is needed while a watch has a window holding it to answer.
+        let keep_from = self
+            .watches
+            .iter()
+            .filter_map(|w| w.next_end.map(|end| end - nanos(w.spec.window.range)))
+            .min()
+            .unwrap_or(i64::MIN);
+        let first_kept = keep_from.div_euclid(self.pane_nanos);
+        self.panes = self.panes.split_off(&first_kept);
+    }
+
+    fn evaluate(&self, index: usize, start: i64, end: i64) -> Answer {
+        let watch = &self.watches[index];
+        let (first, last) = (
+            start.div_euclid(self.pane_nanos),
+            end.div_euclid(self.pane_nanos),
+        );
+        let mut packets = Vec::new();
+        let mut flows = Vec::new();
+        let mut cut = 0;
+        for (_, pane) in self.panes.range(first..last) {
+            packets.extend(pane.packets.iter().cloned());
+            flows.extend(pane.flows.iter().cloned());
+            cut += pane.cut;
+        }
+        let started = Instant::now();
+        let rows = self
+            .session
+            .set_live(packets, flows)
+            .and_then(|()| {
+                self.session.collect_with(
+                    &watch.spec.sql,
+                    &[
+                        ("window_start", timestamp(start)),
+                        ("window_end", timestamp(end)),
+                    ],
+                    Some(watch.spec.bounds.max_answer_rows),
+                )
+            })
+            .map_err(|e| format!("{:#}", anyhow_chain(&e)));
+        Answer {
+            watch: watch.spec.name.clone(),
+            start_ns: start,
+            end_ns: end,
+            rows,
+            cut,
+            took: started.elapsed(),
+        }
+    }
+}
+
+/// An error and its causes, as one line.
+fn anyhow_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A window bound as the SQL value of the `ts` columns.
+fn timestamp(ns: i64) -> ScalarValue {
+    ScalarValue::TimestampNanosecond(Some(ns), Some("UTC".into()))
+}
+
+fn nanos(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}

@@ -1,0 +1,83 @@
+//! Sliding windows and window bounds, on lan-hour.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hindsight_sql::SqlSession;
+use hindsight_store::arrow::array::{Array, Int64Array};
+use hindsight_watch::replay::replay;
+use hindsight_watch::{Answer, Bounds, WatchSpec, Watcher, WindowSpec};
+
+fn lan_hour() -> PathBuf {
+    Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo test sets it"))
+        .join("../../../shared/data/lan-hour-2012.pcap")
+}
+
+/// Runs `COUNT(*)` over live_packets with `window`, `bounds`; the count and
+/// the rows cut, by window start.
+fn counts(window: WindowSpec, bounds: Bounds) -> BTreeMap<i64, (i64, u64)> {
+    let spec = WatchSpec {
+        name: "count".to_owned(),
+        sql: "SELECT count(*) AS n FROM live_packets".to_owned(),
+        window,
+        bounds,
+    };
+    let mut watcher = Watcher::new(SqlSession::live_only().unwrap(), vec![spec], None).unwrap();
+    let mut answers = Vec::<Answer>::new();
+    replay(&[lan_hour()], &mut watcher, &mut |answer| {
+        answers.push(answer)
+    })
+    .unwrap();
+    answers
+        .into_iter()
+        .map(|answer| {
+            let batches = answer.rows.unwrap();
+            let n = batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(0);
+            (answer.start_ns, (n, answer.cut))
+        })
+        .collect()
+}
+
+#[test]
+fn a_sliding_window_is_the_union_of_its_slides() {
+    let minute = Duration::from_secs(60);
+    let tumbling = counts(WindowSpec::tumbling(5 * minute), Bounds::default());
+    let sliding = counts(
+        WindowSpec {
+            range: 10 * minute,
+            slide: 5 * minute,
+        },
+        Bounds::default(),
+    );
+    let five = i64::try_from((5 * minute).as_nanos()).unwrap();
+    // Every sliding window holds the two tumbling windows it covers.
+    assert_eq!(sliding.len(), tumbling.len() + 1);
+    for (&start, &(n, cut)) in &sliding {
+        let first = tumbling.get(&start).map_or(0, |c| c.0);
+        let second = tumbling.get(&(start + five)).map_or(0, |c| c.0);
+        assert_eq!(n, first + second, "window at {start}");
+        assert_eq!(cut, 0);
+    }
+    let total: i64 = tumbling.values().map(|c| c.0).sum();
+    assert_eq!(total, 62_781);
+}
+
+#[test]
+fn a_window_past_its_bounds_is_cut_and_says_so() {
+    let bounds = Bounds {
+        max_rows: 1000,
+        ..Bounds::default()
+    };
+    let cut = counts(WindowSpec::tumbling(Duration::from_secs(600)), bounds);
+    for (start, (n, cut)) in &cut {
+        assert!(*n <= 1000, "window at {start}: {n} rows");
+        assert!(*n + i64::try_from(*cut).unwrap() > 300, "window at {start}");
+    }
+    assert!(cut.values().any(|(_, cut)| *cut > 9000), "{cut:?}");
+}
