@@ -113,6 +113,26 @@ fn wait_for_stderr(child: &mut Child, text: &str) -> std::thread::JoinHandle<Str
 }
 
 /// As [`wait_for_stderr`], and also returns the line that contained `text`.
+/// Starts `hindsight serve --config CONFIG` in the receiving namespace and
+/// waits until it listens: the process, its stderr and its address.
+fn start_serve(ns: &Namespaces, config: &Path) -> (Child, std::thread::JoinHandle<String>, String) {
+    let mut child = ns
+        .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stderr, line) = wait_for_line(&mut child, "listening on http://");
+    let address = line
+        .split("listening on http://")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    (child, stderr, address)
+}
+
 fn wait_for_line(child: &mut Child, text: &str) -> (std::thread::JoinHandle<String>, String) {
     let stderr = child.stderr.take().expect("piped stderr");
     let (ready, is_ready) = std::sync::mpsc::channel();
@@ -428,23 +448,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     .unwrap();
     let ns = Namespaces::new();
     run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
-    let serve = || {
-        let mut child = ns
-            .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (stderr, line) = wait_for_line(&mut child, "listening on http://");
-        let address = line
-            .split("listening on http://")
-            .nth(1)
-            .unwrap()
-            .to_owned();
-        (child, stderr, address)
-    };
+    let serve = || start_serve(&ns, &config);
     let replay = |then: &mut dyn FnMut()| {
         let mut tcpreplay = ns
             .exec(&ns.sender, "tcpreplay")
@@ -605,20 +609,7 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
     run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
     let reference = work.path().join("tcpdump.pcap");
     let tcpdump = Tcpdump::start(&ns, &reference);
-    let mut serve = ns
-        .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (serve_err, line) = wait_for_line(&mut serve, "listening on http://");
-    let address = line
-        .split("listening on http://")
-        .nth(1)
-        .unwrap()
-        .to_owned();
+    let (mut serve, serve_err, address) = start_serve(&ns, &config);
     let ask = |until: i64, out: &Path| {
         let url = format!(
             "http://{address}/api/v1/query?format=pcap&until={}.{:09}",

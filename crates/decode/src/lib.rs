@@ -33,7 +33,9 @@
     )
 )]
 
-use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, ethertype, ip_proto};
+use hindsight_model::{
+    Addr16, DecodeStatus, Frame, LinkType, PacketHeaders, PacketRecord, ethertype, ip_proto,
+};
 
 /// BSD loopback address family values of IPv4 (AF_INET on every BSD and Linux).
 const AF_INET: u32 = 2;
@@ -69,6 +71,19 @@ fn be32(bytes: &[u8], at: usize) -> Option<u32> {
 #[inline]
 fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
     bytes.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+/// The record of a captured frame, its headers decoded into it (not copied on
+/// the way): what ingest stores and a watch reads.
+pub fn record(frame: &Frame<'_>) -> PacketRecord {
+    PacketRecord {
+        ts_nanos: frame.ts_nanos,
+        wire_len: frame.wire_len,
+        cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
+        link_type: frame.link_type,
+        iface: frame.iface,
+        headers: decode(frame.link_type, frame.data),
+    }
 }
 
 /// Decodes the headers of one frame of link type `link_type`.

@@ -30,7 +30,7 @@ use hindsight_capture::CaptureReader;
 use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
 use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
-use hindsight_model::{DecodeStatus, FlowRecord, Frame, PacketRecord, SegmentId};
+use hindsight_model::{DecodeStatus, FlowRecord, Frame, SegmentId};
 use hindsight_store::flows::flow_records;
 use hindsight_store::schema::{MAX_BATCH_DATA_BYTES, PacketBatchBuilder};
 use hindsight_store::{
@@ -351,15 +351,7 @@ impl Ingestor {
             None => self.partition_end = Some(self.partition_end_of(frame.ts_nanos)),
             Some(_) => {}
         }
-        // Decoded into the record: the headers are not copied on the way.
-        let record = PacketRecord {
-            ts_nanos: frame.ts_nanos,
-            wire_len: frame.wire_len,
-            cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
-            link_type: frame.link_type,
-            iface: frame.iface,
-            headers: hindsight_decode::decode(frame.link_type, frame.data),
-        };
+        let record = hindsight_decode::record(frame);
         let headers = &record.headers;
         let keep = match self.options.snaplen {
             0 => frame.data.len(),

@@ -458,7 +458,7 @@ async fn query(
         capture_only: format.is_capture(),
     };
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
-    let (planned, is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
+    let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     // The runtime's blocking pool (see `blocking`).
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
@@ -520,27 +520,22 @@ async fn query(
     // a longer or slower one streams, its headers sent at most `WHOLE_WITHIN`
     // after it began.
     let first = tokio::time::timeout(WHOLE_WITHIN, body.recv()).await.ok();
-    let planned_header = |is_planned: Option<ApiResult<Option<String>>>| {
-        is_planned.unwrap_or_else(|| {
-            Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the query ended without an answer",
-            ))
-        })
+    let no_answer = || {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the query ended without an answer",
+        )
     };
     let (incomplete, mut response) = match first {
-        // The plan failed (or the worker ended): the error is the answer.
+        // The plan failed (its error is the answer), or the worker ended.
         Some(None) => {
-            let mut is_planned = is_planned;
-            planned_header(is_planned.try_recv().ok())?;
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the query ended without an answer",
-            ));
+            return Err(match is_planned.try_recv() {
+                Ok(Err(error)) => error,
+                _ => no_answer(),
+            });
         }
         Some(Some(piece)) => {
-            let mut is_planned = is_planned;
-            let incomplete = planned_header(is_planned.try_recv().ok())?;
+            let incomplete = is_planned.try_recv().unwrap_or_else(|_| Err(no_answer()))?;
             match piece {
                 // Headers not yet sent: what was met while reading is in them
                 // too, and a failure has its own status.
@@ -556,7 +551,7 @@ async fn query(
             }
         }
         None => (
-            planned_header(is_planned.await.ok())?,
+            is_planned.await.unwrap_or_else(|_| Err(no_answer()))?,
             Body::from_stream(piece_stream(None, body)).into_response(),
         ),
     };

@@ -238,31 +238,27 @@ impl SqlSession {
             "flows",
             table::flows_table(archive, Arc::clone(&scans), flows)?,
         )?;
-        let session = Self {
+        Ok(Self {
             context,
             runtime: Some(runtime()?),
             writes: false,
             scans,
             catalog_damage,
-        };
-        session.set_live(Vec::new(), Vec::new())?;
-        Ok(session)
+        })
     }
 
-    /// A session without an archive: the live tables (empty until
-    /// [`Self::set_live`]) and the functions, nothing else.
+    /// A session without an archive: the functions, and the live tables once
+    /// [`Self::set_live`] gives them.
     pub fn live_only() -> Result<Self, SqlError> {
         let context = SessionContext::new_with_config(session_config());
         functions::register(&context);
-        let session = Self {
+        Ok(Self {
             context,
             runtime: Some(runtime()?),
             writes: false,
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),
-        };
-        session.set_live(Vec::new(), Vec::new())?;
-        Ok(session)
+        })
     }
 
     /// Makes `live_packets` and `live_flows` hold `packets` (batches of the
@@ -315,32 +311,23 @@ impl SqlSession {
                 .map(|(name, value)| ((*name).to_owned(), value.clone()))
                 .collect::<Vec<_>>(),
         );
-        self.runtime().block_on(async {
-            let plan = self.plan(sql).await?.with_param_values(params)?;
-            let frame = self.context.execute_logical_plan(plan).await?;
-            gather(frame.execute_stream().await?, max_rows).await
-        })
+        self.runtime().block_on(collect_async(
+            &self.context,
+            sql,
+            Some(&params),
+            max_rows,
+            self.writes,
+            &self.scans,
+        ))
     }
 
     /// Parses, checks and plans `sql` without running it: the errors a
     /// statement would meet before reading a row (syntax, unknown tables and
     /// columns, a statement this session refuses).
     pub fn prepare(&self, sql: &str) -> Result<(), SqlError> {
-        self.runtime().block_on(self.plan(sql)).map(|_| ())
-    }
-
-    async fn plan(&self, sql: &str) -> Result<datafusion::logical_expr::LogicalPlan, SqlError> {
-        let state = self.context.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect)?;
-        if !self.writes {
-            policy::check_read_only(&statement)?;
-        }
-        let plan = state.statement_to_plan(statement).await?;
-        if !self.writes {
-            policy::read_only_options().verify_plan(&plan)?;
-        }
-        Ok(plan)
+        self.runtime()
+            .block_on(plan(&self.context, sql, self.writes))
+            .map(|_| ())
     }
 
     /// What the statements run so far went without: the catalog's unreadable
@@ -414,6 +401,7 @@ impl SqlSession {
         self.runtime().block_on(collect_async(
             &self.context,
             sql,
+            None,
             max_rows,
             self.writes,
             &self.scans,
@@ -437,7 +425,7 @@ impl SqlSession {
         let scans = Arc::clone(&self.scans);
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
-            let _ = done.send(collect_async(&context, &sql, max_rows, writes, &scans).await);
+            let _ = done.send(collect_async(&context, &sql, None, max_rows, writes, &scans).await);
         });
         match result.recv_timeout(timeout) {
             Ok(result) => result,
@@ -457,12 +445,13 @@ impl SqlSession {
 async fn collect_async(
     context: &SessionContext,
     sql: &str,
+    params: Option<&ParamValues>,
     max_rows: Option<u64>,
     writes: bool,
     scans: &table::Scans,
 ) -> Result<Vec<RecordBatch>, SqlError> {
     loop {
-        match collect_once(context, sql, max_rows, writes).await {
+        match collect_once(context, sql, params, max_rows, writes).await {
             Err(SqlError::DataFusion(error)) => {
                 if table::exclude_damaged(scans) == 0 {
                     return Err(SqlError::DataFusion(error));
@@ -476,9 +465,25 @@ async fn collect_async(
 async fn collect_once(
     context: &SessionContext,
     sql: &str,
+    params: Option<&ParamValues>,
     max_rows: Option<u64>,
     writes: bool,
 ) -> Result<Vec<RecordBatch>, SqlError> {
+    let mut plan = plan(context, sql, writes).await?;
+    if let Some(params) = params {
+        plan = plan.with_param_values(params.clone())?;
+    }
+    let frame = context.execute_logical_plan(plan).await?;
+    gather(frame.execute_stream().await?, max_rows).await
+}
+
+/// Parses `sql` and plans it, refusing (unless `writes`) what this session
+/// must not run (see `policy`).
+async fn plan(
+    context: &SessionContext,
+    sql: &str,
+    writes: bool,
+) -> Result<datafusion::logical_expr::LogicalPlan, SqlError> {
     let state = context.state();
     let dialect = state.config().options().sql_parser.dialect;
     let statement = state.sql_to_statement(sql, &dialect)?;
@@ -489,8 +494,7 @@ async fn collect_once(
     if !writes {
         policy::read_only_options().verify_plan(&plan)?;
     }
-    let frame = context.execute_logical_plan(plan).await?;
-    gather(frame.execute_stream().await?, max_rows).await
+    Ok(plan)
 }
 
 /// The batches of `stream`, failing once they pass `max_rows`.

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hindsight_flow::{FlowTable, FlowTableConfig};
-use hindsight_model::{FlowRecord, Frame, PacketRecord};
+use hindsight_model::{FlowRecord, Frame};
 use hindsight_sql::{LIVE_FLOWS, ScalarValue, SqlError, SqlSession};
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::PacketBatchBuilder;
@@ -189,6 +189,8 @@ pub struct Watcher {
     /// every watch's slide is a multiple of it.
     panes: BTreeMap<i64, Pane>,
     pane_nanos: i64,
+    /// Rows and bytes a pane may hold ([`pane_bounds`]).
+    pane_bounds: (usize, usize),
     builder: PacketBatchBuilder,
     builder_pane: Option<i64>,
     flow_table: Option<FlowTable>,
@@ -220,6 +222,13 @@ impl Watcher {
         watches: Vec<WatchSpec>,
         flows: Option<FlowTableConfig>,
     ) -> Result<Self, WatchError> {
+        // The statements are planned with the live tables there, empty.
+        session
+            .set_live(Vec::new(), Vec::new())
+            .map_err(|source| WatchError::Sql {
+                name: "(live tables)".to_owned(),
+                source,
+            })?;
         let mut running = Vec::with_capacity(watches.len());
         for spec in watches {
             spec.window.validate()?;
@@ -246,6 +255,7 @@ impl Watcher {
             nanos(config.idle_timeout.max(config.close_linger))
         });
         Ok(Self {
+            pane_bounds: pane_bounds(&running, pane_nanos),
             session,
             watches: running,
             panes: BTreeMap::new(),
@@ -267,14 +277,7 @@ impl Watcher {
 
     /// Takes one captured frame; answers the windows it closes through `answer`.
     pub fn push_frame(&mut self, frame: &Frame<'_>, answer: &mut dyn FnMut(Answer)) {
-        let record = PacketRecord {
-            ts_nanos: frame.ts_nanos,
-            wire_len: frame.wire_len,
-            cap_len: u32::try_from(frame.data.len()).unwrap_or(u32::MAX),
-            link_type: frame.link_type,
-            iface: frame.iface,
-            headers: hindsight_decode::decode(frame.link_type, frame.data),
-        };
+        let record = hindsight_decode::record(frame);
         self.counts.packets += 1;
         if let Some(table) = &mut self.flow_table {
             table.push(
@@ -370,7 +373,7 @@ impl Watcher {
 
     /// Counts a row into `pane` if its bounds allow; false if it is cut.
     fn admit(&mut self, pane: i64, bytes: usize) -> bool {
-        let (max_rows, max_bytes) = self.pane_bounds();
+        let (max_rows, max_bytes) = self.pane_bounds;
         let state = self.panes.entry(pane).or_default();
         if state.rows + 1 > max_rows || state.bytes + bytes > max_bytes {
             state.cut += 1;
@@ -379,21 +382,6 @@ impl Watcher {
         state.rows += 1;
         state.bytes += bytes;
         true
-    }
-
-    /// A pane's share of the tightest watch's bounds.
-    fn pane_bounds(&self) -> (usize, usize) {
-        let mut bounds = (usize::MAX, usize::MAX);
-        for watch in &self.watches {
-            let panes = usize::try_from(
-                watch.spec.window.panes() * (nanos(watch.spec.window.slide) / self.pane_nanos),
-            )
-            .unwrap_or(usize::MAX)
-            .max(1);
-            bounds.0 = bounds.0.min(watch.spec.bounds.max_rows / panes);
-            bounds.1 = bounds.1.min(watch.spec.bounds.max_bytes / panes);
-        }
-        bounds
     }
 
     fn flush_builder(&mut self) {
@@ -525,6 +513,21 @@ impl Watcher {
             took: started.elapsed(),
         }
     }
+}
+
+/// A pane's share of the tightest watch's bounds (rows, bytes).
+fn pane_bounds(watches: &[Running], pane_nanos: i64) -> (usize, usize) {
+    let mut bounds = (usize::MAX, usize::MAX);
+    for watch in watches {
+        let panes = usize::try_from(
+            watch.spec.window.panes() * (nanos(watch.spec.window.slide) / pane_nanos),
+        )
+        .unwrap_or(usize::MAX)
+        .max(1);
+        bounds.0 = bounds.0.min(watch.spec.bounds.max_rows / panes);
+        bounds.1 = bounds.1.min(watch.spec.bounds.max_bytes / panes);
+    }
+    bounds
 }
 
 /// An error and its causes, as one line.
