@@ -12,6 +12,9 @@
 //! [packets]
 //! max_bytes = 0                    # bound of the packets segments on disk (0: none)
 //! max_age_secs = 0                 # drop segments this far behind the newest packet (0: never)
+//!
+//! [network]
+//! home = ["10.0.0.0/8", "2001:db8::/32"]  # the networks inside (continuous queries' ip_home)
 //! ```
 //!
 //! A command-line flag (`--keep-connections`) overrides the file for that run.
@@ -44,6 +47,14 @@ struct ArchiveConfig {
     connections: Connections,
     #[serde(default)]
     packets: Packets,
+    #[serde(default)]
+    network: Network,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct Network {
+    home: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,12 +85,15 @@ impl Default for Connections {
 }
 
 /// The bounds an archive's `config.toml` sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveSettings {
     /// Expiration of the connection index.
     pub expiry: Expiry,
     /// Retention of the packets table.
     pub retention: Retention,
+    /// The home network (`[network] home`): inclusive address ranges, empty
+    /// when none is set.
+    pub home: Vec<(hindsight_model::Addr16, hindsight_model::Addr16)>,
 }
 
 /// Returns the expiration settings of the archive at `root`: its `config.toml`
@@ -126,7 +140,18 @@ pub fn archive_settings(
         max_age: (config.packets.max_age_secs > 0)
             .then(|| Duration::from_secs(config.packets.max_age_secs)),
     };
-    Ok(ArchiveSettings { expiry, retention })
+    let home = config
+        .network
+        .home
+        .iter()
+        .map(|net| hindsight_model::network_range(net))
+        .collect::<Result<_, _>>()
+        .map_err(|reason| error(format!("[network] home: {reason}")))?;
+    Ok(ArchiveSettings {
+        expiry,
+        retention,
+        home,
+    })
 }
 
 #[cfg(test)]
@@ -161,6 +186,35 @@ mod tests {
         let error = format!("{:#}", archive_expiry(dir.path(), None).unwrap_err());
         assert!(
             error.contains("cutoff_interval_secs must be positive"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_home_network_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(archive_settings(dir.path(), None).unwrap().home.is_empty());
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[network]\nhome = [\"10.0.0.0/8\", \"2001:db8::/32\"]\n",
+        )
+        .unwrap();
+        let home = archive_settings(dir.path(), None).unwrap().home;
+        assert_eq!(
+            home,
+            [
+                hindsight_model::network_range("10.0.0.0/8").unwrap(),
+                hindsight_model::network_range("2001:db8::/32").unwrap()
+            ]
+        );
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[network]\nhome = [\"10.0.0.0/33\"]\n",
+        )
+        .unwrap();
+        let error = archive_settings(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            error.contains("config.toml") && error.contains("[network] home"),
             "{error}"
         );
     }

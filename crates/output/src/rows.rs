@@ -36,7 +36,15 @@ impl std::fmt::Display for RowsError {
     }
 }
 
-impl std::error::Error for RowsError {}
+impl std::error::Error for RowsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Format(_) => None,
+            Self::Arrow(error) => Some(error),
+            Self::Io(error) => Some(error),
+        }
+    }
+}
 
 impl From<ArrowError> for RowsError {
     fn from(error: ArrowError) -> Self {

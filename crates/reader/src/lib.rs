@@ -381,7 +381,8 @@ impl Snapshot {
     }
 
     /// A SQL session over this snapshot (`packets` and `flows`), read-only,
-    /// with the memory bound of `limits`.
+    /// with the memory bound of `limits`, and `ip_home()` testing the
+    /// archive's `[network] home`.
     pub fn sql(&self, limits: &Limits) -> Result<SqlSession, ReaderError> {
         let unsealed = match &self.tail {
             Some(tail) => {
@@ -399,12 +400,16 @@ impl Snapshot {
             }
             None => hindsight_sql::Unsealed::default(),
         };
-        Ok(SqlSession::over(
+        let session = SqlSession::over(
             Arc::clone(&self.archive),
             self.index.clone(),
             limits.memory_bytes,
             unsealed,
-        )?)
+        )?;
+        if !self.settings.home.is_empty() {
+            session.set_home(self.settings.home.clone());
+        }
+        Ok(session)
     }
 }
 

@@ -1,22 +1,28 @@
-//! SQL functions hindsight adds to DataFusion's: address literals and printing, and
-//! `time_bucket`.
+//! SQL functions hindsight adds to DataFusion's: address literals and printing,
+//! prefixes and networks (`ip_prefix`, `ip_in`, `ip_home`), and `time_bucket`.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, FixedSizeBinaryArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, FixedSizeBinaryArray, Int64Array, RecordBatch, StringArray,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{ScalarValue, exec_err};
 use datafusion::error::Result;
 use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf};
 use datafusion::prelude::SessionContext;
-use hindsight_model::Addr16;
+use hindsight_model::{Addr16, network_range};
 use hindsight_store::flows::{UID_INPUTS, flows_schema, uids};
 
 /// Width of the address columns.
 const ADDR_LEN: i32 = 16;
 
-/// Registers `ip`, `ip_str` and `time_bucket` with `context`.
+/// Networks as inclusive address ranges (`hindsight_model::network_range`).
+pub type Networks = Vec<(Addr16, Addr16)>;
+
+/// Registers `ip`, `ip_str`, `ip_prefix`, `ip_in`, `ip_home` (no home network
+/// yet: see [`register_home`]) and `time_bucket` with `context`.
 pub fn register(context: &SessionContext) {
     context.register_udf(create_udf(
         "ip",
@@ -32,8 +38,187 @@ pub fn register(context: &SessionContext) {
         Volatility::Immutable,
         Arc::new(ip_str),
     ));
+    context.register_udf(create_udf(
+        "ip_prefix",
+        vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Int64],
+        DataType::FixedSizeBinary(ADDR_LEN),
+        Volatility::Immutable,
+        Arc::new(ip_prefix),
+    ));
+    context.register_udf(create_udf(
+        "ip_in",
+        vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Utf8],
+        DataType::Boolean,
+        Volatility::Immutable,
+        Arc::new(ip_in),
+    ));
+    register_home(context, None);
     let date_bin = datafusion::functions::datetime::date_bin();
     context.register_udf(date_bin.as_ref().clone().with_aliases(["time_bucket"]));
+}
+
+/// Registers `ip_home(addr)`: whether `addr` is in one of the `home` networks;
+/// without them, an error that says where a home network is set.
+pub fn register_home(context: &SessionContext, home: Option<Networks>) {
+    context.register_udf(create_udf(
+        "ip_home",
+        vec![DataType::FixedSizeBinary(ADDR_LEN)],
+        DataType::Boolean,
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let Some(home) = &home else {
+                return exec_err!(
+                    "ip_home(): no home network is set ([network] home in the archive's \
+                     config.toml, or --home)"
+                );
+            };
+            let [addr] = args else {
+                return exec_err!("ip_home() takes one argument");
+            };
+            map_addrs("ip_home", addr, |a| {
+                Some(home.iter().any(|(low, high)| (low.0..=high.0).contains(&a)))
+            })
+        }),
+    ));
+}
+
+/// Applies `f` to each address of `arg` (NULL stays NULL), giving booleans.
+fn map_addrs(
+    name: &str,
+    arg: &ColumnarValue,
+    f: impl Fn([u8; 16]) -> Option<bool>,
+) -> Result<ColumnarValue> {
+    let as_addr = |bytes: &[u8]| <[u8; 16]>::try_from(bytes).ok();
+    match arg {
+        ColumnarValue::Scalar(ScalarValue::FixedSizeBinary(_, bytes)) => Ok(ColumnarValue::Scalar(
+            ScalarValue::Boolean(bytes.as_deref().and_then(as_addr).and_then(&f)),
+        )),
+        ColumnarValue::Array(array) => {
+            let Some(addrs) = array.as_any().downcast_ref::<FixedSizeBinaryArray>() else {
+                return exec_err!(
+                    "{name}() takes an address column, not {}",
+                    array.data_type()
+                );
+            };
+            let out: BooleanArray = addrs
+                .iter()
+                .map(|a| a.and_then(as_addr).and_then(&f))
+                .collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }
+        ColumnarValue::Scalar(other) => {
+            exec_err!(
+                "{name}() takes an address column, not {}",
+                other.data_type()
+            )
+        }
+    }
+}
+
+/// The first `len` bits of `addr` (an IPv4 address's own bits for a mapped
+/// one), the rest zero.
+fn prefix_of(addr: [u8; 16], len: i64) -> Result<[u8; 16]> {
+    let value = u128::from_be_bytes(addr);
+    let v4 = Addr16(addr).is_v4();
+    let family = if v4 { 32 } else { 128 };
+    let Some(len) = u32::try_from(len).ok().filter(|&len| len <= family) else {
+        return exec_err!(
+            "ip_prefix(): the prefix length must be from 0 to {family} for an IPv{} address, not {len}",
+            if v4 { 4 } else { 6 }
+        );
+    };
+    let host_bits = family - len;
+    let host_mask = if host_bits == 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
+    Ok((value & !host_mask).to_be_bytes())
+}
+
+/// `ip_prefix(addr, len)`: the network of `addr` with a prefix of `len` bits
+/// (`ip_prefix(ip('10.1.2.3'), 24)` is `10.1.2.0`), an address itself.
+fn ip_prefix(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let [addr, len] = args else {
+        return exec_err!("ip_prefix() takes an address and a prefix length");
+    };
+    let rows = match (addr, len) {
+        (ColumnarValue::Scalar(_), ColumnarValue::Scalar(_)) => None,
+        (ColumnarValue::Array(a), _) | (_, ColumnarValue::Array(a)) => Some(a.len()),
+    };
+    let addrs = addr.to_array(rows.unwrap_or(1))?;
+    let lens = len.to_array(rows.unwrap_or(1))?;
+    let (Some(addrs), Some(lens)) = (
+        addrs.as_any().downcast_ref::<FixedSizeBinaryArray>(),
+        lens.as_any().downcast_ref::<Int64Array>(),
+    ) else {
+        return exec_err!("ip_prefix() takes an address column and an integer");
+    };
+    let prefixes: Vec<Option<[u8; 16]>> = addrs
+        .iter()
+        .zip(lens.iter())
+        .map(
+            |(addr, len)| match (addr.and_then(|a| <[u8; 16]>::try_from(a).ok()), len) {
+                (Some(addr), Some(len)) => prefix_of(addr, len).map(Some),
+                _ => Ok(None),
+            },
+        )
+        .collect::<Result<_>>()?;
+    let array = if prefixes.iter().all(Option::is_none) {
+        FixedSizeBinaryArray::new_null(ADDR_LEN, prefixes.len())
+    } else {
+        FixedSizeBinaryArray::try_from_sparse_iter_with_size(prefixes.into_iter(), ADDR_LEN)?
+    };
+    Ok(match rows {
+        Some(_) => ColumnarValue::Array(Arc::new(array) as ArrayRef),
+        None => ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?),
+    })
+}
+
+/// `ip_in(addr, 'net')`: whether `addr` is in the network `net`
+/// (`10.0.0.0/8`, `2001:db8::/32`, or one address), as tcpdump's `net`.
+fn ip_in(args: &[ColumnarValue]) -> Result<ColumnarValue> {
+    let [addr, net] = args else {
+        return exec_err!("ip_in() takes an address and a network");
+    };
+    let parse = |text: &str| match network_range(text) {
+        Ok((low, high)) => Ok((low.0, high.0)),
+        Err(reason) => exec_err!("ip_in(): {reason}"),
+    };
+    match net {
+        ColumnarValue::Scalar(ScalarValue::Utf8(Some(text))) => {
+            let (low, high) = parse(text)?;
+            map_addrs("ip_in", addr, |a| Some((low..=high).contains(&a)))
+        }
+        ColumnarValue::Scalar(ScalarValue::Utf8(None)) => map_addrs("ip_in", addr, |_| None),
+        ColumnarValue::Array(nets) => {
+            let rows = nets.len();
+            let addrs = addr.to_array(rows)?;
+            let (Some(addrs), Some(nets)) = (
+                addrs.as_any().downcast_ref::<FixedSizeBinaryArray>(),
+                nets.as_any().downcast_ref::<StringArray>(),
+            ) else {
+                return exec_err!("ip_in() takes an address column and text");
+            };
+            let out = addrs
+                .iter()
+                .zip(nets.iter())
+                .map(|(addr, net)| {
+                    let (Some(addr), Some(net)) =
+                        (addr.and_then(|a| <[u8; 16]>::try_from(a).ok()), net)
+                    else {
+                        return Ok(None);
+                    };
+                    let (low, high) = parse(net)?;
+                    Ok(Some((low..=high).contains(&addr)))
+                })
+                .collect::<Result<BooleanArray>>()?;
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }
+        ColumnarValue::Scalar(other) => {
+            exec_err!("ip_in() takes a network as text, not {}", other.data_type())
+        }
+    }
 }
 
 /// Parses an address literal, IPv4 or IPv6, into an [`Addr16`].

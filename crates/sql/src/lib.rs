@@ -16,8 +16,10 @@
 mod functions;
 mod policy;
 mod prune;
+mod stages;
 mod table;
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -32,8 +34,11 @@ use futures::StreamExt;
 use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
+pub use crate::functions::Networks;
+pub use crate::stages::{MAX_BOUND_VALUES, Script};
 use crate::table::SegmentTable;
 pub use datafusion::scalar::ScalarValue;
+use datafusion::sql::parser::Statement as DfStatement;
 pub use hindsight_output::Format;
 
 /// The tables of a live window (`hindsight-watch`): the rows of the stream in
@@ -85,6 +90,9 @@ pub enum SqlError {
     /// The result could not be written in the format asked for.
     #[error(transparent)]
     Rows(#[from] hindsight_output::rows::RowsError),
+    /// A script of stages is not valid.
+    #[error("{0}")]
+    Script(String),
     /// The async runtime could not start.
     #[error("cannot start the query runtime")]
     Runtime(#[source] std::io::Error),
@@ -288,6 +296,41 @@ impl SqlSession {
         Ok(())
     }
 
+    /// Makes `live_packets` and `live_flows` the archive's own rows of
+    /// `[start_ns, end_ns)`: packets by `ts`, connection records by the time
+    /// they ended (`last_ts`), as a watch's window holds them; so a watch runs
+    /// over the archive's past as over a stream.
+    pub fn set_live_from_archive(&self, start_ns: i64, end_ns: i64) -> Result<(), SqlError> {
+        use datafusion::prelude::{col, lit};
+        let at = |ns| {
+            lit(ScalarValue::TimestampNanosecond(
+                Some(ns),
+                Some("UTC".into()),
+            ))
+        };
+        let (packets, flows) = self.runtime().block_on(async {
+            let packets = self
+                .context
+                .table("packets")
+                .await?
+                .filter(col("ts").gt_eq(at(start_ns)).and(col("ts").lt(at(end_ns))))?;
+            // A connection starts before it ends: the condition on `ts` lets
+            // the catalog skip the segments that start later.
+            let flows = self.context.table("flows").await?.filter(
+                col("last_ts")
+                    .gt_eq(at(start_ns))
+                    .and(col("last_ts").lt(at(end_ns)))
+                    .and(col("ts").lt(at(end_ns))),
+            )?;
+            Ok::<_, DataFusionError>((packets.into_view(), flows.into_view()))
+        })?;
+        self.context.deregister_table(LIVE_PACKETS)?;
+        self.context.deregister_table(LIVE_FLOWS)?;
+        self.context.register_table(LIVE_PACKETS, packets)?;
+        self.context.register_table(LIVE_FLOWS, flows)?;
+        Ok(())
+    }
+
     /// The tables `sql` reads, as written (`live_packets`, `flows`...).
     pub fn tables_of(&self, sql: &str) -> Result<Vec<String>, SqlError> {
         let state = self.context.state();
@@ -311,10 +354,11 @@ impl SqlSession {
                 .map(|(name, value)| ((*name).to_owned(), value.clone()))
                 .collect::<Vec<_>>(),
         );
+        let statement = self.parse(sql)?;
         self.runtime().block_on(collect_async(
             &self.context,
-            sql,
-            Some(&params),
+            &statement,
+            &Binding::params(Some(&params)),
             max_rows,
             self.writes,
             &self.scans,
@@ -325,9 +369,132 @@ impl SqlSession {
     /// statement would meet before reading a row (syntax, unknown tables and
     /// columns, a statement this session refuses).
     pub fn prepare(&self, sql: &str) -> Result<(), SqlError> {
+        let statement = self.parse(sql)?;
         self.runtime()
-            .block_on(plan(&self.context, sql, self.writes))
+            .block_on(plan(&self.context, &statement, self.writes))
             .map(|_| ())
+    }
+
+    /// Sets the home network `ip_home(addr)` tests against (the archive's
+    /// `[network] home`, or the command line's).
+    pub fn set_home(&self, home: Networks) {
+        functions::register_home(&self.context, Some(home));
+    }
+
+    /// Parses `sql` as a script of stages (see [`Script`]).
+    pub fn script(&self, sql: &str) -> Result<Script, SqlError> {
+        let script = stages::parse(&self.context.state(), sql)?;
+        if !self.writes {
+            for (_, statement) in &script.stages {
+                policy::check_read_only(statement)?;
+            }
+            policy::check_read_only(&script.answer)?;
+        }
+        Ok(script)
+    }
+
+    /// Plans each statement of `script` without running it (each stage's
+    /// table is registered empty, with its columns, for the statements after
+    /// it): the errors the script would meet before reading a row.
+    pub fn prepare_script(&self, script: &Script) -> Result<(), SqlError> {
+        self.runtime().block_on(async {
+            for (name, statement) in &script.stages {
+                let plan = plan(&self.context, statement, self.writes).await?;
+                let schema = Arc::new(plan.schema().as_arrow().clone());
+                self.set_stage(name, MemTable::try_new(schema, vec![Vec::new()])?)?;
+            }
+            plan(&self.context, &script.answer, self.writes).await?;
+            Ok(())
+        })
+    }
+
+    /// Runs `script` with its named parameters bound to `params`: each stage,
+    /// whose rows become its table, then the answer, whose rows it returns.
+    /// `max_rows` bounds each statement's rows.
+    pub fn run_script(
+        &self,
+        script: &Script,
+        params: &[(&str, ScalarValue)],
+        max_rows: Option<u64>,
+    ) -> Result<Vec<RecordBatch>, SqlError> {
+        let params = ParamValues::from(
+            params
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), value.clone()))
+                .collect::<Vec<_>>(),
+        );
+        self.runtime().block_on(async {
+            let mut stages = BTreeSet::new();
+            for (name, statement) in &script.stages {
+                let binding = Binding {
+                    params: Some(&params),
+                    stages: &stages,
+                };
+                let rows = collect_async(
+                    &self.context,
+                    statement,
+                    &binding,
+                    max_rows,
+                    self.writes,
+                    &self.scans,
+                )
+                .await?;
+                let schema = match rows.first() {
+                    Some(batch) => batch.schema(),
+                    None => {
+                        let plan = plan(&self.context, statement, self.writes).await?;
+                        Arc::new(plan.schema().as_arrow().clone())
+                    }
+                };
+                self.set_stage(name, MemTable::try_new(schema, vec![rows])?)?;
+                stages.insert(name.clone());
+            }
+            let binding = Binding {
+                params: Some(&params),
+                stages: &stages,
+            };
+            collect_async(
+                &self.context,
+                &script.answer,
+                &binding,
+                max_rows,
+                self.writes,
+                &self.scans,
+            )
+            .await
+        })
+    }
+
+    /// The tables `script` reads besides its own stages.
+    pub fn tables_of_script(&self, script: &Script) -> Result<Vec<String>, SqlError> {
+        let state = self.context.state();
+        let mut tables = Vec::new();
+        for statement in script
+            .stages
+            .iter()
+            .map(|(_, statement)| statement)
+            .chain([&script.answer])
+        {
+            for table in state.resolve_table_references(statement)? {
+                let table = table.table().to_owned();
+                if !script.stage_names().any(|stage| stage == table) && !tables.contains(&table) {
+                    tables.push(table);
+                }
+            }
+        }
+        Ok(tables)
+    }
+
+    fn set_stage(&self, name: &str, table: MemTable) -> Result<(), SqlError> {
+        self.context.deregister_table(name)?;
+        self.context.register_table(name, Arc::new(table))?;
+        Ok(())
+    }
+
+    fn parse(&self, sql: &str) -> Result<DfStatement, SqlError> {
+        let state = self.context.state();
+        let dialect = state.config().options().sql_parser.dialect;
+        Ok(state.sql_to_statement(sql, &dialect)?)
     }
 
     /// What the statements run so far went without: the catalog's unreadable
@@ -356,9 +523,7 @@ impl SqlSession {
         if self.writes {
             return Ok(());
         }
-        let state = self.context.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        policy::check_read_only(&state.sql_to_statement(sql, &dialect)?)
+        policy::check_read_only(&self.parse(sql)?)
     }
 
     /// Returns the plan of `sql`, with the pruning the `packets` scans will do.
@@ -398,10 +563,11 @@ impl SqlSession {
 
     /// Runs `sql` and returns its result, failing once it exceeds `max_rows`.
     pub fn collect(&self, sql: &str, max_rows: Option<u64>) -> Result<Vec<RecordBatch>, SqlError> {
+        let statement = self.parse(sql)?;
         self.runtime().block_on(collect_async(
             &self.context,
-            sql,
-            None,
+            &statement,
+            &Binding::params(None),
             max_rows,
             self.writes,
             &self.scans,
@@ -420,12 +586,15 @@ impl SqlSession {
         timeout: std::time::Duration,
     ) -> Result<Vec<RecordBatch>, SqlError> {
         let context = self.context.clone();
-        let sql = sql.to_owned();
+        let statement = self.parse(sql)?;
         let writes = self.writes;
         let scans = Arc::clone(&self.scans);
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
-            let _ = done.send(collect_async(&context, &sql, None, max_rows, writes, &scans).await);
+            let binding = Binding::params(None);
+            let _ = done.send(
+                collect_async(&context, &statement, &binding, max_rows, writes, &scans).await,
+            );
         });
         match result.recv_timeout(timeout) {
             Ok(result) => result,
@@ -439,19 +608,38 @@ impl SqlSession {
     }
 }
 
-/// Runs `sql`; a statement that fails on a damaged segment runs again without
+/// What a statement's plan is bound to before it runs: named parameters, and
+/// the stages run before it (their subqueries become values, see `stages`).
+struct Binding<'a> {
+    params: Option<&'a ParamValues>,
+    stages: &'a BTreeSet<String>,
+}
+
+/// No stages.
+static NO_STAGES: BTreeSet<String> = BTreeSet::new();
+
+impl<'a> Binding<'a> {
+    fn params(params: Option<&'a ParamValues>) -> Self {
+        Self {
+            params,
+            stages: &NO_STAGES,
+        }
+    }
+}
+
+/// Runs `statement`; one that fails on a damaged segment runs again without
 /// it (as often as that finds another), so the answer comes from the rest and
 /// [`SqlSession::skipped`] says what it went without.
 async fn collect_async(
     context: &SessionContext,
-    sql: &str,
-    params: Option<&ParamValues>,
+    statement: &DfStatement,
+    binding: &Binding<'_>,
     max_rows: Option<u64>,
     writes: bool,
     scans: &table::Scans,
 ) -> Result<Vec<RecordBatch>, SqlError> {
     loop {
-        match collect_once(context, sql, params, max_rows, writes).await {
+        match collect_once(context, statement, binding, max_rows, writes).await {
             Err(SqlError::DataFusion(error)) => {
                 if table::exclude_damaged(scans) == 0 {
                     return Err(SqlError::DataFusion(error));
@@ -464,33 +652,32 @@ async fn collect_async(
 
 async fn collect_once(
     context: &SessionContext,
-    sql: &str,
-    params: Option<&ParamValues>,
+    statement: &DfStatement,
+    binding: &Binding<'_>,
     max_rows: Option<u64>,
     writes: bool,
 ) -> Result<Vec<RecordBatch>, SqlError> {
-    let mut plan = plan(context, sql, writes).await?;
-    if let Some(params) = params {
+    let mut plan = plan(context, statement, writes).await?;
+    if let Some(params) = binding.params {
         plan = plan.with_param_values(params.clone())?;
     }
+    let plan = stages::bind(context, plan, binding.stages).await?;
     let frame = context.execute_logical_plan(plan).await?;
     gather(frame.execute_stream().await?, max_rows).await
 }
 
-/// Parses `sql` and plans it, refusing (unless `writes`) what this session
-/// must not run (see `policy`).
+/// Plans `statement`, refusing (unless `writes`) what this session must not
+/// run (see `policy`).
 async fn plan(
     context: &SessionContext,
-    sql: &str,
+    statement: &DfStatement,
     writes: bool,
 ) -> Result<datafusion::logical_expr::LogicalPlan, SqlError> {
     let state = context.state();
-    let dialect = state.config().options().sql_parser.dialect;
-    let statement = state.sql_to_statement(sql, &dialect)?;
     if !writes {
-        policy::check_read_only(&statement)?;
+        policy::check_read_only(statement)?;
     }
-    let plan = state.statement_to_plan(statement).await?;
+    let plan = state.statement_to_plan(statement.clone()).await?;
     if !writes {
         policy::read_only_options().verify_plan(&plan)?;
     }

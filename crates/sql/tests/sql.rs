@@ -228,3 +228,126 @@ fn errors_are_clear() {
         "{error}"
     );
 }
+
+#[test]
+fn network_functions_agree_with_tcpdump_net() {
+    let net = scalar("SELECT count(*) FROM packets WHERE ip_in(src_addr, '10.64.88.0/24')");
+    assert_eq!(net, tcpdump_count("src net 10.64.88.0/24").to_string());
+    let prefix =
+        scalar("SELECT count(*) FROM packets WHERE ip_prefix(src_addr, 16) = ip('10.64.0.0')");
+    assert_eq!(prefix, tcpdump_count("src net 10.64.0.0/16").to_string());
+    let printed = scalar("SELECT ip_str(ip_prefix(ip('10.1.2.3'), 20))");
+    assert_eq!(printed, "10.1.0.0");
+    let printed = scalar("SELECT ip_str(ip_prefix(ip('2001:db8:1:2::9'), 48))");
+    assert_eq!(printed, "2001:db8:1::");
+
+    let session = SqlSession::open(archive()).unwrap();
+    let home_count = "SELECT count(*) AS n FROM packets WHERE ip_home(dst_addr)";
+    let error = session.collect(home_count, None).unwrap_err().to_string();
+    assert!(error.contains("no home network is set"), "{error}");
+    session.set_home(vec![
+        hindsight_model::network_range("10.64.88.0/24").unwrap(),
+        hindsight_model::network_range("10.151.0.0/16").unwrap(),
+    ]);
+    let batches = session.collect(home_count, None).unwrap();
+    let text = hindsight_sql::ScalarValue::try_from_array(batches[0].column(0), 0).unwrap();
+    assert_eq!(
+        text.to_string(),
+        tcpdump_count("dst net 10.64.88.0/24 or dst net 10.151.0.0/16").to_string()
+    );
+    let error = session
+        .collect("SELECT ip_in(src_addr, '10.0.0.0/40') FROM packets", None)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("prefix length"), "{error}");
+}
+
+/// The single value of a script's one-row answer.
+fn script_scalar(session: &SqlSession, sql: &str) -> String {
+    let script = session.script(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    session.prepare_script(&script).unwrap();
+    let batches = session.run_script(&script, &[], None).unwrap();
+    let batch = batches.iter().find(|b| b.num_rows() > 0).expect("a row");
+    hindsight_sql::ScalarValue::try_from_array(batch.column(0), 0)
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn a_script_binds_its_stages_into_later_statements() {
+    let session = SqlSession::open(archive()).unwrap();
+    // The busiest source (10.64.88.105 in lan-hour), found by a stage, then
+    // its packets through a condition bound to the stage's rows.
+    let top = "CREATE TEMPORARY TABLE top AS \
+               SELECT src_addr FROM packets GROUP BY src_addr ORDER BY count(*) DESC LIMIT 1;";
+    let count = script_scalar(
+        &session,
+        &format!("{top} SELECT count(*) FROM packets WHERE src_addr IN (SELECT src_addr FROM top)"),
+    );
+    assert_eq!(count, tcpdump_count("src host 10.64.88.105").to_string());
+    let others = script_scalar(
+        &session,
+        &format!(
+            "{top} SELECT count(*) FROM packets \
+             WHERE src_addr NOT IN (SELECT src_addr FROM top) AND ip_version = 4"
+        ),
+    );
+    assert_eq!(
+        others,
+        tcpdump_count("ip and not src host 10.64.88.105").to_string()
+    );
+    // A scalar subquery over a stage, and a stage read by the next stage.
+    let busiest = script_scalar(
+        &session,
+        &format!(
+            "{top} CREATE TEMPORARY TABLE busiest AS SELECT ip_str(src_addr) AS a FROM top; \
+             SELECT (SELECT a FROM busiest)"
+        ),
+    );
+    assert_eq!(busiest, "10.64.88.105");
+    // An empty stage: NOT IN nothing is every row, IN nothing none.
+    let none = "CREATE TEMPORARY TABLE none AS SELECT src_addr FROM packets WHERE false;";
+    let all = script_scalar(
+        &session,
+        &format!(
+            "{none} SELECT count(*) FROM packets WHERE src_addr NOT IN (SELECT src_addr FROM none)"
+        ),
+    );
+    assert_eq!(all, scalar("SELECT count(*) FROM packets"));
+    let zero = script_scalar(
+        &session,
+        &format!(
+            "{none} SELECT count(*) FROM packets WHERE src_addr IN (SELECT src_addr FROM none)"
+        ),
+    );
+    assert_eq!(zero, "0");
+}
+
+#[test]
+fn scripts_that_are_not_stages_then_a_query_are_refused() {
+    let session = SqlSession::open(archive()).unwrap();
+    for (sql, expected) in [
+        ("SELECT 1; SELECT 2", "CREATE TEMPORARY TABLE name AS"),
+        ("CREATE TEMPORARY TABLE a AS SELECT 1", "ends with a stage"),
+        (
+            "CREATE TEMPORARY TABLE packets AS SELECT 1; SELECT 1",
+            "cannot be named packets",
+        ),
+        (
+            "CREATE TEMPORARY TABLE a AS SELECT 1; CREATE TEMPORARY TABLE a AS SELECT 2; SELECT 1",
+            "two stages are named a",
+        ),
+        (
+            "CREATE TABLE a AS SELECT 1; SELECT 1",
+            "CREATE TEMPORARY TABLE name AS",
+        ),
+        (
+            "CREATE TEMPORARY TABLE a AS SELECT 1; COPY (SELECT 1) TO '/tmp/x.csv'",
+            "COPY is refused",
+        ),
+        ("", "no statement"),
+    ] {
+        let error = session.script(sql).map(|_| ()).unwrap_err().to_string();
+        assert!(error.contains(expected), "{sql}: {error}");
+    }
+}

@@ -1,32 +1,65 @@
-//! `hindsight watch --sql 'SELECT ...' --window 10s --replay CAPTURE...`: the command line
-//! (the binary only dispatches to it).
+//! `hindsight watch (--sql 'SELECT ...' | --analysis NAME) --window 10s
+//! (--replay CAPTURE... | --over-archive)`: the command line (the binary only
+//! dispatches to it).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::analyses::{ANALYSES, Analysis, param_value};
 use crate::replay::{AnswerWriter, replay};
+use crate::rerun::rerun;
 use crate::{Bounds, WatchSpec, Watcher, WindowSpec};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use hindsight_output::Format;
 
 /// Arguments of `hindsight watch`.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("query").required(true).args(["sql", "file", "analysis"]))]
 pub struct Args {
     /// The continuous query: SQL over `live_packets` and `live_flows` (the
     /// window's rows), `:window_start`/`:window_end`, and with --archive the
-    /// archive's `packets` and `flows` (see docs/watch.md).
-    #[arg(long, value_name = "SQL")]
-    sql: String,
-    /// Length of a window (10s, 1m, 1h).
+    /// archive's `packets` and `flows`; or a script of stages (see docs/watch.md).
+    #[arg(long, value_name = "SQL", allow_hyphen_values = true)]
+    sql: Option<String>,
+    /// The continuous query from a file (a copy of an analysis's, say).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// A built-in analysis instead of --sql: elephants, mice, portscan, matrix,
+    /// dispersion (`--analysis NAME --show` prints its SQL; `--analysis list` lists them).
+    #[arg(long, value_name = "NAME")]
+    analysis: Option<String>,
+    /// Print the analysis's SQL and parameters, and exit.
+    #[arg(long, requires = "analysis")]
+    show: bool,
+    /// A value of a named parameter of the statement (`:k`): NAME=VALUE, a
+    /// number, a duration (7d: an interval) or text; repeatable.
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = name_value)]
+    params: Vec<(String, String)>,
+    /// The home network for `ip_home()` (repeatable, or comma-separated):
+    /// 10.0.0.0/8, 2001:db8::/32 [default: the archive's [network] home].
+    #[arg(long, value_name = "NET", value_delimiter = ',')]
+    home: Vec<String>,
+    /// Length of a window (10s, 1m, 1h); of a slide, for an analysis whose
+    /// window is several slides (dispersion).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = hindsight_output::time::parse_duration)]
     window: std::time::Duration,
     /// Time between two windows' ends [default: the window: tumbling].
-    #[arg(long, value_name = "DURATION", value_parser = hindsight_output::time::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = hindsight_output::time::parse_duration, conflicts_with = "analysis")]
     slide: Option<std::time::Duration>,
     /// Captures to replay as the stream, in order (pcap, pcapng, gzip).
-    #[arg(long, value_name = "CAPTURE", num_args = 1.., required = true)]
+    #[arg(long, value_name = "CAPTURE", num_args = 1.., conflicts_with = "over_archive")]
     replay: Vec<PathBuf>,
+    /// Run over the archive's own past instead of a stream: every window
+    /// between --since and --until that holds rows (needs --archive).
+    #[arg(long, requires = "archive")]
+    over_archive: bool,
+    /// With --over-archive: the first instant (RFC 3339, a date, epoch seconds, or an age like 2h).
+    #[arg(long, value_name = "TIME", requires = "over_archive")]
+    since: Option<String>,
+    /// With --over-archive: the instant after the last, same forms.
+    #[arg(long, value_name = "TIME", requires = "over_archive")]
+    until: Option<String>,
     /// An archive whose `packets` and `flows` the query may read (history).
     #[arg(long, short = 'a', env = "HINDSIGHT_ARCHIVE", value_name = "DIR")]
     archive: Option<PathBuf>,
@@ -38,29 +71,112 @@ pub struct Args {
     max_window_rows: usize,
 }
 
+fn name_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => Ok((
+            name.trim().trim_start_matches(':').to_owned(),
+            value.to_owned(),
+        )),
+        _ => Err(format!("{text:?}: write a parameter as NAME=VALUE (k=10)")),
+    }
+}
+
 /// Runs `hindsight watch`.
 pub fn run(args: Args) -> Result<ExitCode> {
+    let mut stdout = io::stdout().lock();
+    let analysis = match args.analysis.as_deref() {
+        Some("list") => {
+            for analysis in ANALYSES {
+                writeln!(stdout, "{:<12} {}", analysis.name, analysis.summary())?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(name) => Some(Analysis::named(name).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    if args.show {
+        let analysis = analysis.context("--show needs --analysis")?;
+        stdout.write_all(analysis.sql.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sql = match &args.file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        ),
+        None => args.sql.clone(),
+    };
+    let (sql, params, window) = match (&analysis, sql) {
+        (Some(analysis), _) => (
+            analysis.sql.to_owned(),
+            analysis.bind(&args.params).map_err(anyhow::Error::msg)?,
+            WindowSpec {
+                range: args.window * analysis.slides,
+                slide: args.window,
+            },
+        ),
+        (None, Some(sql)) => (
+            sql,
+            args.params
+                .iter()
+                .map(|(name, value)| (name.clone(), param_value(value)))
+                .collect(),
+            WindowSpec {
+                range: args.window,
+                slide: args.slide.unwrap_or(args.window),
+            },
+        ),
+        (None, None) => bail!("give the query: --sql, --file or --analysis"),
+    };
+    if args.replay.is_empty() && !args.over_archive {
+        bail!("give the stream: --replay CAPTURE... (or --over-archive with --archive)");
+    }
     let session = match &args.archive {
         Some(root) => hindsight_sql::SqlSession::open(root)
             .with_context(|| format!("cannot open archive {}", root.display()))?,
         None => hindsight_sql::SqlSession::live_only()?,
     };
+    match home(&args)? {
+        Some(home) => session.set_home(home),
+        None => {
+            if let Some(analysis) = &analysis {
+                bail!(
+                    "the analysis {} needs the home network: --home NET or [network] home \
+                     in the archive's config.toml (no home network is set)",
+                    analysis.name
+                );
+            }
+        }
+    }
     let spec = WatchSpec {
-        name: "watch".to_owned(),
-        sql: args.sql,
-        window: WindowSpec {
-            range: args.window,
-            slide: args.slide.unwrap_or(args.window),
-        },
+        name: analysis.map_or("watch", |a| a.name).to_owned(),
+        sql,
+        params,
+        window,
         bounds: Bounds {
             max_rows: args.max_window_rows,
             ..Bounds::default()
         },
     };
-    let mut watcher = Watcher::new(session, vec![spec], Some(Default::default()))?;
-    let mut stdout = io::stdout().lock();
     let mut warn = |line: String| eprintln!("warning: {line}");
     let mut writer = AnswerWriter::new(args.format, &mut stdout, &mut warn)?;
+    if args.over_archive {
+        let range =
+            hindsight_output::time::time_range(args.since.as_deref(), args.until.as_deref(), None)?;
+        rerun(
+            &session,
+            vec![spec],
+            range.start_nanos.max(0),
+            range.end_nanos.saturating_add(1),
+            &mut |answer| writer.write(answer),
+        )?;
+        if let Some(error) = writer.error.take() {
+            return Err(error.into());
+        }
+        stdout.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut watcher = Watcher::new(session, vec![spec], Some(Default::default()))?;
     let result = replay(&args.replay, &mut watcher, &mut |answer| {
         writer.write(answer)
     });
@@ -77,4 +193,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The home network: --home, or else the archive's `[network] home`.
+fn home(args: &Args) -> Result<Option<hindsight_sql::Networks>> {
+    if !args.home.is_empty() {
+        let nets = args
+            .home
+            .iter()
+            .map(|net| hindsight_model::network_range(net).map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()
+            .context("bad --home")?;
+        return Ok(Some(nets));
+    }
+    let Some(root) = &args.archive else {
+        return Ok(None);
+    };
+    let settings = hindsight_ingest::settings::archive_settings(root, None)?;
+    Ok((!settings.home.is_empty()).then_some(settings.home))
 }

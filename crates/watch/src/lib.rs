@@ -20,22 +20,26 @@
 //!   timeout). A packet that arrives for a window already answered is late: it
 //!   is counted, never added to an answer given.
 //! - Each answer is the statement's rows, with `live_packets` and `live_flows`
-//!   holding exactly the window's rows and `:window_start` and `:window_end`
-//!   bound to its bounds; the statement may read the archive's `packets` and
-//!   `flows` too (the join with history).
+//!   holding exactly the window's rows and `:window_start`, `:window_end` and
+//!   `:window_slide` bound to its bounds and slide; the statement may read the
+//!   archive's `packets` and `flows` too (the join with history). A statement
+//!   may be a script of stages (`hindsight_sql::Script`: the paper's controller,
+//!   live results filling a historical query).
 //! - Memory is bounded: a pane holds at most its share of `max_rows` and
 //!   `max_bytes` (`Bounds`); rows past it are dropped and every answer of a
 //!   window that lost rows says how many ([`Answer::cut`]).
 
+pub mod analyses;
 pub mod command;
 pub mod replay;
+pub mod rerun;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_model::{FlowRecord, Frame};
-use hindsight_sql::{LIVE_FLOWS, ScalarValue, SqlError, SqlSession};
+use hindsight_sql::{LIVE_FLOWS, ScalarValue, Script, SqlError, SqlSession};
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::PacketBatchBuilder;
 
@@ -122,8 +126,10 @@ impl Default for Bounds {
 pub struct WatchSpec {
     /// Its name (in answers and metrics).
     pub name: String,
-    /// The statement, run on each window.
+    /// The statement, or script of stages, run on each window.
     pub sql: String,
+    /// Values of its named parameters (`:k`), besides the window's own.
+    pub params: Vec<(String, ScalarValue)>,
     /// Its windows.
     pub window: WindowSpec,
     /// Bounds of its state.
@@ -174,11 +180,65 @@ struct Pane {
 #[derive(Debug)]
 struct Running {
     spec: WatchSpec,
+    script: Script,
     /// Whether the statement reads `live_flows` (its windows wait for the flow
     /// table's timeout).
     reads_flows: bool,
     /// End of the next window to answer, ns; `None` before the first row.
     next_end: Option<i64>,
+}
+
+impl Running {
+    /// Checks `spec` and plans its statements over `session` (whose live
+    /// tables must be registered).
+    fn prepare(session: &SqlSession, spec: WatchSpec) -> Result<Self, WatchError> {
+        spec.window.validate()?;
+        let sql_error = |source| WatchError::Sql {
+            name: spec.name.clone(),
+            source,
+        };
+        let script = session.script(&spec.sql).map_err(sql_error)?;
+        session.prepare_script(&script).map_err(sql_error)?;
+        let tables = session.tables_of_script(&script).map_err(sql_error)?;
+        Ok(Self {
+            reads_flows: tables.iter().any(|t| t == LIVE_FLOWS),
+            script,
+            spec,
+            next_end: None,
+        })
+    }
+
+    /// Runs the statement on the window `[start, end)`, whose rows the
+    /// session's live tables hold.
+    fn evaluate(&self, session: &SqlSession, start: i64, end: i64, cut: u64) -> Answer {
+        let started = Instant::now();
+        let mut params = vec![
+            ("window_start", timestamp(start)),
+            ("window_end", timestamp(end)),
+            ("window_slide", analyses::interval(self.spec.window.slide)),
+        ];
+        params.extend(
+            self.spec
+                .params
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.clone())),
+        );
+        let rows = session
+            .run_script(
+                &self.script,
+                &params,
+                Some(self.spec.bounds.max_answer_rows),
+            )
+            .map_err(|e| anyhow_chain(&e));
+        Answer {
+            watch: self.spec.name.clone(),
+            start_ns: start,
+            end_ns: end,
+            rows,
+            cut,
+            took: started.elapsed(),
+        }
+    }
 }
 
 /// Feeds the live stream to watches and answers each window as it closes.
@@ -229,21 +289,10 @@ impl Watcher {
                 name: "(live tables)".to_owned(),
                 source,
             })?;
-        let mut running = Vec::with_capacity(watches.len());
-        for spec in watches {
-            spec.window.validate()?;
-            let sql_error = |source| WatchError::Sql {
-                name: spec.name.clone(),
-                source,
-            };
-            session.prepare(&spec.sql).map_err(sql_error)?;
-            let tables = session.tables_of(&spec.sql).map_err(sql_error)?;
-            running.push(Running {
-                reads_flows: tables.iter().any(|t| t == LIVE_FLOWS),
-                spec,
-                next_end: None,
-            });
-        }
+        let running = watches
+            .into_iter()
+            .map(|spec| Running::prepare(&session, spec))
+            .collect::<Result<Vec<_>, _>>()?;
         let pane_nanos = running
             .iter()
             .map(|r| nanos(r.spec.window.slide))
@@ -476,7 +525,6 @@ impl Watcher {
     }
 
     fn evaluate(&self, index: usize, start: i64, end: i64) -> Answer {
-        let watch = &self.watches[index];
         let (first, last) = (
             start.div_euclid(self.pane_nanos),
             end.div_euclid(self.pane_nanos),
@@ -489,28 +537,17 @@ impl Watcher {
             flows.extend(pane.flows.iter().cloned());
             cut += pane.cut;
         }
-        let started = Instant::now();
-        let rows = self
-            .session
-            .set_live(packets, flows)
-            .and_then(|()| {
-                self.session.collect_with(
-                    &watch.spec.sql,
-                    &[
-                        ("window_start", timestamp(start)),
-                        ("window_end", timestamp(end)),
-                    ],
-                    Some(watch.spec.bounds.max_answer_rows),
-                )
-            })
-            .map_err(|e| format!("{:#}", anyhow_chain(&e)));
-        Answer {
-            watch: watch.spec.name.clone(),
-            start_ns: start,
-            end_ns: end,
-            rows,
-            cut,
-            took: started.elapsed(),
+        let watch = &self.watches[index];
+        match self.session.set_live(packets, flows) {
+            Ok(()) => watch.evaluate(&self.session, start, end, cut),
+            Err(error) => Answer {
+                watch: watch.spec.name.clone(),
+                start_ns: start,
+                end_ns: end,
+                rows: Err(anyhow_chain(&error)),
+                cut,
+                took: Duration::ZERO,
+            },
         }
     }
 }

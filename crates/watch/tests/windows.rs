@@ -20,6 +20,7 @@ fn counts(window: WindowSpec, bounds: Bounds) -> BTreeMap<i64, (i64, u64)> {
     let spec = WatchSpec {
         name: "count".to_owned(),
         sql: "SELECT count(*) AS n FROM live_packets".to_owned(),
+        params: Vec::new(),
         window,
         bounds,
     };

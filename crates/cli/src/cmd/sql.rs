@@ -77,6 +77,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut session = SqlSession::open(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
+    let home = hindsight_ingest::settings::archive_settings(root, None)?.home;
+    if !home.is_empty() {
+        session.set_home(home);
+    }
     if args.allow_writes {
         session = session.allow_writes();
     }
