@@ -3,9 +3,13 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use common::{hindsight, ingest, lan_hour, ok};
+use common::{hindsight, ingest, lan_hour, ok, require_tool};
 
 /// The rows of JSON lines output, each as its text, without the watch's name.
 fn rows(jsonl: &str) -> BTreeSet<String> {
@@ -163,4 +167,178 @@ fn bad_statements_and_windows_are_clear_errors() {
         assert!(!output.status.success(), "{full:?}");
         assert!(stderr.contains(expected), "{full:?}: {stderr}");
     }
+}
+
+/// Starts `hindsight watch` with `args`, JSON lines out; returns it once its
+/// first line on stderr (`watching ...`) is there, with that line.
+fn start_watch(args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["watch", "-F", "jsonl"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hindsight watch");
+    let mut first = String::new();
+    BufReader::new(child.stderr.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("watching"), "{first}");
+    (child, first)
+}
+
+/// Stops a watch with SIGINT; its rows, parsed.
+fn stop_watch(child: Child) -> Vec<serde_json::Value> {
+    ok(&Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .output()
+        .expect("run kill"));
+    let output = child.wait_with_output().unwrap();
+    let stdout = ok(&output);
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn a_watch_on_an_interface_counts_every_packet_sent() {
+    // Loopback, and only this test's datagrams to one port.
+    let target = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = target.local_addr().unwrap().port();
+    let sql =
+        format!("SELECT count(*) AS n FROM live_packets WHERE ip_proto = 17 AND dst_port = {port}");
+    let (child, _) = start_watch(&["-i", "lo", "--window", "1s", "--sql", &sql]);
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sent = 25;
+    for _ in 0..sent {
+        sender.send_to(b"hindsight", ("127.0.0.1", port)).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Windows close by the clock while the link is quiet.
+    std::thread::sleep(Duration::from_millis(1500));
+    let rows = stop_watch(child);
+    let counted: u64 = rows.iter().map(|row| row["n"].as_u64().unwrap()).sum();
+    assert_eq!(counted, sent, "{rows:?}");
+    let windows: BTreeSet<&str> = rows
+        .iter()
+        .map(|row| row["window_start"].as_str().unwrap())
+        .collect();
+    assert!(windows.len() >= 2, "{rows:?}");
+}
+
+#[test]
+fn a_watch_on_a_collector_windows_the_records_as_nfdump_reads_them() {
+    require_tool("softflowd");
+    require_tool("nfcapd");
+    require_tool("nfdump");
+    let work = tempfile::tempdir().unwrap();
+    let (child, first) = start_watch(&[
+        "--collect",
+        "udp://127.0.0.1:0",
+        "--lateness",
+        "2h",
+        "--window",
+        "10m",
+        "--sql",
+        "SELECT count(*) AS records, sum(bytes_out) AS bytes FROM live_flows",
+    ]);
+    let listening = first
+        .split("udp://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let nfcapd_port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nfcapd_dir = work.path().join("nfcapd");
+    std::fs::create_dir_all(&nfcapd_dir).unwrap();
+    let mut nfcapd = Command::new("nfcapd")
+        .args([
+            "-t",
+            "3600",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            &nfcapd_port.to_string(),
+        ])
+        .arg("-w")
+        .arg(&nfcapd_dir)
+        .args(["-R", &listening.replace(':', "/")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nfcapd");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UdpSocket::bind(("127.0.0.1", nfcapd_port)).is_ok() {
+        assert!(Instant::now() < deadline, "nfcapd does not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // softflowd's export of lan-hour (`-a`: the flows' times from the packets)
+    // to nfcapd, which repeats every export packet it receives to the watch:
+    // both see the same packets (nfcapd may drop some of softflowd's
+    // end-of-file burst, and then neither has them).
+    ok(&Command::new("softflowd")
+        .args(["-a", "-r"])
+        .arg(lan_hour())
+        .args([
+            "-n",
+            &format!("127.0.0.1:{nfcapd_port}"),
+            "-v",
+            "9",
+            "-c",
+            "none",
+        ])
+        .arg("-p")
+        .arg(work.path().join("softflowd.pid"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run softflowd"));
+    std::thread::sleep(Duration::from_secs(1));
+    let rows = stop_watch(child);
+    ok(&Command::new("kill")
+        .args(["-TERM", &nfcapd.id().to_string()])
+        .output()
+        .unwrap());
+    assert!(nfcapd.wait().unwrap().success());
+
+    // nfdump's records, by the 10-minute window in which they ended.
+    let text = ok(&Command::new("nfdump")
+        .env("TZ", "UTC")
+        .args(["-q", "-N", "-o", "fmt:%te|%byt", "-R"])
+        .arg(&nfcapd_dir)
+        .output()
+        .expect("run nfdump"));
+    let mut theirs: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (end, bytes) = line.split_once('|').unwrap();
+        // "2012-11-23 17:09:59.123": the window starts at the ten minutes.
+        let end = end.trim();
+        let window = format!("{}T{}0:00Z", &end[..10], &end[11..15]);
+        let entry = theirs.entry(window).or_default();
+        entry.0 += 1;
+        entry.1 += bytes.trim().parse::<u64>().unwrap();
+    }
+    let ours: BTreeMap<String, (u64, u64)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row["window_start"].as_str().unwrap().to_owned(),
+                (
+                    row["records"].as_u64().unwrap(),
+                    row["bytes"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect();
+    assert!(
+        theirs.values().map(|v| v.0).sum::<u64>() > 2_000,
+        "{theirs:?}"
+    );
+    assert_eq!(ours, theirs);
 }

@@ -419,16 +419,94 @@ impl Drop for Running<'_> {
 /// Opens the interface for one capture thread: non-blocking (see [`capture_loop`]),
 /// nanosecond timestamps.
 fn open_capture(config: &RecordConfig) -> Result<pcap::Capture<pcap::Active>, String> {
-    pcap::Capture::from_device(config.interface.as_str())
+    open_interface(&config.interface, config.snaplen, config.kernel_buffer)
+}
+
+/// Opens `interface` (promiscuous, non-blocking, nanosecond timestamps).
+fn open_interface(
+    interface: &str,
+    snaplen: u32,
+    kernel_buffer: u32,
+) -> Result<pcap::Capture<pcap::Active>, String> {
+    pcap::Capture::from_device(interface)
         .map_err(|e| e.to_string())?
-        .snaplen(i32::try_from(config.snaplen).unwrap_or(i32::MAX))
-        .buffer_size(i32::try_from(config.kernel_buffer).unwrap_or(i32::MAX))
+        .snaplen(i32::try_from(snaplen).unwrap_or(i32::MAX))
+        .buffer_size(i32::try_from(kernel_buffer).unwrap_or(i32::MAX))
         .timeout(POLL_MS)
         .promisc(true)
         .precision(pcap::Precision::Nano)
         .open()
         .and_then(pcap::Capture::setnonblock)
         .map_err(|e| e.to_string())
+}
+
+/// An interface read on the caller's own thread, without the ring: for a
+/// consumer of its own (`hindsight watch -i`).
+pub struct InterfaceReader {
+    capture: pcap::Capture<pcap::Active>,
+    interface: String,
+    link_type: LinkType,
+}
+
+impl std::fmt::Debug for InterfaceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InterfaceReader")
+            .field("interface", &self.interface)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InterfaceReader {
+    /// Opens `interface`, keeping `snaplen` bytes of each packet (0: whole
+    /// packets), with a kernel buffer of `kernel_buffer` bytes.
+    pub fn open(interface: &str, snaplen: u32, kernel_buffer: u32) -> Result<Self, LiveError> {
+        let error = |message: String| LiveError::Capture {
+            interface: interface.to_owned(),
+            message,
+        };
+        let snaplen = if snaplen == 0 { 262_144 } else { snaplen };
+        let capture = open_interface(interface, snaplen, kernel_buffer).map_err(error)?;
+        let link_type = u16::try_from(capture.get_datalink().0)
+            .map(LinkType)
+            .map_err(|_| error("link type out of range".to_owned()))?;
+        Ok(Self {
+            capture,
+            interface: interface.to_owned(),
+            link_type,
+        })
+    }
+
+    /// The next packet, or `None` after waiting up to 50 ms for one.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, LiveError> {
+        let fd = self.capture.as_raw_fd();
+        match self.capture.next_packet() {
+            Ok(packet) => {
+                // With nanosecond precision, `tv_usec` holds nanoseconds.
+                let (sec, nsec) = (packet.header.ts.tv_sec, packet.header.ts.tv_usec);
+                Ok(Some(Frame {
+                    ts_nanos: sec.saturating_mul(1_000_000_000).saturating_add(nsec),
+                    wire_len: packet.header.len,
+                    data: packet.data,
+                    link_type: self.link_type,
+                    iface: 0,
+                }))
+            }
+            Err(pcap::Error::TimeoutExpired) => {
+                wait_readable(fd, POLL_MS);
+                Ok(None)
+            }
+            Err(e) => Err(LiveError::Capture {
+                interface: self.interface.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Packet time up to which the interface has delivered every packet (a
+    /// little behind the clock), once [`Self::next_frame`] found it empty.
+    pub fn caught_up_to() -> i64 {
+        caught_up_to()
+    }
 }
 
 /// Adds the capture's AF_PACKET socket to fanout group `group`, by flow hash

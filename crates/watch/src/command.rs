@@ -5,12 +5,16 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use crate::analyses::{ANALYSES, Analysis, param_value};
 use crate::replay::{AnswerWriter, replay};
 use crate::rerun::rerun;
+use crate::sources;
 use crate::{Bounds, WatchSpec, Watcher, WindowSpec};
 use anyhow::{Context, Result, bail};
+use hindsight_live::InterfaceReader;
 use hindsight_output::Format;
 
 /// Arguments of `hindsight watch`.
@@ -48,8 +52,28 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = hindsight_output::time::parse_duration, conflicts_with = "analysis")]
     slide: Option<std::time::Duration>,
     /// Captures to replay as the stream, in order (pcap, pcapng, gzip).
-    #[arg(long, value_name = "CAPTURE", num_args = 1.., conflicts_with = "over_archive")]
+    #[arg(long, value_name = "CAPTURE", num_args = 1.., conflicts_with_all = ["over_archive", "interface", "collect"])]
     replay: Vec<PathBuf>,
+    /// Watch the packets of this interface until Ctrl-C.
+    #[arg(long, short = 'i', value_name = "IFACE", conflicts_with_all = ["over_archive", "collect"])]
+    interface: Option<String>,
+    /// Bytes kept of each packet with -i (0: whole packets).
+    #[arg(
+        long,
+        short = 's',
+        default_value_t = 0,
+        value_name = "BYTES",
+        requires = "interface"
+    )]
+    snaplen: u32,
+    /// Watch the NetFlow v5/v9 and IPFIX records exported to this address
+    /// (udp://ADDRESS:PORT) until Ctrl-C.
+    #[arg(long, value_name = "URL", conflicts_with = "over_archive")]
+    collect: Option<String>,
+    /// With --collect: how long past a window's end records for it are still
+    /// taken (exporters report a connection after it ended).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = hindsight_output::time::parse_duration, requires = "collect")]
+    lateness: std::time::Duration,
     /// Run over the archive's own past instead of a stream: every window
     /// between --since and --until that holds rows (needs --archive).
     #[arg(long, requires = "archive")]
@@ -128,8 +152,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
         (None, None) => bail!("give the query: --sql, --file or --analysis"),
     };
-    if args.replay.is_empty() && !args.over_archive {
-        bail!("give the stream: --replay CAPTURE... (or --over-archive with --archive)");
+    if args.replay.is_empty()
+        && !args.over_archive
+        && args.interface.is_none()
+        && args.collect.is_none()
+    {
+        bail!(
+            "give the stream: --replay CAPTURE..., -i IFACE, --collect udp://ADDR:PORT, \
+             or --over-archive with --archive"
+        );
     }
     let session = match &args.archive {
         Some(root) => hindsight_sql::SqlSession::open(root)
@@ -176,15 +207,40 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stdout.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut watcher = Watcher::new(session, vec![spec], Some(Default::default()))?;
-    let result = replay(&args.replay, &mut watcher, &mut |answer| {
-        writer.write(answer)
-    });
+    let flows = args.collect.is_none().then(Default::default);
+    let mut watcher = Watcher::new(session, vec![spec], flows)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    if args.interface.is_some() || args.collect.is_some() {
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, Arc::clone(&stop))
+                .context("cannot install the signal handlers")?;
+        }
+    }
+    let mut answer = |answer| writer.write(answer);
+    if let Some(interface) = &args.interface {
+        let mut reader = InterfaceReader::open(interface, args.snaplen, 64 << 20)?;
+        eprintln!("watching {interface} (Ctrl-C stops)");
+        sources::interface(&mut reader, &mut watcher, &stop, &mut answer)?;
+    } else if let Some(url) = &args.collect {
+        let socket = hindsight_live::collector::bind(url)?;
+        watcher.set_flow_lateness(args.lateness);
+        eprintln!(
+            "watching the flow records sent to udp://{} (Ctrl-C stops)",
+            socket.local_addr()?
+        );
+        let mut malformed = |line: String| eprintln!("malformed: {line}");
+        sources::collector(&socket, &mut watcher, &stop, &mut answer, &mut malformed)?;
+    } else {
+        let result = replay(&args.replay, &mut watcher, &mut answer);
+        if let Some(error) = writer.error.take() {
+            return Err(error.into());
+        }
+        result?;
+    }
     if let Some(error) = writer.error.take() {
         return Err(error.into());
     }
     stdout.flush()?;
-    result?;
     let counts = watcher.counts();
     if counts.late > 0 {
         eprintln!(

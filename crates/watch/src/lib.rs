@@ -33,6 +33,7 @@ pub mod analyses;
 pub mod command;
 pub mod replay;
 pub mod rerun;
+pub mod sources;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -317,6 +318,21 @@ impl Watcher {
             watermark: i64::MIN,
             counts: WatchCounts::default(),
         })
+    }
+
+    /// Waits `lateness` past a window's end before answering it from
+    /// connection records that come from elsewhere ([`Self::push_flows`]: an
+    /// exporter reports a connection some time after it ended).
+    pub fn set_flow_lateness(&mut self, lateness: Duration) {
+        self.flow_lateness = nanos(lateness);
+    }
+
+    /// The stream has delivered everything before `now_ns` (a live source
+    /// that found nothing to read): answers the windows that closed.
+    pub fn tick(&mut self, now_ns: i64, answer: &mut dyn FnMut(Answer)) {
+        if self.watermark != i64::MIN {
+            self.advance(now_ns, answer);
+        }
     }
 
     /// The counters so far.
