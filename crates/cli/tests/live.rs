@@ -759,6 +759,230 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
     );
 }
 
+/// A pcap of `ports` TCP SYNs from `src` to `dst`, one port each, as a
+/// scanner sends them (checksums left zero: nothing answers them).
+fn syn_scan(path: &Path, src: [u8; 4], dst: [u8; 4], ports: std::ops::Range<u16>) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = hindsight_capture::PcapWriter::new(
+        std::io::BufWriter::new(file),
+        hindsight_model::LinkType::ETHERNET,
+        262_144,
+        hindsight_capture::TimestampPrecision::Micros,
+    )
+    .unwrap();
+    for (i, port) in ports.enumerate() {
+        let mut frame = Vec::with_capacity(54);
+        frame.extend([0x02, 0, 0, 0, 0, 0x02, 0x02, 0, 0, 0, 0, 0x01, 0x08, 0x00]);
+        frame.extend([0x45, 0, 0, 40, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0]);
+        frame.extend(src);
+        frame.extend(dst);
+        frame.extend(40_000u16.to_be_bytes());
+        frame.extend(port.to_be_bytes());
+        frame.extend(0x0100_0000u32.to_be_bytes());
+        frame.extend([0, 0, 0, 0, 0x50, 0x02, 0x04, 0x00, 0, 0, 0, 0]);
+        let ts = 1_700_000_000_000_000_000 + i as i64 * 1_000_000;
+        writer.write_frame(ts, frame.len() as u32, &frame).unwrap();
+    }
+    writer.flush().unwrap();
+}
+
+/// A request to the API of a server in `ns`: its status and body.
+fn api(ns: &Namespaces, address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut command = ns.exec(&ns.receiver, "curl");
+    command.args(["-sS", "-X", method, "-w", "\n%{http_code}"]);
+    if !body.is_empty() {
+        command.args([
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            body,
+        ]);
+    }
+    let output = command
+        .arg(format!("http://{address}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (status.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[network]\nhome = [\"10.64.0.0/16\"]\n",
+    )
+    .unwrap();
+    let config = work.path().join("hindsight.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "archive = {:?}\n[capture]\ninterface = \"hs-a\"\n\
+             [[watch]]\nname = \"scans\"\nanalysis = \"portscan\"\nwindow = \"2s\"\n\
+             params = {{ min_fanout = 100 }}\ndump = \"host $src\"\ndump_before = \"6s\"\n\
+             [api]\nlisten = \"127.0.0.1:0\"\n",
+            archive.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let scan = work.path().join("scan.pcap");
+    syn_scan(&scan, [203, 0, 113, 7], [10, 64, 88, 105], 1..401);
+    let ns = Namespaces::new();
+    run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
+    let reference = work.path().join("tcpdump.pcap");
+    let tcpdump = Tcpdump::start(&ns, &reference);
+    let (mut serve, serve_err, address) = start_serve(&ns, &config);
+
+    // The API refuses what it cannot run, clearly, and goes on.
+    for (body, status, expected) in [
+        (r#"{"name":"bad","sql":"SELEC 1"}"#, 400, "SELEC"),
+        (
+            r#"{"name":"bad","analysis":"portscans"}"#,
+            400,
+            "no analysis is named",
+        ),
+        (
+            r#"{"name":"bad","sql":"COPY (SELECT 1) TO '/tmp/x.csv'"}"#,
+            403,
+            "refused",
+        ),
+        (
+            r#"{"name":"big","sql":"SELECT 1","max_window_rows":999999999}"#,
+            400,
+            "above this server's bound",
+        ),
+        (
+            r#"{"name":"hook","sql":"SELECT 1","webhook":"http://x"}"#,
+            403,
+            "webhook and alert_log are refused",
+        ),
+        (r#"{"name":"scans","sql":"SELECT 1"}"#, 409, "already named"),
+    ] {
+        let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", body);
+        assert_eq!(got, status, "{body}: {text}");
+        assert!(text.contains(expected), "{body}: {text}");
+    }
+    // A watch made through the API runs beside the configured one.
+    let (got, text) = api(
+        &ns,
+        &address,
+        "POST",
+        "/api/v1/watches",
+        r#"{"name":"syns","sql":"SELECT count(*) AS syns FROM live_packets WHERE tcp_flags = 2","window":"1s"}"#,
+    );
+    assert_eq!(got, 201, "{text}");
+
+    // The rows of the portscan watch as they come, stamped when they arrive.
+    let mut follow = ns
+        .exec(&ns.receiver, "curl")
+        .args(["-sN"])
+        .arg(format!(
+            "http://{address}/api/v1/watches/scans/results?follow=true"
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let arrivals = std::thread::spawn(move || {
+        let mut rows = Vec::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(data) = line.strip_prefix("data:") {
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap();
+                let row: serde_json::Value = serde_json::from_str(data.trim()).unwrap();
+                rows.push((i64::try_from(at.as_nanos()).unwrap(), row));
+            }
+        }
+        rows
+    });
+
+    // Background traffic (lan-hour) and, in the middle of it, the scan.
+    let mut background = ns
+        .exec(&ns.sender, "tcpreplay")
+        .args(["-i", "hs-b", "--pps", "5000"])
+        .arg(lan_hour())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let replay = ns
+        .exec(&ns.sender, "tcpreplay")
+        .args(["-i", "hs-b", "--pps", "2000"])
+        .arg(&scan)
+        .output()
+        .unwrap();
+    assert!(replay.status.success());
+    assert!(background.wait().unwrap().success());
+    std::thread::sleep(Duration::from_secs(3));
+
+    let (_, listed) = api(&ns, &address, "GET", "/api/v1/watches", "");
+    let (got, _) = api(&ns, &address, "DELETE", "/api/v1/watches/syns", "");
+    assert_eq!(got, 204);
+    let (_, metrics) = api(&ns, &address, "GET", "/metrics", "");
+    let _ = privileged("kill").arg(follow.id().to_string()).status();
+    let _ = follow.wait();
+    let rows = arrivals.join().unwrap();
+    signal(&serve, "TERM");
+    assert!(serve.wait().unwrap().success());
+    let serve_err = serve_err.join().unwrap();
+    tcpdump.stop();
+
+    // The scanner is reported, within 2 s of its window's end.
+    let scans: Vec<&(i64, serde_json::Value)> = rows
+        .iter()
+        .filter(|(_, row)| row["src"] == "203.0.113.7")
+        .collect();
+    assert!(!scans.is_empty(), "no scan reported: {rows:?}\n{serve_err}");
+    let parse_time = |text: &serde_json::Value| -> i64 {
+        let time: jiff::Timestamp = text.as_str().unwrap().parse().unwrap();
+        i64::try_from(time.as_nanosecond()).unwrap()
+    };
+    for (arrived, row) in &scans {
+        let end = parse_time(&row["window_end"]);
+        let delay = arrived - end;
+        eprintln!(
+            "scan row {row} arrived {:.3} s after its window ended",
+            delay as f64 / 1e9
+        );
+        assert!(delay < 2_000_000_000, "{row}: {delay} ns after its window");
+        assert!(row["fanout"].as_u64().unwrap() >= 100, "{row}");
+    }
+    // Its dump: what tcpdump -r selects from tcpdump's recording for the
+    // scanner and the window before the alert.
+    let (_, first) = scans[0];
+    let at = parse_time(&first["window_end"]);
+    let dump = archive
+        .join("dumps")
+        .join(format!("dump-{at}-scans-203.0.113.7.pcap"));
+    assert!(dump.exists(), "no dump {}: {serve_err}", dump.display());
+    let window = (at - 6_000_000_000)..=at;
+    let oracle = tcpdump_select(&reference, "host 203.0.113.7", &window);
+    let dumped = read_capture(&dump);
+    assert!(oracle.len() >= 100, "{} packets", oracle.len());
+    assert_eq!(dumped.len(), oracle.len());
+    assert!(dumped == oracle, "dump and tcpdump's selection differ");
+    // The API listed both watches and the metrics count their windows.
+    assert!(
+        listed.contains(r#""name":"scans""#) && listed.contains(r#""name":"syns""#),
+        "{listed}"
+    );
+    assert!(
+        metrics.contains(r#"hindsight_watch_windows_total{watch="scans"}"#),
+        "{metrics}"
+    );
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;

@@ -344,6 +344,16 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     );
     common::assert_prometheus_text(&metrics.text());
     assert_eq!(get(&server, "/api/v1/dumps", t).json()["dumps"], json!([]));
+    // Watches run on live traffic: this server captures none.
+    let watches = get(&server, "/api/v1/watches", t).json();
+    assert_eq!(watches["capturing"], json!(false));
+    assert_eq!(watches["watches"], json!([]));
+    post(
+        &server,
+        "/api/v1/watches",
+        b"{\"name\": \"w\", \"sql\": \"SELECT 1\"}",
+    )
+    .error(409, "does not capture");
     let spec = get(&server, "/api/openapi.yaml", None);
     assert_eq!(spec.status, 200);
     for path in spec.text().lines().filter_map(|l| l.strip_prefix("  /")) {

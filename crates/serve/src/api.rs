@@ -98,6 +98,10 @@ pub struct AppState {
     pub archive_rate: AtomicU64,
     /// The finished dumps as [`refresh`] last listed them (for the metrics).
     pub dumps_seen: std::sync::Mutex<Vec<(String, u64, i64)>>,
+    /// The watches, when the server captures.
+    pub hub: Option<Arc<hindsight_watch::hub::Hub>>,
+    /// Most rows a watch's window may hold (`[watches] max_window_rows`).
+    pub max_window_rows: usize,
 }
 
 type Shared = Arc<AppState>;
@@ -110,25 +114,25 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
-    fn internal(error: &anyhow::Error) -> Self {
+    pub(crate) fn internal(error: &anyhow::Error) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{error:#}"))
     }
 
     /// A reader's error, by its kind: the request's fault (400), a limit it
     /// carried (400 for rows, 504 for time), a statement refused (403), the
     /// server's (500).
-    fn of_reader(error: ReaderError) -> Self {
+    pub(crate) fn of_reader(error: ReaderError) -> Self {
         let status = match &error {
             ReaderError::Request(_)
             | ReaderError::Limit(hindsight_reader::LimitExceeded::Rows(_)) => {
@@ -182,7 +186,7 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 /// The whole application.
 pub fn router(state: Shared) -> Router {
@@ -196,6 +200,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/dumps", get(dumps))
         .route("/api/v1/dumps/{name}", get(dump_file))
         .route("/metrics", get(metrics_text))
+        .merge(super::watches::routes())
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_token,

@@ -24,6 +24,23 @@
 //! max_dump_mib = 256               # one dump
 //! max_total_mib = 4096             # all dumps; the oldest go first (0: no bound)
 //!
+//! [[watch]]                        # optional, needs [capture]; as many as wanted
+//! name = "scans"
+//! analysis = "portscan"            # or sql = "SELECT ... FROM live_packets ..."
+//! window = "10s"
+//! params = { min_fanout = 100 }
+//! dump = "host $src"               # a pcap of the ring for each row ($column from the row)
+//! dump_before = "30s"              # default: the window
+//! dump_after = "0s"
+//! webhook = "http://127.0.0.1:9000/alerts"   # POST each row as JSON
+//! alert_log = "alerts.jsonl"       # append each row as a JSON line
+//!
+//! [watches]
+//! keep_secs = 3600                 # answers kept for the API and the web UI
+//! max_rows_kept = 10000            # per watch
+//! max_watches = 32                 # with those added through the API
+//! max_window_rows = 4000000        # most rows a watch's window may hold
+//!
 //! [api]
 //! listen = "127.0.0.1:8080"
 //! token = "..."                    # or HINDSIGHT_API_TOKEN; none: no authentication
@@ -61,6 +78,154 @@ pub struct ServeConfig {
     /// The HTTP API.
     #[serde(default)]
     pub api: ApiSection,
+    /// Continuous queries over the live capture.
+    #[serde(default)]
+    pub watch: Vec<WatchSection>,
+    /// Bounds of the watches.
+    #[serde(default)]
+    pub watches: WatchesSection,
+}
+
+/// `[[watch]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchSection {
+    /// Its name.
+    pub name: String,
+    /// Its statement, unless `analysis`.
+    pub sql: Option<String>,
+    /// A built-in analysis, unless `sql`.
+    pub analysis: Option<String>,
+    /// Window length (a slide, for dispersion).
+    #[serde(default = "default_window")]
+    pub window: String,
+    /// Slide (not with an analysis).
+    pub slide: Option<String>,
+    /// Named parameters.
+    #[serde(default)]
+    pub params: std::collections::BTreeMap<String, toml::Value>,
+    /// Most rows one window holds.
+    pub max_window_rows: Option<usize>,
+    /// Dump filter template.
+    pub dump: Option<String>,
+    /// How far back a dump reaches from the end of the window.
+    pub dump_before: Option<String>,
+    /// How far on after it.
+    pub dump_after: Option<String>,
+    /// URL each row is POSTed to.
+    pub webhook: Option<String>,
+    /// File each row is appended to.
+    pub alert_log: Option<PathBuf>,
+}
+
+/// `[watches]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatchesSection {
+    /// How long answers are kept, seconds.
+    pub keep_secs: u64,
+    /// Rows kept per watch.
+    pub max_rows_kept: usize,
+    /// Most watches at once.
+    pub max_watches: usize,
+    /// Most rows a watch's window may hold.
+    pub max_window_rows: usize,
+}
+
+impl Default for WatchesSection {
+    fn default() -> Self {
+        Self {
+            keep_secs: 3600,
+            max_rows_kept: 10_000,
+            max_watches: 32,
+            max_window_rows: 4_000_000,
+        }
+    }
+}
+
+fn default_window() -> String {
+    "10s".to_owned()
+}
+
+/// A duration written `10s`, `5m`, or `0s`, or an error naming `name`.
+pub fn duration(name: &str, text: &str) -> Result<Duration> {
+    if text.trim() == "0" || text.trim() == "0s" {
+        return Ok(Duration::ZERO);
+    }
+    hindsight_output::time::parse_duration(text).with_context(|| name.to_owned())
+}
+
+impl WatchSection {
+    /// The watch this section asks for, checked as far as it can be without
+    /// an archive (the statement is planned when the server starts it).
+    pub fn watch(&self, limits: &WatchesSection) -> Result<hindsight_watch::hub::HubWatch> {
+        use hindsight_watch::hub::{Actions, DumpAction, HubWatch, RowTemplate};
+        let at = format!("[[watch]] {}", self.name);
+        let params = self
+            .params
+            .iter()
+            .map(|(name, value)| {
+                let text = match value {
+                    toml::Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                (name.clone(), text)
+            })
+            .collect();
+        let request = hindsight_watch::request::WatchRequest {
+            name: self.name.clone(),
+            sql: self.sql.clone(),
+            analysis: self.analysis.clone(),
+            window: duration(&format!("{at}: window"), &self.window)?,
+            slide: self
+                .slide
+                .as_deref()
+                .map(|slide| duration(&format!("{at}: slide"), slide))
+                .transpose()?,
+            params,
+            max_window_rows: Some(self.max_window_rows.unwrap_or(limits.max_window_rows)),
+        };
+        if request.max_window_rows > Some(limits.max_window_rows) {
+            bail!(
+                "{at}: max_window_rows is above [watches] max_window_rows ({})",
+                limits.max_window_rows
+            );
+        }
+        let (spec, analysis) = request.spec().map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        let dump = match &self.dump {
+            Some(text) => Some(DumpAction {
+                filter: RowTemplate::new(text).map_err(|e| anyhow::anyhow!("{at}: dump: {e}"))?,
+                before: self
+                    .dump_before
+                    .as_deref()
+                    .map(|t| duration(&format!("{at}: dump_before"), t))
+                    .transpose()?,
+                after: self
+                    .dump_after
+                    .as_deref()
+                    .map(|t| duration(&format!("{at}: dump_after"), t))
+                    .transpose()?
+                    .unwrap_or(Duration::ZERO),
+            }),
+            None => None,
+        };
+        if let Some(url) = &self.webhook
+            && !url.starts_with("http://")
+            && !url.starts_with("https://")
+        {
+            bail!("{at}: webhook {url:?}: expected an http:// or https:// URL");
+        }
+        Ok(HubWatch {
+            spec,
+            analysis: analysis.map(|a| a.name.to_owned()),
+            actions: Actions {
+                dump,
+                webhook: self.webhook.clone(),
+                alert_log: self.alert_log.clone(),
+            },
+            origin: "config",
+        })
+    }
 }
 
 /// `[capture]`
@@ -198,8 +363,10 @@ impl ServeConfig {
         let mut config: Self = toml::from_str(&text)
             .with_context(|| format!("{} is not a valid serve configuration", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
+        let logs = config.watch.iter_mut().map(|w| &mut w.alert_log);
         for dir in [&mut config.archive, &mut config.dumps.dir]
             .into_iter()
+            .chain(logs)
             .flatten()
         {
             if dir.is_relative() {
@@ -224,6 +391,26 @@ impl ServeConfig {
             if !(1..=64).contains(&capture.fanout) {
                 bail!("[capture] fanout must be between 1 and 64");
             }
+        }
+        if !self.watch.is_empty() && self.capture.is_none() {
+            bail!("[[watch]] needs a [capture] section: watches run on live traffic");
+        }
+        for watch in &self.watch {
+            watch.watch(&self.watches)?;
+        }
+        let w = &self.watches;
+        if w.keep_secs == 0 || w.max_rows_kept == 0 || w.max_watches == 0 || w.max_window_rows == 0
+        {
+            bail!(
+                "[watches] keep_secs, max_rows_kept, max_watches and max_window_rows must be positive"
+            );
+        }
+        if self.watch.len() > w.max_watches {
+            bail!(
+                "{} [[watch]] sections, more than [watches] max_watches ({})",
+                self.watch.len(),
+                w.max_watches
+            );
         }
         if self.trigger.is_some() && self.capture.is_none() {
             bail!("[trigger] needs a [capture] section: triggers watch live traffic");

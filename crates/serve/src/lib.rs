@@ -12,6 +12,7 @@ pub mod api;
 pub mod client;
 mod config;
 mod metrics;
+mod watches;
 
 use std::future::IntoFuture;
 use std::path::PathBuf;
@@ -142,6 +143,10 @@ pub fn run(args: Options) -> Result<()> {
             );
         }
     }
+    let hub = match &recorder {
+        Some((recorder, _)) => Some(Arc::new(start_watches(&config, recorder, &reader)?)),
+        None => None,
+    };
     let live = recorder.as_ref().map(|(recorder, interface)| Live {
         interface: interface.clone(),
         counters: recorder.counters(),
@@ -168,6 +173,8 @@ pub fn run(args: Options) -> Result<()> {
         responses: Default::default(),
         archive_rate: AtomicU64::new(0),
         dumps_seen: std::sync::Mutex::new(api::list_dumps(&dumps_dir_listed)),
+        hub: hub.clone(),
+        max_window_rows: config.watches.max_window_rows,
     });
     eprintln!(
         "hindsight serve: archive {}, {}; {}; listening on http://{address}",
@@ -217,6 +224,10 @@ pub fn run(args: Options) -> Result<()> {
         result
     });
     Serving::remove(&root);
+    // The watches stop before the capture: their last windows are answered.
+    if let Some(hub) = hub.and_then(|hub| Arc::try_unwrap(hub).ok()) {
+        hub.stop();
+    }
     // The archive seals whether or not the server ended well.
     if let Some((recorder, _)) = recorder {
         let counters = recorder.counters();
@@ -252,6 +263,74 @@ async fn shutdown_signal() -> &'static str {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     }
+}
+
+/// Starts the watches of `config` on the recorder's ring: one thread feeds
+/// them, their history comes from `reader` (a newer session whenever the
+/// archive changed).
+fn start_watches(
+    config: &ServeConfig,
+    recorder: &Recorder,
+    reader: &Arc<Reader>,
+) -> Result<hindsight_watch::hub::Hub> {
+    let limits = hindsight_reader::Limits {
+        memory_bytes: Some(config.api.max_memory_mib.saturating_mul(1 << 20)),
+        ..Default::default()
+    };
+    let snapshot = reader.snapshot()?;
+    let session = snapshot.sql(&limits)?;
+    let watcher =
+        hindsight_watch::Watcher::dynamic(session, hindsight_flow::FlowTableConfig::default())?;
+    let sessions_reader = Arc::clone(reader);
+    let mut last = snapshot;
+    let sessions: hindsight_watch::hub::Sessions = Box::new(move || {
+        let snapshot = sessions_reader.snapshot().ok()?;
+        if Arc::ptr_eq(&snapshot, &last) {
+            return None;
+        }
+        last = Arc::clone(&snapshot);
+        snapshot.sql(&limits).ok()
+    });
+    let watches = config
+        .watch
+        .iter()
+        .map(|section| section.watch(&config.watches))
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(watch) = watches.iter().find(|w| w.analysis.is_some())
+        && snapshot_home_is_empty(reader)
+    {
+        bail!(
+            "[[watch]] {}: the analyses need the home network: [network] home in the \
+             archive's config.toml",
+            watch.spec.name
+        );
+    }
+    let names: Vec<String> = watches.iter().map(|w| w.spec.name.clone()).collect();
+    let hub = hindsight_watch::hub::Hub::start(
+        hindsight_watch::hub::Feed {
+            ring: recorder.ring().clone(),
+            link_type: recorder.link_type(),
+            dumper: Some(recorder.dumper()),
+        },
+        watcher,
+        sessions,
+        hindsight_watch::hub::Retention {
+            keep: Duration::from_secs(config.watches.keep_secs),
+            max_rows: config.watches.max_rows_kept,
+            max_watches: config.watches.max_watches,
+        },
+        watches,
+    )?;
+    if !names.is_empty() {
+        eprintln!("hindsight serve: watching {}", names.join(", "));
+    }
+    Ok(hub)
+}
+
+fn snapshot_home_is_empty(reader: &Reader) -> bool {
+    reader
+        .snapshot()
+        .map_or(true, |snapshot| snapshot.settings().home.is_empty())
 }
 
 /// Opens the archive for writing and starts capturing on the configured interface.

@@ -273,7 +273,94 @@ pub fn render(state: &AppState) -> Result<String> {
             count.load(Ordering::Relaxed),
         );
     }
+    if let Some(hub) = &state.hub {
+        watches(&mut out, &hub.stats());
+    }
     Ok(out)
+}
+
+/// One family per counter of the watches, a sample per watch.
+fn watches(out: &mut String, stats: &[(String, hindsight_watch::hub::WatchStats)]) {
+    type Get = fn(&hindsight_watch::hub::WatchStats) -> f64;
+    let families: [(&str, &str, &str, Get); 11] = [
+        (
+            "hindsight_watch_windows_total",
+            "counter",
+            "Windows a watch answered.",
+            |s| s.windows as f64,
+        ),
+        (
+            "hindsight_watch_rows_total",
+            "counter",
+            "Rows a watch answered.",
+            |s| s.rows as f64,
+        ),
+        (
+            "hindsight_watch_errors_total",
+            "counter",
+            "Windows on which a watch's statement failed.",
+            |s| s.errors as f64,
+        ),
+        (
+            "hindsight_watch_cut_rows_total",
+            "counter",
+            "Rows left out of a watch's windows at its bounds.",
+            |s| s.cut_rows as f64,
+        ),
+        (
+            "hindsight_watch_eval_seconds_total",
+            "counter",
+            "Seconds a watch spent evaluating its windows.",
+            |s| s.eval_seconds,
+        ),
+        (
+            "hindsight_watch_last_eval_seconds",
+            "gauge",
+            "Seconds the last window of a watch took to evaluate.",
+            |s| s.last_eval_seconds,
+        ),
+        (
+            "hindsight_watch_lag_seconds",
+            "gauge",
+            "Seconds from the end of a watch's last window to its answer.",
+            |s| s.last_lag_seconds,
+        ),
+        (
+            "hindsight_watch_dumps_total",
+            "counter",
+            "Dumps a watch's rows wrote.",
+            |s| s.dumps as f64,
+        ),
+        (
+            "hindsight_watch_dump_errors_total",
+            "counter",
+            "Dumps of a watch that failed.",
+            |s| s.dump_errors as f64,
+        ),
+        (
+            "hindsight_watch_notifications_total",
+            "counter",
+            "Webhook POSTs and alert-log lines of a watch.",
+            |s| s.notifications as f64,
+        ),
+        (
+            "hindsight_watch_actions_dropped_total",
+            "counter",
+            "Actions of a watch dropped: queue full, or no filter from the row.",
+            |s| s.actions_dropped as f64,
+        ),
+    ];
+    for (name, kind, help, get) in families {
+        head(out, name, kind, help);
+        for (watch, stats) in stats {
+            sample(
+                out,
+                name,
+                &format!("watch=\"{}\"", label(watch)),
+                get(stats),
+            );
+        }
+    }
 }
 
 /// Bytes available to unprivileged users on the file system of `path`.

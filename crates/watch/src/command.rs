@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::analyses::{ANALYSES, Analysis, param_value};
+use crate::analyses::{ANALYSES, Analysis};
 use crate::replay::{AnswerWriter, replay};
+use crate::request::WatchRequest;
 use crate::rerun::rerun;
 use crate::sources;
-use crate::{Bounds, WatchSpec, Watcher, WindowSpec};
+use crate::{Bounds, Watcher};
 use anyhow::{Context, Result, bail};
 use hindsight_live::InterfaceReader;
 use hindsight_output::Format;
@@ -130,28 +131,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         ),
         None => args.sql.clone(),
     };
-    let (sql, params, window) = match (&analysis, sql) {
-        (Some(analysis), _) => (
-            analysis.sql.to_owned(),
-            analysis.bind(&args.params).map_err(anyhow::Error::msg)?,
-            WindowSpec {
-                range: args.window * analysis.slides,
-                slide: args.window,
-            },
-        ),
-        (None, Some(sql)) => (
-            sql,
-            args.params
-                .iter()
-                .map(|(name, value)| (name.clone(), param_value(value)))
-                .collect(),
-            WindowSpec {
-                range: args.window,
-                slide: args.slide.unwrap_or(args.window),
-            },
-        ),
-        (None, None) => bail!("give the query: --sql, --file or --analysis"),
+    let request = WatchRequest {
+        name: analysis.map_or("watch", |a| a.name).to_owned(),
+        sql: if analysis.is_some() { None } else { sql },
+        analysis: analysis.map(|a| a.name.to_owned()),
+        window: args.window,
+        slide: args.slide,
+        params: args.params.clone(),
+        max_window_rows: Some(args.max_window_rows),
     };
+    let (spec, _) = request.spec().map_err(anyhow::Error::msg)?;
     if args.replay.is_empty()
         && !args.over_archive
         && args.interface.is_none()
@@ -179,16 +168,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         }
     }
-    let spec = WatchSpec {
-        name: analysis.map_or("watch", |a| a.name).to_owned(),
-        sql,
-        params,
-        window,
-        bounds: Bounds {
-            max_rows: args.max_window_rows,
-            ..Bounds::default()
-        },
-    };
     let mut warn = |line: String| eprintln!("warning: {line}");
     let mut writer = AnswerWriter::new(args.format, &mut stdout, &mut warn)?;
     if args.over_archive {

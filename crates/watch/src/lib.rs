@@ -31,7 +31,9 @@
 
 pub mod analyses;
 pub mod command;
+pub mod hub;
 pub mod replay;
+pub mod request;
 pub mod rerun;
 pub mod sources;
 
@@ -320,6 +322,96 @@ impl Watcher {
         })
     }
 
+    /// A watcher whose watches come and go ([`Self::add`], [`Self::remove`]):
+    /// panes of one second (every slide is whole seconds), connection records
+    /// assembled with `flows` whether or not a watch reads them yet.
+    pub fn dynamic(session: SqlSession, flows: FlowTableConfig) -> Result<Self, WatchError> {
+        session
+            .set_live(Vec::new(), Vec::new())
+            .map_err(|source| WatchError::Sql {
+                name: "(live tables)".to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            pane_bounds: (usize::MAX, usize::MAX),
+            session,
+            watches: Vec::new(),
+            panes: BTreeMap::new(),
+            pane_nanos: 1_000_000_000,
+            builder: PacketBatchBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 128),
+            builder_pane: None,
+            flow_table: Some(FlowTable::new(flows)),
+            flow_out: Vec::new(),
+            flow_lateness: nanos(flows.idle_timeout.max(flows.close_linger)),
+            watermark: i64::MIN,
+            counts: WatchCounts::default(),
+        })
+    }
+
+    /// Adds a watch. Its first window is the first to start after the stream
+    /// time it was added at, so that it never answers a window it saw only
+    /// part of. Its slide must be a whole number of panes.
+    pub fn add(&mut self, spec: WatchSpec) -> Result<(), WatchError> {
+        if self.watches.iter().any(|w| w.spec.name == spec.name) {
+            return Err(WatchError::Window(format!(
+                "a watch is already named {}",
+                spec.name
+            )));
+        }
+        if nanos(spec.window.slide) % self.pane_nanos != 0 {
+            return Err(WatchError::Window(format!(
+                "the slide ({:?}) must be a whole number of seconds",
+                spec.window.slide
+            )));
+        }
+        let mut running = Running::prepare(&self.session, spec)?;
+        if self.watermark != i64::MIN {
+            let (range, slide) = (
+                nanos(running.spec.window.range),
+                nanos(running.spec.window.slide),
+            );
+            let first_start = (self.watermark.div_euclid(slide) + 1) * slide;
+            running.next_end = Some(first_start + range);
+        }
+        self.watches.push(running);
+        self.pane_bounds = pane_bounds(&self.watches, self.pane_nanos);
+        Ok(())
+    }
+
+    /// Removes the watch named `name`; false if there is none.
+    pub fn remove(&mut self, name: &str) -> bool {
+        let before = self.watches.len();
+        self.watches.retain(|w| w.spec.name != name);
+        self.pane_bounds = pane_bounds(&self.watches, self.pane_nanos);
+        self.watches.len() < before
+    }
+
+    /// The names of the watches.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.watches.iter().map(|w| w.spec.name.as_str())
+    }
+
+    /// Answers from `session` from now on (a newer view of the archive); the
+    /// window's tables move with the statements.
+    pub fn set_session(&mut self, session: SqlSession) -> Result<(), WatchError> {
+        session
+            .set_live(Vec::new(), Vec::new())
+            .map_err(|source| WatchError::Sql {
+                name: "(live tables)".to_owned(),
+                source,
+            })?;
+        for watch in &self.watches {
+            session
+                .prepare_script(&watch.script)
+                .map_err(|source| WatchError::Sql {
+                    name: watch.spec.name.clone(),
+                    source,
+                })?;
+        }
+        self.session = session;
+        Ok(())
+    }
+
     /// Waits `lateness` past a window's end before answering it from
     /// connection records that come from elsewhere ([`Self::push_flows`]: an
     /// exporter reports a connection some time after it ended).
@@ -342,8 +434,13 @@ impl Watcher {
 
     /// Takes one captured frame; answers the windows it closes through `answer`.
     pub fn push_frame(&mut self, frame: &Frame<'_>, answer: &mut dyn FnMut(Answer)) {
-        let record = hindsight_decode::record(frame);
         self.counts.packets += 1;
+        if self.watches.is_empty() {
+            // Nothing to answer: nothing kept (a dynamic watcher between watches).
+            self.watermark = self.watermark.max(frame.ts_nanos);
+            return;
+        }
+        let record = hindsight_decode::record(frame);
         if let Some(table) = &mut self.flow_table {
             table.push(
                 frame.ts_nanos,
@@ -566,6 +663,19 @@ impl Watcher {
             },
         }
     }
+}
+
+/// Checks `spec` against `session` (an archive's, or [`SqlSession::live_only`])
+/// as [`Watcher::add`] would, without running it: the window, the statement's
+/// syntax, tables, columns and policy.
+pub fn check(session: &SqlSession, spec: &WatchSpec) -> Result<(), WatchError> {
+    session
+        .set_live(Vec::new(), Vec::new())
+        .map_err(|source| WatchError::Sql {
+            name: spec.name.clone(),
+            source,
+        })?;
+    Running::prepare(session, spec.clone()).map(|_| ())
 }
 
 /// A pane's share of the tightest watch's bounds (rows, bytes).

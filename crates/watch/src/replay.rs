@@ -124,6 +124,22 @@ impl<'a> AnswerWriter<'a> {
     }
 }
 
+/// The rows of an answer as JSON lines, each with `watch`, `window_start` and
+/// `window_end` first (as `-F jsonl` prints them); the statement's error if it
+/// failed on this window.
+pub(crate) fn answer_lines(answer: &Answer) -> Result<Vec<String>, String> {
+    let batches = answer.rows.as_ref().map_err(Clone::clone)?;
+    let labelled = batches
+        .iter()
+        .map(|batch| labelled(batch, &answer.watch, answer.start_ns, answer.end_ns))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    hindsight_output::rows::write(&labelled, Format::Jsonl, &mut out).map_err(|e| e.to_string())?;
+    let text = String::from_utf8(out).map_err(|e| e.to_string())?;
+    Ok(text.lines().map(str::to_owned).collect())
+}
+
 /// `batch` with the watch's name and the window's bounds as its first columns.
 fn labelled(
     batch: &RecordBatch,
