@@ -822,14 +822,19 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
     )
     .unwrap();
     let config = work.path().join("hindsight.toml");
+    let alert_log = work.path().join("alerts.jsonl");
+    let hooked = work.path().join("webhook.jsonl");
+    let hook_port = 18_080;
     std::fs::write(
         &config,
         format!(
             "archive = {:?}\n[capture]\ninterface = \"hs-a\"\n\
              [[watch]]\nname = \"scans\"\nanalysis = \"portscan\"\nwindow = \"2s\"\n\
              params = {{ min_fanout = 100 }}\ndump = \"host $src\"\ndump_before = \"6s\"\n\
+             alert_log = {:?}\nwebhook = \"http://127.0.0.1:{hook_port}/alerts\"\n\
              [api]\nlisten = \"127.0.0.1:0\"\n",
-            archive.to_str().unwrap()
+            archive.to_str().unwrap(),
+            alert_log.to_str().unwrap(),
         ),
     )
     .unwrap();
@@ -839,6 +844,25 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
     run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
     let reference = work.path().join("tcpdump.pcap");
     let tcpdump = Tcpdump::start(&ns, &reference);
+    // The webhook's receiver, in the server's namespace: each POSTed body a line.
+    let receiver_script = format!(
+        "import http.server\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_POST(self):\n\
+         \x20       body = self.rfile.read(int(self.headers['content-length']))\n\
+         \x20       open({:?}, 'ab').write(body + b'\\n')\n\
+         \x20       self.send_response(204)\n\
+         \x20       self.end_headers()\n\
+         http.server.HTTPServer(('127.0.0.1', {hook_port}), H).serve_forever()\n",
+        hooked.to_str().unwrap()
+    );
+    let mut hook = ns
+        .exec(&ns.receiver, "python3")
+        .args(["-c", &receiver_script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let (mut serve, serve_err, address) = start_serve(&ns, &config);
 
     // The API refuses what it cannot run, clearly, and goes on.
@@ -936,7 +960,31 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
     signal(&serve, "TERM");
     assert!(serve.wait().unwrap().success());
     let serve_err = serve_err.join().unwrap();
+    let _ = privileged("kill").arg(hook.id().to_string()).status();
+    let _ = hook.wait();
     tcpdump.stop();
+
+    // Each row of the watch went to the alert log and to the webhook.
+    let logged = std::fs::read_to_string(&alert_log).unwrap_or_default();
+    let posted = std::fs::read_to_string(&hooked).unwrap_or_default();
+    let scanner_lines = |text: &str| {
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("203.0.113.7"))
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert!(
+        !scanner_lines(&logged).is_empty(),
+        "alert log: {logged:?}\n{serve_err}"
+    );
+    assert_eq!(
+        scanner_lines(&logged),
+        scanner_lines(&posted),
+        "{serve_err}"
+    );
 
     // The scanner is reported, within 2 s of its window's end.
     let scans: Vec<&(i64, serde_json::Value)> = rows
