@@ -792,6 +792,80 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
     assert!(href.as_str().unwrap().contains("limit=1000"), "{href}");
 }
 
+/// The live page: a watch of the traffic on loopback (lan-hour replayed onto
+/// it) shows its rows, with links to their packets, and a chart that grows
+/// without a reload, while the replay runs.
+#[test]
+fn the_live_page_shows_a_watch_s_rows_and_chart_while_a_replay_runs() {
+    require_tool("chromedriver");
+    require_tool("tcpreplay");
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[capture]\ninterface = \"lo\"\nring_mib = 16\n\
+             [[watch]]\nname = \"talkers\"\nwindow = \"1s\"\n\
+             sql = \"SELECT ip_str(src_addr) AS src, count(*) AS packets FROM live_packets \
+             WHERE ip_in(src_addr, '10.0.0.0/8') GROUP BY src_addr \
+             ORDER BY packets DESC, src LIMIT 3\"\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    // lan-hour onto loopback, 3,000 packets a second for 10 s (nothing on
+    // loopback answers its 10.x addresses).
+    let mut replay = Command::new("tcpreplay")
+        .args(["-i", "lo", "--pps", "3000", "-L", "30000"])
+        .arg(common::lan_hour())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run tcpreplay");
+    let browser = Browser::start(&dir.path().join("downloads"), &dir.path().join("profile"));
+    browser.open(&server.url("/live"));
+    let section = r#"document.querySelector('section.watch[data-name="talkers"]')"#;
+    let rows = browser.wait_for(&format!(
+        "const s = {section}; return s ? s.querySelectorAll('tbody tr').length : 0"
+    ));
+    assert!(rows.as_u64().unwrap() >= 1, "{rows}");
+    let bars = |browser: &Browser| {
+        browser
+            .script(&format!(
+                "const s = {section}; return s ? s.querySelectorAll('rect.bar').length : 0"
+            ))
+            .as_u64()
+            .unwrap()
+    };
+    let first = bars(&browser);
+    assert!(first >= 1);
+    // The chart grows as windows close, without a reload.
+    let started = Instant::now();
+    while bars(&browser) <= first {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the chart did not grow past {first} bars"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        replay.try_wait().unwrap().is_none(),
+        "the replay ended before the page showed the watch"
+    );
+    // Each row links to its packets: its addresses in its window.
+    let link = browser.script(&format!(
+        "return {section}.querySelector('tbody tr a.packets').getAttribute('href')"
+    ));
+    let link = link.as_str().unwrap();
+    assert!(link.starts_with("/?filter=host+10."), "{link}");
+    assert!(link.contains("since=") && link.contains("until="), "{link}");
+    let src = browser.script(&format!(
+        "return {section}.querySelector('tbody tr td:nth-child(2)').textContent"
+    ));
+    assert!(src.as_str().unwrap().starts_with("10."), "{src}");
+    let _ = replay.kill();
+    let _ = replay.wait();
+}
+
 /// SQL through the API and the command line only reads: statements that write,
 /// create, drop, set options or name files are refused and touch no file; the
 /// command line runs them only when asked (`--allow-writes`); and serve refuses

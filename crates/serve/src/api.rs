@@ -37,8 +37,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use super::metrics;
 
-/// The web UI: one page, no external resources.
+/// The web UI: a search page and a live page, no external resources.
 const UI: &str = include_str!("ui.html");
+const LIVE_UI: &str = include_str!("live.html");
 
 /// The API's contract.
 const OPENAPI: &str = include_str!("../../../docs/openapi.yaml");
@@ -209,6 +210,15 @@ pub fn router(state: Shared) -> Router {
         .route(
             "/",
             get(|| async { ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], UI) }),
+        )
+        .route(
+            "/live",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    LIVE_UI,
+                )
+            }),
         )
         .route("/api/v1/health", get(health))
         .route(
