@@ -54,6 +54,15 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
     }
 }
 
+/// As [`parse_duration`], and `0` or `0s` for no time at all (how far a dump
+/// reaches on either side, say).
+pub fn parse_span(text: &str) -> Result<std::time::Duration> {
+    if matches!(text.trim(), "0" | "0s") {
+        return Ok(std::time::Duration::ZERO);
+    }
+    parse_duration(text)
+}
+
 fn parse_relative(text: &str) -> Result<Option<i128>> {
     let Some(unit) = text.chars().last().filter(char::is_ascii_alphabetic) else {
         return Ok(None);

@@ -149,10 +149,7 @@ fn default_window() -> String {
 
 /// A duration written `10s`, `5m`, or `0s`, or an error naming `name`.
 pub fn duration(name: &str, text: &str) -> Result<Duration> {
-    if text.trim() == "0" || text.trim() == "0s" {
-        return Ok(Duration::ZERO);
-    }
-    hindsight_output::time::parse_duration(text).with_context(|| name.to_owned())
+    hindsight_output::time::parse_span(text).with_context(|| name.to_owned())
 }
 
 impl WatchSection {

@@ -106,10 +106,7 @@ struct DumpBody {
 }
 
 fn duration(name: &str, text: &str) -> ApiResult<Duration> {
-    if matches!(text.trim(), "0" | "0s") {
-        return Ok(Duration::ZERO);
-    }
-    hindsight_output::time::parse_duration(text)
+    hindsight_output::time::parse_span(text)
         .map_err(|e| ApiError::bad_request(format!("{name}: {e:#}")))
 }
 

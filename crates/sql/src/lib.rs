@@ -270,22 +270,19 @@ impl SqlSession {
     }
 
     /// Makes `live_packets` and `live_flows` hold `packets` (batches of the
-    /// `packets` schema) and `flows` (connection records): the rows of one window.
+    /// `packets` schema) and `flows` (batches of connection records,
+    /// `hindsight_store::flows::FlowBatchBuilder`): the rows of one window.
     pub fn set_live(
         &self,
         packets: Vec<RecordBatch>,
-        flows: Vec<hindsight_model::FlowRecord>,
+        flows: Vec<RecordBatch>,
     ) -> Result<(), SqlError> {
         let packets = MemTable::try_new(hindsight_store::schema::packets_schema(), vec![packets])?;
-        let mut builder = hindsight_store::flows::FlowBatchBuilder::new();
-        for record in &flows {
-            builder.append(record);
-        }
         let flows = table::with_uid(
             LIVE_FLOWS,
             Arc::new(MemTable::try_new(
                 hindsight_store::flows::flows_schema(),
-                vec![vec![builder.finish()]],
+                vec![flows],
             )?),
         )?;
         self.context.deregister_table(LIVE_PACKETS)?;
@@ -348,12 +345,7 @@ impl SqlSession {
         params: &[(&str, ScalarValue)],
         max_rows: Option<u64>,
     ) -> Result<Vec<RecordBatch>, SqlError> {
-        let params = ParamValues::from(
-            params
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), value.clone()))
-                .collect::<Vec<_>>(),
-        );
+        let params = param_values(params);
         let statement = self.parse(sql)?;
         self.runtime().block_on(collect_async(
             &self.context,
@@ -417,12 +409,7 @@ impl SqlSession {
         params: &[(&str, ScalarValue)],
         max_rows: Option<u64>,
     ) -> Result<Vec<RecordBatch>, SqlError> {
-        let params = ParamValues::from(
-            params
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), value.clone()))
-                .collect::<Vec<_>>(),
-        );
+        let params = param_values(params);
         self.runtime().block_on(async {
             let mut stages = BTreeSet::new();
             for (name, statement) in &script.stages {
@@ -462,6 +449,43 @@ impl SqlSession {
                 &self.scans,
             )
             .await
+        })
+    }
+
+    /// Whether a statement of `script` may read the packets' stored bytes
+    /// (`live_packets.data`): it scans `live_packets` and its plan names a
+    /// column `data` (`SELECT *` names every column). A watch that does not
+    /// need them is spared building them.
+    pub fn reads_live_packet_data(&self, script: &Script) -> Result<bool, SqlError> {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        use datafusion::logical_expr::{Expr, LogicalPlan};
+        let data = hindsight_store::schema::col::DATA;
+        self.runtime().block_on(async {
+            let (mut scans, mut names) = (false, false);
+            for statement in script
+                .stages
+                .iter()
+                .map(|(_, statement)| statement)
+                .chain([&script.answer])
+            {
+                let plan = plan(&self.context, statement, self.writes).await?;
+                plan.apply_with_subqueries(|node| {
+                    if let LogicalPlan::TableScan(scan) = node
+                        && scan.table_name.table() == LIVE_PACKETS
+                    {
+                        scans = true;
+                    }
+                    node.apply_expressions(|expr| {
+                        expr.apply(|e| {
+                            if matches!(e, Expr::Column(c) if c.name == data) {
+                                names = true;
+                            }
+                            Ok(TreeNodeRecursion::Continue)
+                        })
+                    })
+                })?;
+            }
+            Ok(scans && names)
         })
     }
 
@@ -606,6 +630,16 @@ impl SqlSession {
             }
         }
     }
+}
+
+/// Named parameters as DataFusion binds them.
+fn param_values(params: &[(&str, ScalarValue)]) -> ParamValues {
+    ParamValues::from(
+        params
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// What a statement's plan is bound to before it runs: named parameters, and

@@ -44,6 +44,7 @@ use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_model::{FlowRecord, Frame};
 use hindsight_sql::{LIVE_FLOWS, ScalarValue, Script, SqlError, SqlSession};
 use hindsight_store::arrow::array::RecordBatch;
+use hindsight_store::flows::FlowBatchBuilder;
 use hindsight_store::schema::PacketBatchBuilder;
 
 /// Errors of a watch.
@@ -173,7 +174,11 @@ pub struct WatchCounts {
 #[derive(Debug, Default)]
 struct Pane {
     packets: Vec<RecordBatch>,
-    flows: Vec<FlowRecord>,
+    /// Connection records, as batches of the `flows` schema (built once,
+    /// shared by every window that holds the pane).
+    flows: Vec<RecordBatch>,
+    /// Records not yet in a batch.
+    flow_builder: Option<FlowBatchBuilder>,
     rows: usize,
     bytes: usize,
     cut: u64,
@@ -187,6 +192,8 @@ struct Running {
     /// Whether the statement reads `live_flows` (its windows wait for the flow
     /// table's timeout).
     reads_flows: bool,
+    /// Whether it reads the packets' stored bytes (`live_packets.data`).
+    reads_data: bool,
     /// End of the next window to answer, ns; `None` before the first row.
     next_end: Option<i64>,
 }
@@ -203,8 +210,10 @@ impl Running {
         let script = session.script(&spec.sql).map_err(sql_error)?;
         session.prepare_script(&script).map_err(sql_error)?;
         let tables = session.tables_of_script(&script).map_err(sql_error)?;
+        let reads_data = session.reads_live_packet_data(&script).map_err(sql_error)?;
         Ok(Self {
             reads_flows: tables.iter().any(|t| t == LIVE_FLOWS),
+            reads_data,
             script,
             spec,
             next_end: None,
@@ -286,12 +295,7 @@ impl Watcher {
         flows: Option<FlowTableConfig>,
     ) -> Result<Self, WatchError> {
         // The statements are planned with the live tables there, empty.
-        session
-            .set_live(Vec::new(), Vec::new())
-            .map_err(|source| WatchError::Sql {
-                name: "(live tables)".to_owned(),
-                source,
-            })?;
+        empty_live_tables(&session)?;
         let running = watches
             .into_iter()
             .map(|spec| Running::prepare(&session, spec))
@@ -326,12 +330,7 @@ impl Watcher {
     /// panes of one second (every slide is whole seconds), connection records
     /// assembled with `flows` whether or not a watch reads them yet.
     pub fn dynamic(session: SqlSession, flows: FlowTableConfig) -> Result<Self, WatchError> {
-        session
-            .set_live(Vec::new(), Vec::new())
-            .map_err(|source| WatchError::Sql {
-                name: "(live tables)".to_owned(),
-                source,
-            })?;
+        empty_live_tables(&session)?;
         Ok(Self {
             pane_bounds: (usize::MAX, usize::MAX),
             session,
@@ -394,12 +393,7 @@ impl Watcher {
     /// Answers from `session` from now on (a newer view of the archive); the
     /// window's tables move with the statements.
     pub fn set_session(&mut self, session: SqlSession) -> Result<(), WatchError> {
-        session
-            .set_live(Vec::new(), Vec::new())
-            .map_err(|source| WatchError::Sql {
-                name: "(live tables)".to_owned(),
-                source,
-            })?;
+        empty_live_tables(&session)?;
         for watch in &self.watches {
             session
                 .prepare_script(&watch.script)
@@ -454,12 +448,17 @@ impl Watcher {
             self.counts.late += 1;
         } else {
             if self.builder_pane != Some(pane) || self.builder.len() >= BATCH_ROWS {
-                self.flush_builder();
+                self.flush_packets();
                 self.builder_pane = Some(pane);
             }
-            let bytes = frame.data.len();
-            if self.admit(pane, bytes) {
-                self.builder.append(&record, frame.data);
+            // The stored bytes only if a statement reads them.
+            let data = if self.watches.iter().any(|w| w.reads_data) {
+                frame.data
+            } else {
+                &[]
+            };
+            if self.admit(pane, data.len()) {
+                self.builder.append(&record, data);
             }
         }
         if !self.flow_out.is_empty() {
@@ -514,7 +513,12 @@ impl Watcher {
                 continue;
             }
             if self.admit(pane, 0) {
-                self.panes.entry(pane).or_default().flows.push(record);
+                let state = self.panes.entry(pane).or_default();
+                let builder = state.flow_builder.get_or_insert_with(FlowBatchBuilder::new);
+                builder.append(&record);
+                if builder.len() >= BATCH_ROWS {
+                    state.flows.push(builder.finish());
+                }
             }
         }
     }
@@ -546,12 +550,26 @@ impl Watcher {
         true
     }
 
-    fn flush_builder(&mut self) {
+    /// Puts the packets not yet in a batch into their pane's batches.
+    fn flush_packets(&mut self) {
         if let Some(pane) = self.builder_pane.take()
             && !self.builder.is_empty()
         {
             let batch = self.builder.finish();
             self.panes.entry(pane).or_default().packets.push(batch);
+        }
+    }
+
+    /// Puts the rows not yet in a batch into their panes' batches (before
+    /// windows are answered).
+    fn flush_builder(&mut self) {
+        self.flush_packets();
+        for pane in self.panes.values_mut() {
+            if let Some(mut builder) = pane.flow_builder.take()
+                && !builder.is_empty()
+            {
+                pane.flows.push(builder.finish());
+            }
         }
     }
 
@@ -665,16 +683,22 @@ impl Watcher {
     }
 }
 
+/// Registers the live tables of `session`, empty (statements are planned
+/// against them).
+pub(crate) fn empty_live_tables(session: &SqlSession) -> Result<(), WatchError> {
+    session
+        .set_live(Vec::new(), Vec::new())
+        .map_err(|source| WatchError::Sql {
+            name: "(live tables)".to_owned(),
+            source,
+        })
+}
+
 /// Checks `spec` against `session` (an archive's, or [`SqlSession::live_only`])
 /// as [`Watcher::add`] would, without running it: the window, the statement's
 /// syntax, tables, columns and policy.
 pub fn check(session: &SqlSession, spec: &WatchSpec) -> Result<(), WatchError> {
-    session
-        .set_live(Vec::new(), Vec::new())
-        .map_err(|source| WatchError::Sql {
-            name: spec.name.clone(),
-            source,
-        })?;
+    empty_live_tables(session)?;
     Running::prepare(session, spec.clone()).map(|_| ())
 }
 

@@ -26,9 +26,7 @@ pub fn rerun(
         name: "(live tables)".to_owned(),
         source,
     };
-    session
-        .set_live(Vec::new(), Vec::new())
-        .map_err(live_error)?;
+    crate::empty_live_tables(session)?;
     let running = watches
         .into_iter()
         .map(|spec| Running::prepare(session, spec))

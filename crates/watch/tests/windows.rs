@@ -82,3 +82,40 @@ fn a_window_past_its_bounds_is_cut_and_says_so() {
     }
     assert!(cut.values().any(|(_, cut)| *cut > 9000), "{cut:?}");
 }
+
+/// The sum of the first column of each answer of `sql` over lan-hour in one
+/// hour-long window.
+fn total(sql: &str) -> i64 {
+    let spec = WatchSpec {
+        name: "total".to_owned(),
+        sql: sql.to_owned(),
+        params: Vec::new(),
+        window: WindowSpec::tumbling(Duration::from_secs(7200)),
+        bounds: Bounds::default(),
+    };
+    let mut watcher = Watcher::new(SqlSession::live_only().unwrap(), vec![spec], None).unwrap();
+    let mut sum = 0;
+    replay(&[lan_hour()], &mut watcher, &mut |answer| {
+        for batch in answer.rows.unwrap() {
+            let column = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            sum += (0..column.len()).map(|i| column.value(i)).sum::<i64>();
+        }
+    })
+    .unwrap();
+    sum
+}
+
+#[test]
+fn packet_bytes_are_kept_only_for_statements_that_read_them() {
+    // A statement that reads `data` gets every packet's stored bytes, one
+    // that does not gets the same rows without them.
+    let kept = total("SELECT count(*) FROM live_packets WHERE data <> X''");
+    assert!(kept > 60_000, "{kept}");
+    let star = total("SELECT count(*) FROM (SELECT * FROM live_packets) AS p WHERE p.data <> X''");
+    assert_eq!(star, kept);
+    assert_eq!(total("SELECT count(*) FROM live_packets"), 62_781);
+}
