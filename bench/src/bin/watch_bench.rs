@@ -6,7 +6,8 @@
 //!   end, and the delay from the record that closes a window to the last of
 //!   its five answers (p50, p99), side by side in the same run with DuckDB
 //!   evaluating the same scripts over the same windows and history
-//!   (`bench/watch_duckdb.py`, DuckDB from PyPI);
+//!   (`bench/watch_duckdb.py`; DuckDB from PyPI, which `bench/index-peers-setup.sh`
+//!   installs; without it the DuckDB side says why it did not run);
 //! - from packets: packets per second end to end (decoding, the flow table,
 //!   panes and the five analyses), and the same delays.
 //!
