@@ -112,10 +112,38 @@ fn wait_for_stderr(child: &mut Child, text: &str) -> std::thread::JoinHandle<Str
     wait_for_line(child, text).0
 }
 
-/// As [`wait_for_stderr`], and also returns the line that contained `text`.
+/// A child process killed when dropped if it still runs (a test that fails
+/// half-way leaves no server behind).
+struct Reaped(Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts `hindsight serve --config CONFIG` in the receiving namespace and
 /// waits until it listens: the process, its stderr and its address.
-fn start_serve(ns: &Namespaces, config: &Path) -> (Child, std::thread::JoinHandle<String>, String) {
+fn start_serve(
+    ns: &Namespaces,
+    config: &Path,
+) -> (Reaped, std::thread::JoinHandle<String>, String) {
     let mut child = ns
         .exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
         .args(["serve", "--config"])
@@ -130,9 +158,10 @@ fn start_serve(ns: &Namespaces, config: &Path) -> (Child, std::thread::JoinHandl
         .nth(1)
         .unwrap()
         .to_owned();
-    (child, stderr, address)
+    (Reaped(child), stderr, address)
 }
 
+/// As [`wait_for_stderr`], and also returns the line that contained `text`.
 fn wait_for_line(child: &mut Child, text: &str) -> (std::thread::JoinHandle<String>, String) {
     let stderr = child.stderr.take().expect("piped stderr");
     let (ready, is_ready) = std::sync::mpsc::channel();
@@ -166,7 +195,7 @@ fn signal(child: &Child, name: &str) {
 
 /// tcpdump recording everything on the receiving end, as the oracle.
 struct Tcpdump {
-    child: Child,
+    child: Reaped,
     stderr: std::thread::JoinHandle<String>,
 }
 
@@ -189,7 +218,10 @@ impl Tcpdump {
             .spawn()
             .unwrap();
         let stderr = wait_for_stderr(&mut child, "listening on");
-        Self { child, stderr }
+        Self {
+            child: Reaped(child),
+            stderr,
+        }
     }
 
     /// Stops it; it must have dropped nothing.
@@ -856,13 +888,14 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
          http.server.HTTPServer(('127.0.0.1', {hook_port}), H).serve_forever()\n",
         hooked.to_str().unwrap()
     );
-    let mut hook = ns
-        .exec(&ns.receiver, "python3")
-        .args(["-c", &receiver_script])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut hook = Reaped(
+        ns.exec(&ns.receiver, "python3")
+            .args(["-c", &receiver_script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let (mut serve, serve_err, address) = start_serve(&ns, &config);
 
     // The API refuses what it cannot run, clearly, and goes on.
@@ -905,16 +938,17 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
     assert_eq!(got, 201, "{text}");
 
     // The rows of the portscan watch as they come, stamped when they arrive.
-    let mut follow = ns
-        .exec(&ns.receiver, "curl")
-        .args(["-sN"])
-        .arg(format!(
-            "http://{address}/api/v1/watches/scans/results?follow=true"
-        ))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut follow = Reaped(
+        ns.exec(&ns.receiver, "curl")
+            .args(["-sN"])
+            .arg(format!(
+                "http://{address}/api/v1/watches/scans/results?follow=true"
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let stdout = follow.stdout.take().unwrap();
     let arrivals = std::thread::spawn(move || {
         let mut rows = Vec::new();
@@ -931,14 +965,15 @@ fn a_portscan_watch_reports_a_scan_within_two_seconds_and_dumps_its_packets() {
     });
 
     // Background traffic (lan-hour) and, in the middle of it, the scan.
-    let mut background = ns
-        .exec(&ns.sender, "tcpreplay")
-        .args(["-i", "hs-b", "--pps", "5000"])
-        .arg(lan_hour())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut background = Reaped(
+        ns.exec(&ns.sender, "tcpreplay")
+            .args(["-i", "hs-b", "--pps", "5000"])
+            .arg(lan_hour())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_secs(3));
     let replay = ns
         .exec(&ns.sender, "tcpreplay")
