@@ -203,6 +203,8 @@ struct Collector {
     windows: usize,
     at_end: usize,
     cut: u64,
+    /// Seconds until the stream ended (the rest answers what it left).
+    stream_seconds: f64,
     errors: Vec<String>,
 }
 
@@ -215,6 +217,7 @@ impl Collector {
             windows: 0,
             at_end: 0,
             cut: 0,
+            stream_seconds: 0.0,
             errors: Vec::new(),
         }
     }
@@ -258,6 +261,11 @@ impl Collector {
                 self.cut
             ));
         }
+        self.errors.push(format!(
+            "{:.2} s until the stream ended, {:.2} s answering the windows it left",
+            self.stream_seconds,
+            seconds - self.stream_seconds
+        ));
         Run {
             records,
             seconds,
@@ -283,7 +291,9 @@ fn run_flows(archive: &Path, records: &[FlowRecord]) -> Run {
             collector.take(&answer, pushed);
         });
     }
+    let streamed = started.elapsed();
     watcher.finish(&mut |answer| collector.take_at_end(&answer));
+    collector.stream_seconds = streamed.as_secs_f64();
     collector.finish(records.len(), started.elapsed().as_secs_f64())
 }
 
@@ -340,7 +350,9 @@ fn run_packets(
         };
         watcher.push_frame(&frame, &mut |answer| collector.take(&answer, pushed));
     }
+    let streamed = started.elapsed();
     watcher.finish(&mut |answer| collector.take_at_end(&answer));
+    collector.stream_seconds = streamed.as_secs_f64();
     collector.finish(n, started.elapsed().as_secs_f64())
 }
 
