@@ -328,15 +328,6 @@ impl SqlSession {
         Ok(())
     }
 
-    /// The tables `sql` reads, as written (`live_packets`, `flows`...).
-    pub fn tables_of(&self, sql: &str) -> Result<Vec<String>, SqlError> {
-        let state = self.context.state();
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state.sql_to_statement(sql, &dialect)?;
-        let tables = state.resolve_table_references(&statement)?;
-        Ok(tables.iter().map(|t| t.table().to_owned()).collect())
-    }
-
     /// As [`Self::collect`], with the named parameters of `sql` (`:name`) bound
     /// to `params`.
     pub fn collect_with(
@@ -355,16 +346,6 @@ impl SqlSession {
             self.writes,
             &self.scans,
         ))
-    }
-
-    /// Parses, checks and plans `sql` without running it: the errors a
-    /// statement would meet before reading a row (syntax, unknown tables and
-    /// columns, a statement this session refuses).
-    pub fn prepare(&self, sql: &str) -> Result<(), SqlError> {
-        let statement = self.parse(sql)?;
-        self.runtime()
-            .block_on(plan(&self.context, &statement, self.writes))
-            .map(|_| ())
     }
 
     /// Sets the home network `ip_home(addr)` tests against (the archive's
