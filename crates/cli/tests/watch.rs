@@ -342,3 +342,56 @@ fn a_watch_on_a_collector_windows_the_records_as_nfdump_reads_them() {
     );
     assert_eq!(ours, theirs);
 }
+
+#[test]
+fn a_watch_whose_reader_goes_away_stops_reading_its_stream() {
+    // The stream is a FIFO fed lan-hour's packets thirty times over; the
+    // watch's reader takes one line and goes. A watch that stops closes the
+    // FIFO, and the feeder's writes then fail; one that read on would take
+    // all of them.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("stream.pcap");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args([
+            "watch",
+            "--window",
+            "1s",
+            "-F",
+            "jsonl",
+            "--sql",
+            "SELECT count(*) AS n FROM live_packets",
+            "--replay",
+        ])
+        .arg(&fifo)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let capture = std::fs::read(lan_hour()).unwrap();
+    let feeder = std::thread::spawn(move || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut out = std::fs::OpenOptions::new().write(true).open(&fifo)?;
+        out.write_all(&capture)?;
+        for _ in 0..30 {
+            out.write_all(&capture[24..])?;
+        }
+        Ok(())
+    });
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains(r#""n":"#), "{first}");
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let fed = feeder.join().unwrap();
+    assert!(
+        fed.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe),
+        "the watch read on to the end of its stream: {fed:?}"
+    );
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::analyses::{ANALYSES, Analysis};
-use crate::replay::{AnswerWriter, replay};
+use crate::replay::{AnswerWriter, replay_until};
 use crate::request::WatchRequest;
 use crate::rerun::rerun;
 use crate::sources;
@@ -195,7 +195,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .context("cannot install the signal handlers")?;
         }
     }
-    let mut answer = |answer| writer.write(answer);
+    // An answer that cannot be written (the reader went away) stops the stream.
+    let mut answer = |answer| {
+        writer.write(answer);
+        if writer.error.is_some() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
     if let Some(interface) = &args.interface {
         let mut reader = InterfaceReader::open(interface, args.snaplen, 64 << 20)?;
         eprintln!("watching {interface} (Ctrl-C stops)");
@@ -210,7 +216,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut malformed = |line: String| eprintln!("malformed: {line}");
         sources::collector(&socket, &mut watcher, &stop, &mut answer, &mut malformed)?;
     } else {
-        let result = replay(&args.replay, &mut watcher, &mut answer);
+        let result = replay_until(&args.replay, &mut watcher, &mut answer, &stop);
         if let Some(error) = writer.error.take() {
             return Err(error.into());
         }

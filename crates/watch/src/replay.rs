@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hindsight_capture::CaptureReader;
 use hindsight_output::Format;
@@ -175,12 +176,26 @@ pub fn replay(
     watcher: &mut Watcher,
     answer: &mut dyn FnMut(Answer),
 ) -> Result<(), ReplayError> {
+    replay_until(paths, watcher, answer, &AtomicBool::new(false))
+}
+
+/// As [`replay`], stopping (without answering what is left) once `stop` is
+/// set: the reader of the answers went away (`hindsight watch ... | head`).
+pub fn replay_until(
+    paths: &[PathBuf],
+    watcher: &mut Watcher,
+    answer: &mut dyn FnMut(Answer),
+    stop: &AtomicBool,
+) -> Result<(), ReplayError> {
     for path in paths {
         let mut reader = CaptureReader::open(path).map_err(|source| ReplayError::Capture {
             path: path.clone(),
             source,
         })?;
         while let Some(frame) = reader.next_frame() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
             match frame {
                 Ok(frame) => watcher.push_frame(&frame, answer),
                 Err(source) => {
