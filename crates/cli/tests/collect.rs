@@ -5,43 +5,23 @@
 
 mod common;
 
-use common::{hindsight, lan_hour, ok, require_tool};
+use common::{hindsight, lan_hour, ok, require_tool, start_nfcapd};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// first ms, last ms, source, destination, source port, destination port,
 /// protocol, packets, bytes.
 type Record = (i64, i64, String, String, u16, u16, u8, u64, u64);
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("bind a free port")
-        .port()
-}
 
 fn terminate(child: &mut Child) {
     ok(&Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .output()
         .expect("run kill"));
-}
-
-/// Waits until something listens on UDP `port` of 127.0.0.1.
-fn wait_bound(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "nothing listens on udp port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn parse_ms(text: &str) -> i64 {
@@ -156,26 +136,7 @@ fn netflow_v5_v9_and_ipfix_from_softflowd_decode_as_nfdump_decodes_them() {
         .to_owned();
 
     let nfcapd_dir = work.path().join("nfcapd");
-    std::fs::create_dir_all(&nfcapd_dir).unwrap();
-    let nfcapd_port = free_udp_port();
-    let mut nfcapd = Command::new("nfcapd")
-        .args([
-            "-t",
-            "3600",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            &nfcapd_port.to_string(),
-        ])
-        .arg("-w")
-        .arg(&nfcapd_dir)
-        .args(["-R", &listening.replace(':', "/")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nfcapd");
-    wait_bound(nfcapd_port);
+    let (mut nfcapd, nfcapd_port) = start_nfcapd(&nfcapd_dir, &listening);
 
     // `-a`: flow times from the packets (2012), not from the replay.
     for version in ["5", "9", "10"] {

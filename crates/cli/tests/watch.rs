@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{hindsight, ingest, lan_hour, ok, require_tool};
+use common::{hindsight, ingest, lan_hour, ok, require_tool, start_nfcapd};
 
 /// The rows of JSON lines output, each as its text, without the watch's name.
 fn rows(jsonl: &str) -> BTreeSet<String> {
@@ -250,35 +250,8 @@ fn a_watch_on_a_collector_windows_the_records_as_nfdump_reads_them() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap()
         .to_owned();
-    let nfcapd_port = UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let nfcapd_dir = work.path().join("nfcapd");
-    std::fs::create_dir_all(&nfcapd_dir).unwrap();
-    let mut nfcapd = Command::new("nfcapd")
-        .args([
-            "-t",
-            "3600",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            &nfcapd_port.to_string(),
-        ])
-        .arg("-w")
-        .arg(&nfcapd_dir)
-        .args(["-R", &listening.replace(':', "/")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nfcapd");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while UdpSocket::bind(("127.0.0.1", nfcapd_port)).is_ok() {
-        assert!(Instant::now() < deadline, "nfcapd does not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut nfcapd, nfcapd_port) = start_nfcapd(&nfcapd_dir, &listening);
     // softflowd's export of lan-hour (`-a`: the flows' times from the packets)
     // to nfcapd, which repeats every export packet it receives to the watch:
     // both see the same packets (nfcapd may drop some of softflowd's

@@ -35,6 +35,29 @@ pub fn bind(url: &str) -> Result<UdpSocket, ListenError> {
     Ok(socket)
 }
 
+/// One export packet from `socket` into `buffer`: its length and sender, or
+/// `None` when the read timed out or was interrupted (the caller looks at its
+/// stop flag and reads again).
+pub fn receive(
+    socket: &UdpSocket,
+    buffer: &mut [u8],
+) -> std::io::Result<Option<(usize, SocketAddr)>> {
+    match socket.recv_from(buffer) {
+        Ok(received) => Ok(Some(received)),
+        Err(error)
+            if matches!(
+                error.kind(),
+                std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::TimedOut
+                    | std::io::ErrorKind::Interrupted
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 fn parse_listen(url: &str) -> Result<SocketAddr, String> {
     let rest = url
         .strip_prefix("udp://")

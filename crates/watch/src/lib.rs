@@ -330,21 +330,11 @@ impl Watcher {
     /// panes of one second (every slide is whole seconds), connection records
     /// assembled with `flows` whether or not a watch reads them yet.
     pub fn dynamic(session: SqlSession, flows: FlowTableConfig) -> Result<Self, WatchError> {
-        empty_live_tables(&session)?;
-        Ok(Self {
-            pane_bounds: (usize::MAX, usize::MAX),
-            session,
-            watches: Vec::new(),
-            panes: BTreeMap::new(),
-            pane_nanos: 1_000_000_000,
-            builder: PacketBatchBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 128),
-            builder_pane: None,
-            flow_table: Some(FlowTable::new(flows)),
-            flow_out: Vec::new(),
-            flow_lateness: nanos(flows.idle_timeout.max(flows.close_linger)),
-            watermark: i64::MIN,
-            counts: WatchCounts::default(),
-        })
+        // Without watches, `new` makes panes of one second and no flow table.
+        let mut watcher = Self::new(session, Vec::new(), None)?;
+        watcher.flow_table = Some(FlowTable::new(flows));
+        watcher.flow_lateness = nanos(flows.idle_timeout.max(flows.close_linger));
+        Ok(watcher)
     }
 
     /// Adds a watch. Its first window is the first to start after the stream

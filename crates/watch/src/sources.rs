@@ -45,23 +45,13 @@ pub fn collector(
     let mut buffer = vec![0u8; 65_536];
     let mut now = i64::MIN;
     while !stop.load(Ordering::Relaxed) {
-        match socket.recv_from(&mut buffer) {
-            Ok((len, exporter)) => {
-                let payload = buffer.get(..len).unwrap_or_default();
-                if let Err(error) = decoder.decode(exporter, payload, &mut records) {
-                    malformed(format!("{exporter}: {error}"));
-                }
-                now = records.iter().map(|r| r.last_ns).fold(now, i64::max);
-                watcher.push_flows(std::mem::take(&mut records), now, answer);
+        if let Some((len, exporter)) = hindsight_live::collector::receive(socket, &mut buffer)? {
+            let payload = buffer.get(..len).unwrap_or_default();
+            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
+                malformed(format!("{exporter}: {error}"));
             }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(error) => return Err(error),
+            now = records.iter().map(|r| r.last_ns).fold(now, i64::max);
+            watcher.push_flows(std::mem::take(&mut records), now, answer);
         }
     }
     watcher.finish(answer);

@@ -62,25 +62,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut last_seal = Instant::now();
     let mut reported = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        match socket.recv_from(&mut buffer) {
-            Ok((len, exporter)) => {
-                let payload = buffer.get(..len).unwrap_or_default();
-                if let Err(error) = decoder.decode(exporter, payload, &mut records) {
-                    reported += 1;
-                    if reported <= args.report_errors {
-                        eprintln!("malformed: {error}");
-                    }
+        let received = hindsight_live::collector::receive(&socket, &mut buffer)
+            .context("receiving export packets")?;
+        if let Some((len, exporter)) = received {
+            let payload = buffer.get(..len).unwrap_or_default();
+            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
+                reported += 1;
+                if reported <= args.report_errors {
+                    eprintln!("malformed: {error}");
                 }
-                ingestor.push_flow_records(records.drain(..))?;
             }
-            Err(error)
-                if matches!(
-                    error.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(error) => return Err(error).context("receiving export packets"),
+            ingestor.push_flow_records(records.drain(..))?;
         }
         if last_seal.elapsed() >= seal_every {
             ingestor.seal()?;

@@ -160,3 +160,42 @@ pub fn archived_flows(archive: &Path) -> Vec<hindsight_model::FlowRecord> {
     }
     records
 }
+
+/// A free UDP port of 127.0.0.1 (free when asked).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// Waits until something listens on UDP `port` of 127.0.0.1.
+pub fn wait_bound(port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on udp port {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// nfcapd writing into `dir` and repeating every export packet it receives to
+/// `repeat_to` (`ADDRESS:PORT`), listening once this returns: it and its port.
+pub fn start_nfcapd(dir: &Path, repeat_to: &str) -> (std::process::Child, u16) {
+    std::fs::create_dir_all(dir).unwrap();
+    let port = free_udp_port();
+    let child = Command::new("nfcapd")
+        .args(["-t", "3600", "-b", "127.0.0.1", "-p", &port.to_string()])
+        .arg("-w")
+        .arg(dir)
+        .args(["-R", &repeat_to.replace(':', "/")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nfcapd");
+    wait_bound(port);
+    (child, port)
+}
