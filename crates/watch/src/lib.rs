@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_model::{FlowRecord, Frame};
-use hindsight_sql::{LIVE_FLOWS, ScalarValue, Script, SqlError, SqlSession};
+use hindsight_sql::{LIVE_FLOWS, LIVE_PACKETS, ScalarValue, Script, SqlError, SqlSession};
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::flows::FlowBatchBuilder;
 use hindsight_store::schema::PacketBatchBuilder;
@@ -182,6 +182,16 @@ struct Pane {
     rows: usize,
     bytes: usize,
     cut: u64,
+    /// Packets arrived in this pane that no watch keeps (none reads
+    /// `live_packets`): the pane still holds rows for its windows.
+    seen: bool,
+}
+
+impl Pane {
+    /// Whether a window holding this pane has rows to answer.
+    fn holds(&self) -> bool {
+        self.rows > 0 || self.cut > 0 || self.seen
+    }
 }
 
 /// One watch's state.
@@ -192,6 +202,9 @@ struct Running {
     /// Whether the statement reads `live_flows` (its windows wait for the flow
     /// table's timeout).
     reads_flows: bool,
+    /// Whether it reads `live_packets` (the packets of its windows are kept
+    /// until it has answered them).
+    reads_packets: bool,
     /// Whether it reads the packets' stored bytes (`live_packets.data`).
     reads_data: bool,
     /// End of the next window to answer, ns; `None` before the first row.
@@ -213,6 +226,7 @@ impl Running {
         let reads_data = session.reads_live_packet_data(&script).map_err(sql_error)?;
         Ok(Self {
             reads_flows: tables.iter().any(|t| t == LIVE_FLOWS),
+            reads_packets: tables.iter().any(|t| t == LIVE_PACKETS),
             reads_data,
             script,
             spec,
@@ -265,6 +279,15 @@ pub struct Watcher {
     pane_bounds: (usize, usize),
     builder: PacketBatchBuilder,
     builder_pane: Option<i64>,
+    /// Whether a watch reads `live_packets` (else packets are not kept) and
+    /// whether one reads their stored bytes.
+    keep_packets: bool,
+    keep_data: bool,
+    /// The pane of the last packet not kept (marked as holding rows).
+    seen_pane: Option<i64>,
+    /// Panes before this one hold no packet batches any more: every watch
+    /// that reads `live_packets` has answered their windows.
+    packets_dropped_before: i64,
     flow_table: Option<FlowTable>,
     flow_out: Vec<FlowRecord>,
     flow_lateness: i64,
@@ -310,7 +333,7 @@ impl Watcher {
         let flow_lateness = flows.map_or(0, |config| {
             nanos(config.idle_timeout.max(config.close_linger))
         });
-        Ok(Self {
+        let mut watcher = Self {
             pane_bounds: pane_bounds(&running, pane_nanos),
             session,
             watches: running,
@@ -318,12 +341,25 @@ impl Watcher {
             pane_nanos,
             builder: PacketBatchBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 128),
             builder_pane: None,
+            keep_packets: false,
+            keep_data: false,
+            seen_pane: None,
+            packets_dropped_before: i64::MIN,
             flow_table: flows.map(FlowTable::new),
             flow_out: Vec::new(),
             flow_lateness,
             watermark: i64::MIN,
             counts: WatchCounts::default(),
-        })
+        };
+        watcher.watches_changed();
+        Ok(watcher)
+    }
+
+    /// Recomputes what the watches need kept.
+    fn watches_changed(&mut self) {
+        self.pane_bounds = pane_bounds(&self.watches, self.pane_nanos);
+        self.keep_packets = self.watches.iter().any(|w| w.reads_packets);
+        self.keep_data = self.watches.iter().any(|w| w.reads_packets && w.reads_data);
     }
 
     /// A watcher whose watches come and go ([`Self::add`], [`Self::remove`]):
@@ -363,7 +399,7 @@ impl Watcher {
             running.next_end = Some(first_start + range);
         }
         self.watches.push(running);
-        self.pane_bounds = pane_bounds(&self.watches, self.pane_nanos);
+        self.watches_changed();
         Ok(())
     }
 
@@ -371,7 +407,7 @@ impl Watcher {
     pub fn remove(&mut self, name: &str) -> bool {
         let before = self.watches.len();
         self.watches.retain(|w| w.spec.name != name);
-        self.pane_bounds = pane_bounds(&self.watches, self.pane_nanos);
+        self.watches_changed();
         self.watches.len() < before
     }
 
@@ -434,19 +470,22 @@ impl Watcher {
             );
         }
         let pane = frame.ts_nanos.div_euclid(self.pane_nanos);
-        if self.is_answered(pane, false) {
+        if self.is_answered(pane, |_| true) {
             self.counts.late += 1;
+        } else if !self.keep_packets || self.is_answered(pane, |w| w.reads_packets) {
+            // No watch reads the packets (or those that do answered this
+            // pane): the pane holds rows for the others' windows, nothing kept.
+            if self.seen_pane != Some(pane) {
+                self.seen_pane = Some(pane);
+                self.panes.entry(pane).or_default().seen = true;
+            }
         } else {
             if self.builder_pane != Some(pane) || self.builder.len() >= BATCH_ROWS {
                 self.flush_packets();
                 self.builder_pane = Some(pane);
             }
             // The stored bytes only if a statement reads them.
-            let data = if self.watches.iter().any(|w| w.reads_data) {
-                frame.data
-            } else {
-                &[]
-            };
+            let data = if self.keep_data { frame.data } else { &[] };
             if self.admit(pane, data.len()) {
                 self.builder.append(&record, data);
             }
@@ -498,7 +537,7 @@ impl Watcher {
         for record in records {
             self.counts.flows += 1;
             let pane = record.last_ns.div_euclid(self.pane_nanos);
-            if self.is_answered(pane, true) {
+            if self.is_answered(pane, |w| w.reads_flows) {
                 self.counts.late += 1;
                 continue;
             }
@@ -514,17 +553,13 @@ impl Watcher {
     }
 
     /// Whether every window holding `pane` has been answered, for every watch
-    /// (reading flows, or any).
-    fn is_answered(&self, pane: i64, flows: bool) -> bool {
+    /// that `which` chooses (and there is one).
+    fn is_answered(&self, pane: i64, which: fn(&Running) -> bool) -> bool {
         let start = pane * self.pane_nanos;
-        self.watches
-            .iter()
-            .filter(|w| !flows || w.reads_flows)
-            .all(|w| {
-                w.next_end
-                    .is_some_and(|end| end - nanos(w.spec.window.range) >= start + self.pane_nanos)
-            })
-            && !self.watches.is_empty()
+        self.watches.iter().filter(|w| which(w)).all(|w| {
+            w.next_end
+                .is_some_and(|end| end - nanos(w.spec.window.range) >= start + self.pane_nanos)
+        }) && !self.watches.is_empty()
     }
 
     /// Counts a row into `pane` if its bounds allow; false if it is cut.
@@ -616,8 +651,7 @@ impl Watcher {
                     (end - range).div_euclid(self.pane_nanos),
                     end.div_euclid(self.pane_nanos),
                 );
-                let holds = |pane: &Pane| pane.rows > 0 || pane.cut > 0;
-                let next_end = if self.panes.range(first..last).any(|(_, pane)| holds(pane)) {
+                let next_end = if self.panes.range(first..last).any(|(_, pane)| pane.holds()) {
                     let result = self.evaluate(index, end - range, end);
                     self.counts.answers += 1;
                     answer(result);
@@ -625,7 +659,7 @@ impl Watcher {
                 } else {
                     // On to the first window that holds the next pane with rows,
                     // or past `until` if none has come yet.
-                    let next = match self.panes.range(last..).find(|(_, pane)| holds(pane)) {
+                    let next = match self.panes.range(last..).find(|(_, pane)| pane.holds()) {
                         Some((&pane, _)) => pane * self.pane_nanos,
                         None => until,
                     };
@@ -643,6 +677,27 @@ impl Watcher {
             .unwrap_or(i64::MIN);
         let first_kept = keep_from.div_euclid(self.pane_nanos);
         self.panes = self.panes.split_off(&first_kept);
+        // Packets are needed while a watch that reads them has a window
+        // holding them to answer (the others may wait a flow timeout longer).
+        let packets_from = self
+            .watches
+            .iter()
+            .filter(|w| w.reads_packets)
+            .map(|w| w.next_end.map(|end| end - nanos(w.spec.window.range)))
+            .min()
+            .flatten()
+            .map(|start| start.div_euclid(self.pane_nanos));
+        if let Some(packets_from) = packets_from
+            && packets_from > self.packets_dropped_before
+        {
+            for (_, pane) in self
+                .panes
+                .range_mut(self.packets_dropped_before..packets_from)
+            {
+                pane.packets = Vec::new();
+            }
+            self.packets_dropped_before = packets_from;
+        }
     }
 
     fn evaluate(&self, index: usize, start: i64, end: i64) -> Answer {
