@@ -91,6 +91,8 @@ const PCAPNG_EPB: u32 = 0x0000_0006;
 const PCAPNG_BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
 /// Interface option `if_tsresol`.
 const OPT_IF_TSRESOL: u16 = 9;
+/// pcapng option if_name: the interface's name (here, a cluster node's).
+const OPT_IF_NAME: u16 = 2;
 /// `if_tsresol` value 9: timestamps count nanoseconds.
 const TSRESOL_NANOS: u8 = 9;
 
@@ -100,8 +102,9 @@ const TSRESOL_NANOS: u8 = 9;
 pub struct PcapngWriter<W: Write> {
     out: W,
     snaplen: u32,
-    /// Link types of the interfaces described so far; the index is the interface id.
-    interfaces: Vec<LinkType>,
+    /// Link types (and names) of the interfaces described so far; the index
+    /// is the interface id.
+    interfaces: Vec<(LinkType, Option<String>)>,
 }
 
 impl<W: Write> PcapngWriter<W> {
@@ -124,24 +127,40 @@ impl<W: Write> PcapngWriter<W> {
         })
     }
 
-    /// Returns the interface id of `link_type`, describing a new interface if needed.
-    fn interface(&mut self, link_type: LinkType) -> io::Result<u32> {
-        if let Some(id) = self.interfaces.iter().position(|&l| l == link_type) {
+    /// Returns the interface id of `link_type` named `name`, describing a new
+    /// interface if needed.
+    fn interface(&mut self, link_type: LinkType, name: Option<&str>) -> io::Result<u32> {
+        if let Some(id) = self
+            .interfaces
+            .iter()
+            .position(|(l, n)| *l == link_type && n.as_deref() == name)
+        {
             return Ok(id as u32);
         }
-        let mut block = Vec::with_capacity(32);
+        let mut options = Vec::new();
+        if let Some(name) = name {
+            // if_name (2), padded to 32 bits.
+            let bytes = name.as_bytes().get(..1024).unwrap_or(name.as_bytes());
+            options.extend_from_slice(&OPT_IF_NAME.to_le_bytes());
+            options.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+            options.extend_from_slice(bytes);
+            options.resize(options.len() + (4 - bytes.len() % 4) % 4, 0);
+        }
+        options.extend_from_slice(&OPT_IF_TSRESOL.to_le_bytes());
+        options.extend_from_slice(&1u16.to_le_bytes());
+        options.extend_from_slice(&[TSRESOL_NANOS, 0, 0, 0]);
+        options.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
+        let total = (20 + options.len()) as u32;
+        let mut block = Vec::with_capacity(total as usize);
         block.extend_from_slice(&PCAPNG_IDB.to_le_bytes());
-        block.extend_from_slice(&32u32.to_le_bytes());
+        block.extend_from_slice(&total.to_le_bytes());
         block.extend_from_slice(&link_type.0.to_le_bytes());
         block.extend_from_slice(&0u16.to_le_bytes());
         block.extend_from_slice(&self.snaplen.to_le_bytes());
-        block.extend_from_slice(&OPT_IF_TSRESOL.to_le_bytes());
-        block.extend_from_slice(&1u16.to_le_bytes());
-        block.extend_from_slice(&[TSRESOL_NANOS, 0, 0, 0]);
-        block.extend_from_slice(&[0, 0, 0, 0]); // opt_endofopt
-        block.extend_from_slice(&32u32.to_le_bytes());
+        block.extend_from_slice(&options);
+        block.extend_from_slice(&total.to_le_bytes());
         self.out.write_all(&block)?;
-        self.interfaces.push(link_type);
+        self.interfaces.push((link_type, name.map(str::to_owned)));
         Ok((self.interfaces.len() - 1) as u32)
     }
 
@@ -153,7 +172,20 @@ impl<W: Write> PcapngWriter<W> {
         wire_len: u32,
         data: &[u8],
     ) -> io::Result<()> {
-        let interface = self.interface(link_type)?;
+        self.write_frame_named(link_type, None, ts_nanos, wire_len, data)
+    }
+
+    /// Writes one frame of `link_type` on the interface named `name` (with
+    /// `None`, the unnamed interface of the link type).
+    pub fn write_frame_named(
+        &mut self,
+        link_type: LinkType,
+        name: Option<&str>,
+        ts_nanos: i64,
+        wire_len: u32,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let interface = self.interface(link_type, name)?;
         let captured = u32::try_from(data.len())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame larger than 4 GiB"))?;
         let padding = (4 - data.len() % 4) % 4;

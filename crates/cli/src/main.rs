@@ -46,6 +46,8 @@ enum Command {
     Record(cmd::record::Args),
     /// Run a continuous query (SQL over windows of a stream) and print its answers.
     Watch(cmd::watch::Args),
+    /// A cluster of recorders: the nodes as its index node sees them.
+    Cluster(cmd::cluster::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
     Serve(cmd::serve::Args),
 }
@@ -79,6 +81,7 @@ fn run() -> ExitCode {
         Command::Record(args) => cmd::record::run(args),
         Command::Serve(args) => cmd::serve::run(args),
         Command::Watch(args) => cmd::watch::run(args),
+        Command::Cluster(args) => cmd::cluster::run(args),
     };
     match result {
         Ok(code) => code,

@@ -166,7 +166,7 @@ impl ConnWriter {
                 )?;
             }
             Format::Jsonl => writeln!(out, "{}", connection_json(e))?,
-            Format::Pcap | Format::Pcapng | Format::Parquet => {}
+            Format::Pcap | Format::Pcapng | Format::Parquet | Format::Rows => {}
         }
         self.rows += 1;
         Ok(())

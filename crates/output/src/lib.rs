@@ -28,6 +28,11 @@ pub enum Format {
     Pcapng,
     /// An Apache Parquet file (zstd), for DuckDB, pandas or Spark.
     Parquet,
+    /// hindsight's own stream of packets, every stored field and the packet
+    /// bytes (`packets::read_rows_chunk`): what a cluster's nodes answer the
+    /// node that asked, which merges them. Not offered on the command line.
+    #[value(skip)]
+    Rows,
 }
 
 /// What an answer is made of, for the formats each can be written in.
@@ -59,6 +64,7 @@ impl Answer {
                 Format::Jsonl,
                 Format::Pcap,
                 Format::Pcapng,
+                Format::Rows,
             ],
             Self::Connections => &[Format::Table, Format::Csv, Format::Jsonl],
             Self::Rows => &[Format::Table, Format::Csv, Format::Jsonl, Format::Parquet],
@@ -68,13 +74,14 @@ impl Answer {
 
 impl Format {
     /// Every format.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Table,
         Self::Csv,
         Self::Jsonl,
         Self::Pcap,
         Self::Pcapng,
         Self::Parquet,
+        Self::Rows,
     ];
 
     /// The format's name, as `--format` and the API's `format=` take it.
@@ -86,6 +93,7 @@ impl Format {
             Self::Pcap => "pcap",
             Self::Pcapng => "pcapng",
             Self::Parquet => "parquet",
+            Self::Rows => "rows",
         }
     }
 
@@ -99,6 +107,11 @@ impl Format {
         matches!(self, Self::Pcap | Self::Pcapng)
     }
 
+    /// Returns true for the formats that carry the stored packet bytes.
+    pub fn carries_bytes(self) -> bool {
+        matches!(self, Self::Pcap | Self::Pcapng | Self::Rows)
+    }
+
     /// The media type of an HTTP answer in this format.
     pub fn media_type(self) -> &'static str {
         match self {
@@ -108,6 +121,7 @@ impl Format {
             Self::Pcap => "application/vnd.tcpdump.pcap",
             Self::Pcapng => "application/x-pcapng",
             Self::Parquet => "application/vnd.apache.parquet",
+            Self::Rows => "application/x-hindsight-rows",
         }
     }
 

@@ -4,7 +4,8 @@
 use std::io::{self, Write};
 
 use hindsight_capture::{PcapWriter, PcapngWriter, TimestampPrecision};
-use hindsight_model::{Addr16, LinkType, PacketRecord, ip_proto, mac_text};
+use hindsight_model::{Addr16, DataForm, LinkType, PacketRecord, ip_proto, mac_text};
+use hindsight_model::{CoveredRow, CoveredRowsBuilder, decode_covered_rows};
 use serde_json::{Map, Value};
 
 use crate::time::format_nanos;
@@ -16,6 +17,11 @@ pub trait PacketSink {
     fn write(&mut self, record: &PacketRecord, data: &[u8]) -> io::Result<()>;
     /// Writes what remains and flushes.
     fn finish(&mut self) -> io::Result<()>;
+    /// The node of a cluster the next packets come from: the table, CSV and
+    /// JSON lines get a `node` column (from the first packet on, so call it
+    /// before the first), pcapng an interface per node and link type named
+    /// after the node; pcap has no place for it.
+    fn set_node(&mut self, _node: &str) {}
 }
 
 /// Snap length written in exported capture headers: the largest tcpdump uses.
@@ -32,12 +38,14 @@ pub fn packet_sink<'a>(
         Format::Table => Box::new(TableSink {
             out,
             header_written: false,
+            node: None,
         }),
         Format::Csv => Box::new(CsvSink {
             out,
             header_written: false,
+            node: None,
         }),
-        Format::Jsonl => Box::new(JsonlSink { out }),
+        Format::Jsonl => Box::new(JsonlSink { out, node: None }),
         Format::Pcap => Box::new(PcapSink {
             out: Some(out),
             writer: None,
@@ -48,6 +56,11 @@ pub fn packet_sink<'a>(
             out: Some(out),
             writer: None,
             snaplen,
+            node: None,
+        }),
+        Format::Rows => Box::new(RowsSink {
+            out,
+            chunk: CoveredRowsBuilder::new(),
         }),
         Format::Parquet => return Err(format.check(Answer::Packets).err().unwrap_or_default()),
     })
@@ -138,17 +151,24 @@ fn info_text(record: &PacketRecord) -> String {
 struct TableSink<'a> {
     out: Box<dyn Write + 'a>,
     header_written: bool,
+    node: Option<String>,
 }
 
 impl PacketSink for TableSink<'_> {
     fn write(&mut self, record: &PacketRecord, _data: &[u8]) -> io::Result<()> {
         if !self.header_written {
             self.header_written = true;
+            if self.node.is_some() {
+                write!(self.out, "{:<12} ", "node")?;
+            }
             writeln!(
                 self.out,
                 "{:<30} {:<6} {:>45} {:<45} {:>6} info",
                 "time", "proto", "source", "destination", "len"
             )?;
+        }
+        if let Some(node) = &self.node {
+            write!(self.out, "{node:<12} ")?;
         }
         let h = &record.headers;
         writeln!(
@@ -165,6 +185,17 @@ impl PacketSink for TableSink<'_> {
 
     fn finish(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+
+    fn set_node(&mut self, node: &str) {
+        set_node(&mut self.node, node);
+    }
+}
+
+/// Remembers `node` in `slot` (without a new allocation when it is the same).
+fn set_node(slot: &mut Option<String>, node: &str) {
+    if slot.as_deref() != Some(node) {
+        *slot = Some(node.to_owned());
     }
 }
 
@@ -236,13 +267,21 @@ fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
 struct CsvSink<'a> {
     out: Box<dyn Write + 'a>,
     header_written: bool,
+    node: Option<String>,
 }
 
 impl PacketSink for CsvSink<'_> {
     fn write(&mut self, record: &PacketRecord, _data: &[u8]) -> io::Result<()> {
         if !self.header_written {
             self.header_written = true;
+            if self.node.is_some() {
+                write!(self.out, "node,")?;
+            }
             writeln!(self.out, "{}", CSV_COLUMNS.join(","))?;
+        }
+        if let Some(node) = &self.node {
+            // Node names are letters, digits, '-', '_' and '.'.
+            write!(self.out, "{node},")?;
         }
         let line: Vec<String> = record_fields(record)
             .into_iter()
@@ -255,15 +294,23 @@ impl PacketSink for CsvSink<'_> {
     fn finish(&mut self) -> io::Result<()> {
         self.out.flush()
     }
+
+    fn set_node(&mut self, node: &str) {
+        set_node(&mut self.node, node);
+    }
 }
 
 struct JsonlSink<'a> {
     out: Box<dyn Write + 'a>,
+    node: Option<String>,
 }
 
 impl PacketSink for JsonlSink<'_> {
     fn write(&mut self, record: &PacketRecord, _data: &[u8]) -> io::Result<()> {
         let mut object = Map::new();
+        if let Some(node) = &self.node {
+            object.insert("node".to_owned(), Value::String(node.clone()));
+        }
         for (name, value) in record_fields(record) {
             let Some(value) = value else { continue };
             let json = match name {
@@ -280,6 +327,10 @@ impl PacketSink for JsonlSink<'_> {
 
     fn finish(&mut self) -> io::Result<()> {
         self.out.flush()
+    }
+
+    fn set_node(&mut self, node: &str) {
+        set_node(&mut self.node, node);
     }
 }
 
@@ -345,6 +396,7 @@ struct PcapngSink<'a> {
     out: Option<Box<dyn Write + 'a>>,
     writer: Option<PcapngWriter<Box<dyn Write + 'a>>>,
     snaplen: u32,
+    node: Option<String>,
 }
 
 impl<'a> PcapngSink<'a> {
@@ -358,12 +410,21 @@ impl<'a> PcapngSink<'a> {
 
 impl PacketSink for PcapngSink<'_> {
     fn write(&mut self, record: &PacketRecord, data: &[u8]) -> io::Result<()> {
+        let node = self.node.clone();
         match self.writer()? {
-            Some(writer) => {
-                writer.write_frame(record.link_type, record.ts_nanos, record.wire_len, data)
-            }
+            Some(writer) => writer.write_frame_named(
+                record.link_type,
+                node.as_deref(),
+                record.ts_nanos,
+                record.wire_len,
+                data,
+            ),
             None => Ok(()),
         }
+    }
+
+    fn set_node(&mut self, node: &str) {
+        set_node(&mut self.node, node);
     }
 
     fn finish(&mut self) -> io::Result<()> {
@@ -373,6 +434,83 @@ impl PacketSink for PcapngSink<'_> {
             None => Ok(()),
         }
     }
+}
+
+/// Rows of one chunk of the `rows` format.
+const ROWS_PER_CHUNK: u32 = 512;
+/// The largest chunk a reader takes, bytes.
+const MAX_ROWS_CHUNK: usize = 64 << 20;
+
+/// The `rows` format: chunks of up to 512 packets, each a little-endian `u32`
+/// length and the packets in the covering-row encoding
+/// (`hindsight_model::covering`: every stored field, then the packet's bytes as
+/// captured), rows numbered from 0 in each chunk.
+struct RowsSink<'a> {
+    out: Box<dyn Write + 'a>,
+    chunk: CoveredRowsBuilder,
+}
+
+impl RowsSink<'_> {
+    fn flush_chunk(&mut self) -> io::Result<()> {
+        if self.chunk.rows() == 0 {
+            return Ok(());
+        }
+        let chunk = std::mem::take(&mut self.chunk).finish();
+        let length = u32::try_from(chunk.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a chunk over 4 GiB"))?;
+        self.out.write_all(&length.to_le_bytes())?;
+        self.out.write_all(&chunk)
+    }
+}
+
+impl PacketSink for RowsSink<'_> {
+    fn write(&mut self, record: &PacketRecord, data: &[u8]) -> io::Result<()> {
+        let row = u64::from(self.chunk.rows());
+        self.chunk.push(row, record, DataForm::VERBATIM, data);
+        if self.chunk.rows() >= ROWS_PER_CHUNK {
+            self.flush_chunk()?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.flush_chunk()?;
+        self.out.flush()
+    }
+}
+
+/// Reads the next chunk of a `rows` stream: `None` at its clean end, an error
+/// if it is cut short or its bytes are not rows (nothing read from the network
+/// is trusted).
+pub fn read_rows_chunk(source: &mut dyn io::Read) -> io::Result<Option<Vec<CoveredRow>>> {
+    let mut length = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match source.read(&mut length[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the rows stream ends inside a chunk's length",
+                ));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let length = u32::from_le_bytes(length) as usize;
+    if length > MAX_ROWS_CHUNK {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a rows chunk of {length} bytes, over the {MAX_ROWS_CHUNK} a chunk may hold"),
+        ));
+    }
+    let mut bytes = vec![0u8; length];
+    source.read_exact(&mut bytes)?;
+    decode_covered_rows(&bytes)
+        .map(Some)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a rows chunk that is not rows"))
 }
 
 #[cfg(test)]
@@ -396,5 +534,43 @@ mod tests {
             .map(|(name, _)| name)
             .collect();
         assert_eq!(names, CSV_COLUMNS);
+    }
+
+    #[test]
+    fn rows_travel_whole_and_damage_is_an_error() {
+        let record = PacketRecord {
+            ts_nanos: 1_353_690_039_425_111_000,
+            wire_len: 60,
+            cap_len: 60,
+            link_type: LinkType::ETHERNET,
+            iface: 2,
+            headers: hindsight_model::PacketHeaders::default(),
+        };
+        let mut bytes = Vec::new();
+        {
+            let mut sink = packet_sink(Format::Rows, Box::new(&mut bytes)).unwrap();
+            for i in 0..1000 {
+                let mut r = record;
+                r.ts_nanos += i;
+                sink.write(&r, &[i as u8; 60]).unwrap();
+            }
+            sink.finish().unwrap();
+        }
+        let mut source = bytes.as_slice();
+        let mut rows = Vec::new();
+        while let Some(chunk) = read_rows_chunk(&mut source).unwrap() {
+            rows.extend(chunk);
+        }
+        assert_eq!(rows.len(), 1000);
+        assert_eq!(rows[999].record.ts_nanos, record.ts_nanos + 999);
+        assert_eq!(rows[999].record.iface, 2);
+        assert_eq!(rows[999].data, vec![231u8; 60]);
+        // Cut short, and bytes that are not rows.
+        let mut cut = &bytes[..bytes.len() - 7];
+        assert!(std::iter::from_fn(|| read_rows_chunk(&mut cut).transpose()).any(|r| r.is_err()));
+        let mut garbage: &[u8] = &[8, 0, 0, 0, 99, 1, 2, 3, 4, 5, 6, 7];
+        assert!(read_rows_chunk(&mut garbage).is_err());
+        let mut huge: &[u8] = &[0xff, 0xff, 0xff, 0xff];
+        assert!(read_rows_chunk(&mut huge).is_err());
     }
 }

@@ -116,7 +116,7 @@ pub fn write(
                 .map_err(|e| ArrowError::ExternalError(Box::new(e)))?;
             out.write_all(&file)?;
         }
-        Format::Pcap | Format::Pcapng => {}
+        Format::Pcap | Format::Pcapng | Format::Rows => {}
     }
     Ok(())
 }

@@ -103,6 +103,10 @@ pub struct AppState {
     pub hub: Option<Arc<hindsight_watch::hub::Hub>>,
     /// Most rows a watch's window may hold (`[watches] max_window_rows`).
     pub max_window_rows: usize,
+    /// The cluster this server is a node of, if any.
+    pub cluster: Option<crate::cluster::ClusterState>,
+    /// Requests by route (the matched path), for the metrics.
+    pub requests: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 type Shared = Arc<AppState>;
@@ -202,6 +206,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/dumps/{name}", get(dump_file))
         .route("/metrics", get(metrics_text))
         .merge(super::watches::routes())
+        .merge(super::cluster::routes())
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             require_token,
@@ -249,6 +254,13 @@ pub fn router(state: Shared) -> Router {
 }
 
 async fn count_responses(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(path) = request.extensions().get::<axum::extract::MatchedPath>() {
+        let mut requests = state
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *requests.entry(path.as_str().to_owned()).or_default() += 1;
+    }
     let response = next.run(request).await;
     let class = usize::from(response.status().as_u16() / 100).clamp(1, 5) - 1;
     state.responses[class].fetch_add(1, Ordering::Relaxed);
@@ -274,10 +286,12 @@ fn header_text(parts: &[String]) -> Option<String> {
     if parts.is_empty() {
         return None;
     }
-    // A header holds visible ASCII only.
-    let text: String = parts
-        .join("; ")
-        .chars()
+    Some(ascii(&parts.join("; ")))
+}
+
+/// `text` as a header holds it: visible ASCII only.
+pub(crate) fn ascii(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_ascii_graphic() || c == ' ' {
                 c
@@ -285,15 +299,19 @@ fn header_text(parts: &[String]) -> Option<String> {
                 '?'
             }
         })
-        .collect();
-    Some(text)
+        .collect()
 }
 
 /// Lets a request through if the server has no token or the request carries it.
 async fn require_token(State(state): State<Shared>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.token else {
+    // A node of a cluster takes the cluster's token too (its peers ask it).
+    let cluster_token = state
+        .cluster
+        .as_ref()
+        .map(|cluster| cluster.client.config().token.as_str());
+    if state.token.is_none() && cluster_token.is_none() {
         return next.run(request).await;
-    };
+    }
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -303,7 +321,13 @@ async fn require_token(State(state): State<Shared>, request: Request, next: Next
             let (scheme, token) = value.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
         });
-    if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
+    let accepted = [state.token.as_deref(), cluster_token]
+        .into_iter()
+        .flatten()
+        .any(|token| {
+            given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
+        });
+    if accepted {
         return next.run(request).await;
     }
     let mut response = ApiError::new(
@@ -318,7 +342,7 @@ async fn require_token(State(state): State<Shared>, request: Request, next: Next
 }
 
 /// Compares without an early exit, so timing does not tell how much matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -336,7 +360,7 @@ fn permit(state: &AppState) -> ApiResult<OwnedSemaphorePermit> {
 }
 
 /// Runs blocking archive work on a thread of its own, within the time bound.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     state: &AppState,
     work: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
@@ -420,6 +444,9 @@ struct QueryParams {
     until: Option<String>,
     limit: Option<u64>,
     format: Option<String>,
+    /// Ask every node of the cluster that may hold matches.
+    #[serde(default)]
+    cluster: bool,
 }
 
 fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
@@ -458,6 +485,14 @@ async fn query(
         Some(_) => Some(row_limit(&state, params.limit)?),
         None => None,
     };
+    if params.cluster {
+        if format == Format::Rows {
+            return Err(ApiError::bad_request(
+                "a cluster's answer is not in the rows format (nodes answer rows to the node that asks)",
+            ));
+        }
+        return super::cluster::federated_query(state, params.filter, time, limit, format).await;
+    }
     let limits = Limits {
         max_rows: Some(state.limits.max_rows),
         timeout: Some(state.limits.timeout),
@@ -469,7 +504,7 @@ async fn query(
         filter,
         time,
         limit,
-        with_data: format.is_capture(),
+        with_data: format.carries_bytes(),
         capture_only: format.is_capture(),
     };
     let (pieces, mut body) = mpsc::channel::<Piece>(8);

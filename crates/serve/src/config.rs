@@ -49,6 +49,14 @@
 //! timeout_secs = 60
 //! max_concurrent = 4               # queries running at once; more get 503
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
+//!
+//! [cluster]                        # optional: this server is a node of a cluster
+//! name = "gateway"                 # docs/cluster.md
+//! token = "..."                    # shared by the nodes; required on every route
+//! index = ["gateway"]
+//! [[cluster.node]]
+//! name = "gateway"
+//! url = "http://127.0.0.1:8080"
 //! ```
 //!
 //! The archive's own bounds (connection-index expiration, packet retention) are
@@ -84,6 +92,8 @@ pub struct ServeConfig {
     /// Bounds of the watches.
     #[serde(default)]
     pub watches: WatchesSection,
+    /// The cluster this node belongs to (`hindsight_cluster::ClusterConfig`).
+    pub cluster: Option<toml::Value>,
 }
 
 /// `[[watch]]`

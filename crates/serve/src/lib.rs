@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod client;
+pub mod cluster;
 mod config;
 mod metrics;
 mod watches;
@@ -81,8 +82,13 @@ pub fn run(args: Options) -> Result<()> {
         .ok()
         .filter(|t| !t.is_empty())
         .or(config.api.token.clone());
+    let cluster_config = cluster::load(
+        config.cluster.clone(),
+        args.config.as_deref().and_then(std::path::Path::parent),
+    )?;
     let listen = config.api.listen;
-    if token.is_none() && !listen.ip().is_loopback() {
+    // A node of a cluster takes the cluster's token on every route.
+    if token.is_none() && cluster_config.is_none() && !listen.ip().is_loopback() {
         if !args.insecure_no_token {
             bail!(
                 "refusing to listen on {listen} without a token: every address beyond \
@@ -175,7 +181,14 @@ pub fn run(args: Options) -> Result<()> {
         dumps_seen: std::sync::Mutex::new(api::list_dumps(&dumps_dir_listed)),
         hub: hub.clone(),
         max_window_rows: config.watches.max_window_rows,
+        cluster: cluster_config.map(cluster::ClusterState::new),
+        requests: std::sync::Mutex::default(),
     });
+    let syncing = state
+        .cluster
+        .as_ref()
+        .and_then(|c| c.start_sync(Arc::clone(&state.reader), state.live.is_some()));
+    let stop_sync = state.cluster.as_ref().map(|c| Arc::clone(&c.stop));
     eprintln!(
         "hindsight serve: archive {}, {}; {}; listening on http://{address}",
         root.display(),
@@ -186,10 +199,20 @@ pub fn run(args: Options) -> Result<()> {
             ),
             None => "no capture".to_owned(),
         },
-        if state.token.is_some() {
-            "API needs the bearer token"
-        } else {
-            "API without a token"
+        match (&state.token, &state.cluster) {
+            (_, Some(cluster)) => format!(
+                "node {} of a cluster of {} (index nodes {}), API needs a bearer token",
+                cluster
+                    .client
+                    .config()
+                    .name
+                    .as_deref()
+                    .unwrap_or("(unnamed)"),
+                cluster.client.config().nodes.len(),
+                cluster.client.config().index.join(", ")
+            ),
+            (Some(_), None) => "API needs the bearer token".to_owned(),
+            (None, None) => "API without a token".to_owned(),
         }
     );
     let app = api::router(Arc::clone(&state));
@@ -224,6 +247,12 @@ pub fn run(args: Options) -> Result<()> {
         result
     });
     Serving::remove(&root);
+    if let Some(stop) = stop_sync {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(syncing) = syncing {
+        let _ = syncing.join();
+    }
     // The watches stop before the capture: their last windows are answered.
     if let Some(hub) = hub.and_then(|hub| Arc::try_unwrap(hub).ok()) {
         hub.stop();

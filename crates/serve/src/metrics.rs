@@ -273,6 +273,47 @@ pub fn render(state: &AppState) -> Result<String> {
             count.load(Ordering::Relaxed),
         );
     }
+    head(
+        &mut out,
+        "hindsight_api_requests_total",
+        "counter",
+        "Requests by route.",
+    );
+    let requests = state
+        .requests
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for (route, count) in &requests {
+        sample(
+            &mut out,
+            "hindsight_api_requests_total",
+            &format!("route=\"{}\"", label(route)),
+            count,
+        );
+    }
+    if let Some(cluster) = &state.cluster {
+        let c = &cluster.counters;
+        for (name, help, value) in [
+            (
+                "hindsight_cluster_sync_bytes_sent_total",
+                "Bytes this node sent its index nodes (syncs and summaries).",
+                c.bytes_sent.load(Ordering::Relaxed),
+            ),
+            (
+                "hindsight_cluster_summaries_sent_total",
+                "Segment summaries this node sent its index nodes.",
+                c.summaries_sent.load(Ordering::Relaxed),
+            ),
+            (
+                "hindsight_cluster_sync_failures_total",
+                "Syncs with an index node that failed.",
+                c.failures.load(Ordering::Relaxed),
+            ),
+        ] {
+            single(&mut out, name, "counter", help, value);
+        }
+    }
     if let Some(hub) = &state.hub {
         watches(&mut out, &hub.stats());
     }

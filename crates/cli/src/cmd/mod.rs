@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod check;
+pub mod cluster;
 pub mod collect;
 pub mod flows;
 pub mod ingest;

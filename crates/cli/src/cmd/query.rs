@@ -13,8 +13,6 @@ use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest, SearchStats};
 use hindsight_serve::client::Client;
 
-use crate::ArchiveArg;
-
 /// Arguments of `hindsight query`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,8 +20,20 @@ pub struct Args {
     /// or tcpdump syntax (`host 10.1.2.3 and port 53`); empty matches every packet.
     #[arg(default_value = "", value_name = "FILTER")]
     filter: String,
-    #[command(flatten)]
-    archive: ArchiveArg,
+    /// Archive directory.
+    #[arg(
+        long,
+        short = 'a',
+        env = "HINDSIGHT_ARCHIVE",
+        value_name = "DIR",
+        required_unless_present = "cluster"
+    )]
+    archive: Option<PathBuf>,
+    /// Ask a cluster of recorders instead (its `[cluster]` file): the nodes
+    /// that may hold matches answer, merged in time order, each packet tagged
+    /// with its node; exit code 3 if a node that may hold matches did not answer.
+    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "explain", "sealed_only"])]
+    cluster: Option<PathBuf>,
     #[command(flatten)]
     window: WindowArgs,
     /// Output format; default: pcap or pcapng when -o names a .pcap or .pcapng file, else table.
@@ -96,7 +106,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if format.is_capture() && args.output.is_none() && io::stdout().is_terminal() {
         anyhow::bail!("refusing to write a capture file to a terminal: use -o FILE or a pipe");
     }
-    let root = &args.archive.archive;
+    if let Some(cluster) = &args.cluster {
+        let client = super::cluster::client(cluster)?;
+        let mut out = hindsight_output::create(args.output.as_deref())?;
+        let question = hindsight_cluster::client::PacketQuestion {
+            filter: args.filter.clone(),
+            time,
+            limit: args.limit,
+            max_rows: None,
+            count: args.count,
+        };
+        let outcome =
+            hindsight_cluster::client::write_packets(&client, &question, format, &mut out)?;
+        out.flush()?;
+        return Ok(super::cluster::report(&outcome));
+    }
+    let root = args.archive.as_ref().context("no archive")?;
     if !args.sealed_only
         && !args.explain
         && let Some(client) = Client::find(root)

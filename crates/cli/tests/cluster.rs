@@ -1,0 +1,439 @@
+//! Many recorders, one question (issue 22): three `hindsight serve` nodes on
+//! 127.0.0.1, each with its own archive holding a share of lan-hour (split by
+//! time and by address), one of them the index node. Federated answers equal
+//! the answers of one archive holding the whole capture; a question for an
+//! address one node holds reaches that node alone; a node killed makes the
+//! answer partial and named, and its restart makes it whole again; a node with
+//! the wrong token is refused and named.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{hindsight, ingest, lan_hour, ok, require_tool};
+
+const TOKEN: &str = "cluster-test-token-0123456789";
+/// lan-hour's first packet is at 17:00:00 on 2012-11-23; the split point.
+const SPLIT: &str = "2012-11-23 17:20:00";
+/// The address whose later packets node b alone holds.
+const HOST: &str = "10.64.94.199";
+
+/// A child killed when dropped, so a failed test leaves no server behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Node {
+    name: &'static str,
+    archive: PathBuf,
+    port: u16,
+    config: PathBuf,
+    server: Option<Reaped>,
+    log: Option<std::thread::JoinHandle<String>>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+fn cluster_toml(nodes: &[(&str, u16)], name: Option<&str>, token: &str) -> String {
+    let mut text = String::from("[cluster]\n");
+    if let Some(name) = name {
+        text.push_str(&format!("name = \"{name}\"\n"));
+    }
+    text.push_str(&format!(
+        "token = \"{token}\"\nindex = [\"a\"]\nsync_secs = 1\ndeadline_secs = 20\n"
+    ));
+    for (node, port) in nodes {
+        text.push_str(&format!(
+            "[[cluster.node]]\nname = \"{node}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+        ));
+    }
+    text
+}
+
+impl Node {
+    fn start(&mut self) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .args(["--archive"])
+            .arg(&self.archive)
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (ready, is_ready) = std::sync::mpsc::channel();
+        self.log = Some(std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening on") {
+                    let _ = ready.send(());
+                }
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        }));
+        is_ready
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("node {} did not start", self.name));
+        self.server = Some(Reaped(child));
+    }
+
+    fn kill(&mut self) -> String {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.0.kill();
+            let _ = server.0.wait();
+        }
+        self.log
+            .take()
+            .map(|log| log.join().unwrap())
+            .unwrap_or_default()
+    }
+
+    fn get(&self, path: &str) -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        use std::io::Write;
+        write!(
+            stream,
+            "GET {path} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    }
+
+    /// Requests the node answered on `route`, from its metrics.
+    fn requests(&self, route: &str) -> u64 {
+        let metrics = self.get("/metrics");
+        let wanted = format!("hindsight_api_requests_total{{route=\"{route}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&wanted))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    }
+}
+
+/// Splits lan-hour: a holds what is before SPLIT, b what is after it to or
+/// from HOST, c the rest after it.
+fn shares(dir: &Path) -> [PathBuf; 3] {
+    let lan = lan_hour();
+    let (before, after) = (dir.join("before.pcap"), dir.join("after.pcap"));
+    for (flag, out) in [("-B", &before), ("-A", &after)] {
+        let status = Command::new("editcap")
+            .args([flag, SPLIT])
+            .arg(&lan)
+            .arg(out)
+            .env("TZ", "UTC")
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let (b, c) = (dir.join("b.pcap"), dir.join("c.pcap"));
+    for (filter, out) in [
+        (format!("host {HOST}"), &b),
+        (format!("not host {HOST}"), &c),
+    ] {
+        let status = Command::new("tcpdump")
+            .args(["-r"])
+            .arg(&after)
+            .arg("-w")
+            .arg(out)
+            .arg(&filter)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    [before, b, c]
+}
+
+fn query(args: &[&str]) -> Output {
+    hindsight(&[&["query"], args].concat())
+}
+
+/// The bytes of a pcap answer of the single archive and of the cluster.
+fn both(
+    single: &Path,
+    cluster: &Path,
+    filter: &str,
+    extra: &[&str],
+    dir: &Path,
+) -> (Vec<u8>, Vec<u8>, String) {
+    let (one, fed) = (dir.join("one.pcap"), dir.join("fed.pcap"));
+    ok(&query(
+        &[
+            &[
+                filter,
+                "--archive",
+                single.to_str().unwrap(),
+                "-o",
+                one.to_str().unwrap(),
+            ],
+            extra,
+        ]
+        .concat(),
+    ));
+    let output = query(
+        &[
+            &[
+                filter,
+                "--cluster",
+                cluster.to_str().unwrap(),
+                "-o",
+                fed.to_str().unwrap(),
+            ],
+            extra,
+        ]
+        .concat(),
+    );
+    ok(&output);
+    (
+        std::fs::read(&one).unwrap(),
+        std::fs::read(&fed).unwrap(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn wait_for_index(nodes: &[Node], healthy: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = nodes[0].get("/api/v1/cluster/status");
+        let ok_nodes = status.matches("\"health\":\"ok\"").count();
+        if ok_nodes >= healthy {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the index did not fill: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
+    require_tool("editcap");
+    require_tool("tcpdump");
+    let dir = tempfile::tempdir().unwrap();
+    let single = dir.path().join("single");
+    ingest(&lan_hour(), &single);
+    let names = ["a", "b", "c"];
+    let ports: Vec<u16> = names.iter().map(|_| free_port()).collect();
+    let layout: Vec<(&str, u16)> = names.iter().copied().zip(ports.iter().copied()).collect();
+    let client_file = dir.path().join("cluster.toml");
+    std::fs::write(&client_file, cluster_toml(&layout, None, TOKEN)).unwrap();
+    let mut nodes: Vec<Node> = Vec::new();
+    for ((name, port), share) in layout.iter().zip(shares(dir.path())) {
+        let archive = dir.path().join(format!("node-{name}"));
+        ingest(&share, &archive);
+        let config = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&config, cluster_toml(&layout, Some(name), TOKEN)).unwrap();
+        let mut node = Node {
+            name,
+            archive,
+            port: *port,
+            config,
+            server: None,
+            log: None,
+        };
+        node.start();
+        nodes.push(node);
+    }
+    wait_for_index(&nodes, 3);
+    let cluster = client_file.as_path();
+
+    // Packets: the federated answer is the single archive's, byte for byte.
+    let filters = [
+        "",
+        "tcp",
+        "udp",
+        "icmp",
+        "arp",
+        "ip6",
+        "port 53",
+        "tcp.port == 10050",
+        "tcp.flags.syn == 1 && tcp.flags.ack == 0",
+        &format!("host {HOST}"),
+        &format!("ip.src == {HOST} && tcp"),
+        "net 10.64.88.0/24",
+        "ip.addr == 10.64.0.0/16 && udp",
+        "frame.len > 500",
+        "ip.ttl < 64",
+        "not tcp",
+        "tcp.dstport in {139 10051 8080}",
+        "udp.port == 137 || udp.port == 138",
+        "vlan",
+        "host 10.64.88.7 or host 10.64.93.4",
+    ];
+    for filter in filters {
+        let (one, fed, _) = both(&single, cluster, filter, &[], dir.path());
+        assert!(
+            one.len() > 24 || filter == "vlan" || filter == "ip6",
+            "{filter}: the single archive found nothing"
+        );
+        assert_eq!(
+            one, fed,
+            "{filter}: the cluster's pcap differs from one archive's"
+        );
+    }
+    // With a window, a limit, counts, and JSON lines tagged by node.
+    let (one, fed, _) = both(
+        &single,
+        cluster,
+        "tcp",
+        &[
+            "--since",
+            "2012-11-23T17:10:00Z",
+            "--until",
+            "2012-11-23T17:30:00Z",
+        ],
+        dir.path(),
+    );
+    assert_eq!(one, fed);
+    let (one, fed, _) = both(&single, cluster, "udp", &["--limit", "25"], dir.path());
+    assert_eq!(one, fed);
+    let count_one = ok(&query(&[
+        "tcp",
+        "--archive",
+        single.to_str().unwrap(),
+        "--count",
+    ]));
+    let count_fed = ok(&query(&[
+        "tcp",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--count",
+    ]));
+    assert_eq!(count_one, count_fed);
+    let lines = ok(&query(&[
+        &format!("host {HOST}"),
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "-F",
+        "jsonl",
+    ]));
+    let tagged: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(tagged.iter().any(|v| v["node"] == "a") && tagged.iter().any(|v| v["node"] == "b"));
+    assert!(
+        tagged.iter().all(|v| v["node"] != "c"),
+        "c holds none of {HOST}'s packets"
+    );
+
+    // A question for an address only b holds in the window reaches b alone.
+    let before: Vec<u64> = nodes.iter().map(|n| n.requests("/api/v1/query")).collect();
+    let (one, fed, stderr) = both(
+        &single,
+        cluster,
+        &format!("host {HOST}"),
+        &["--since", "2012-11-23T17:25:00Z"],
+        dir.path(),
+    );
+    assert_eq!(one, fed);
+    assert!(one.len() > 24);
+    let after: Vec<u64> = nodes.iter().map(|n| n.requests("/api/v1/query")).collect();
+    assert_eq!(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        vec![0, 1, 0],
+        "only b is asked: {stderr}"
+    );
+    assert!(stderr.contains("asked b ("), "{stderr}");
+
+    // The same through the API of any node, with cluster=true.
+    let answer = nodes[2].get(&format!(
+        "/api/v1/query?cluster=true&format=jsonl&filter=host%20{HOST}"
+    ));
+    assert!(
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+        "{answer}"
+    );
+    assert!(answer.contains("hindsight-nodes: "), "{answer}");
+    assert!(!answer.contains("hindsight-partial"), "{answer}");
+
+    // Node c killed: answers come from a and b, partial, naming c.
+    nodes[2].kill();
+    let output = query(&["tcp", "--cluster", cluster.to_str().unwrap(), "--count"]);
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("node c: ") && stderr.contains("partial"),
+        "{stderr}"
+    );
+    let partial: u64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(partial < count_one.trim().parse::<u64>().unwrap());
+    let answer = nodes[0].get("/api/v1/query?cluster=true&format=jsonl&filter=tcp&limit=10");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("hindsight-partial: node c: "),
+        "{answer}"
+    );
+    // ... and whole again once it is back.
+    nodes[2].start();
+    wait_for_index(&nodes, 3);
+    let count_back = ok(&query(&[
+        "tcp",
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--count",
+    ]));
+    assert_eq!(count_back, count_one);
+
+    // A node with the wrong token is refused and named.
+    let log_c = nodes[2].kill();
+    assert!(!log_c.contains("refused"), "{log_c}");
+    std::fs::write(
+        &nodes[2].config,
+        cluster_toml(&layout, Some("c"), "a-wrong-token-0123456789"),
+    )
+    .unwrap();
+    nodes[2].start();
+    let output = query(&["tcp", "--cluster", cluster.to_str().unwrap(), "--count"]);
+    assert_eq!(output.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("node c: it refused the cluster's token (401)"),
+        "{stderr}"
+    );
+    let status = ok(&hindsight(&[
+        "cluster",
+        "status",
+        "--cluster",
+        cluster.to_str().unwrap(),
+    ]));
+    assert!(status.contains("a ") && status.contains("ok"), "{status}");
+    let log_c = nodes[2].kill();
+    assert!(
+        log_c.contains("sync with index node a: it refused the cluster's token (401)"),
+        "{log_c}"
+    );
+    for node in &mut nodes {
+        node.kill();
+    }
+}

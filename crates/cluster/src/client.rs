@@ -1,0 +1,535 @@
+//! The asking side: ask an index node which nodes may hold matches, ask those
+//! alone, each in a thread of its own within the cluster's deadline, and merge
+//! their answers. A node that could hold matches and did not answer (down, past
+//! the deadline, refusing) is named in the answer's [`Missing`], never left out
+//! in silence.
+
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::Read;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use hindsight_model::Addr16;
+use hindsight_model::CoveredRow;
+use hindsight_output::time::format_nanos;
+use hindsight_store::TimeRange;
+
+use crate::ClusterConfig;
+use crate::index::{Choice, Route};
+
+/// A node that may hold matches and did not answer, or answered in part.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Missing {
+    /// The node.
+    pub node: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node {}: {}", self.node, self.reason)
+    }
+}
+
+/// How a federated question went: which nodes the index chose and why, who
+/// did not answer.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// The route the question took.
+    pub route: Route,
+    /// What went wrong with the route itself (no index node answered: every
+    /// node was asked).
+    pub notes: Vec<String>,
+    /// Nodes whose answers are missing or incomplete.
+    pub missing: Vec<Missing>,
+}
+
+impl Outcome {
+    /// Whether the answer lacks what a node could have held.
+    pub fn is_partial(&self) -> bool {
+        !self.missing.is_empty()
+    }
+
+    /// The `hindsight-partial` header's value, if partial.
+    pub fn header(&self) -> Option<String> {
+        (!self.missing.is_empty()).then(|| {
+            self.missing
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+}
+
+/// The response header that says an answer is partial, naming the nodes.
+pub const PARTIAL_HEADER: &str = "hindsight-partial";
+
+/// A client of the cluster's nodes.
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    config: ClusterConfig,
+    agent: ureq::Agent,
+    /// This process's own index, when it is an index node: routes are
+    /// answered here, without a request.
+    local: Option<std::sync::Arc<crate::ClusterIndex>>,
+}
+
+/// One packet from a node.
+type Packet = CoveredRow;
+
+impl ClusterClient {
+    /// A client of the cluster `config`.
+    pub fn new(config: ClusterConfig) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(Duration::from_secs(2)))
+            .timeout_global(Some(config.deadline))
+            .build()
+            .into();
+        Self {
+            config,
+            agent,
+            local: None,
+        }
+    }
+
+    /// Routes with `index`, this process's own (an index node asking).
+    pub fn with_local_index(mut self, index: std::sync::Arc<crate::ClusterIndex>) -> Self {
+        self.local = Some(index);
+        self
+    }
+
+    /// The cluster.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.config.token)
+    }
+
+    /// `GET url/api/v1/route` with `params` and the cluster's token; the
+    /// response if it is 200, else why not, in words.
+    pub fn get(
+        &self,
+        url: &str,
+        route: &str,
+        params: &[(&str, String)],
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let request = self
+            .agent
+            .get(format!("{url}/api/v1/{route}"))
+            .header("Authorization", self.bearer())
+            .query_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
+        answer_of(request.call())
+    }
+
+    /// `POST url/api/v1/route` with a JSON body.
+    pub fn post_json(
+        &self,
+        url: &str,
+        route: &str,
+        body: &[u8],
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let request = self
+            .agent
+            .post(format!("{url}/api/v1/{route}"))
+            .header("Authorization", self.bearer())
+            .header("Content-Type", "application/json");
+        answer_of(request.send(body))
+    }
+
+    /// Which nodes may hold rows of `tables` in `time` with an address in
+    /// `ranges`: the first index node that answers says; if none does, every
+    /// node (and the notes say why).
+    pub fn route(
+        &self,
+        tables: &[&str],
+        time: TimeRange,
+        ranges: Option<&[(Addr16, Addr16)]>,
+    ) -> (Route, Vec<String>) {
+        if let Some(index) = &self.local {
+            let route = index.route(tables, time.start_nanos, time.end_nanos, ranges);
+            crate::index::log_route(&route, tables, time.start_nanos, time.end_nanos, ranges);
+            return (route, Vec::new());
+        }
+        let mut notes = Vec::new();
+        let mut params = vec![("tables", tables.join(","))];
+        params.extend(window_params(time));
+        if let Some(ranges) = ranges {
+            let text: Vec<String> = ranges
+                .iter()
+                .map(|(low, high)| format!("{}-{}", low, high))
+                .collect();
+            params.push(("addresses", text.join(",")));
+        }
+        for index in self.config.index_nodes() {
+            match self
+                .get(&index.url, "cluster/route", &params)
+                .and_then(|mut response| {
+                    response
+                        .body_mut()
+                        .with_config()
+                        .limit(16 << 20)
+                        .read_json::<Route>()
+                        .map_err(|e| format!("its answer is not a route: {e}"))
+                }) {
+                Ok(route) => return (route, notes),
+                Err(why) => notes.push(format!("index node {} did not answer: {why}", index.name)),
+            }
+        }
+        notes.push("no index node answered: every node is asked".to_owned());
+        let route = Route {
+            index: String::new(),
+            ask: self
+                .config
+                .nodes
+                .iter()
+                .map(|node| Choice {
+                    node: node.name.clone(),
+                    url: node.url.clone(),
+                    reason: "no index node answered".to_owned(),
+                    segments: 0,
+                })
+                .collect(),
+            skip: Vec::new(),
+        };
+        (route, notes)
+    }
+
+    /// The packets matching `filter` in `time` from every node that may hold
+    /// them, in time order (ties in the order of the nodes), each handed to
+    /// `visit` with its node's name; `visit` returns false to stop. At most
+    /// `limit` packets.
+    pub fn packets(
+        &self,
+        filter: &str,
+        ranges: Option<&[(Addr16, Addr16)]>,
+        time: TimeRange,
+        limit: Option<u64>,
+        visit: &mut dyn FnMut(&str, &Packet) -> std::io::Result<bool>,
+    ) -> std::io::Result<Outcome> {
+        let (route, notes) = self.route(&["packets"], time, ranges);
+        let mut outcome = Outcome {
+            route,
+            notes,
+            missing: Vec::new(),
+        };
+        let mut params = vec![("filter", filter.to_owned()), ("format", "rows".to_owned())];
+        params.extend(window_params(time));
+        if let Some(limit) = limit {
+            params.push(("limit", limit.to_string()));
+        }
+        let (missing_tx, missing_rx) = mpsc::channel::<Missing>();
+        let mut streams = Vec::new();
+        std::thread::scope(|scope| -> std::io::Result<()> {
+            for choice in &outcome.route.ask {
+                let (tx, rx) = mpsc::sync_channel::<Vec<Packet>>(4);
+                streams.push(Stream {
+                    node: choice.node.clone(),
+                    rx,
+                    ready: VecDeque::new(),
+                });
+                let (client, params, missing) = (self, &params, missing_tx.clone());
+                scope.spawn(move || {
+                    if let Err(reason) = client.stream_rows(choice, params, &tx) {
+                        let _ = missing.send(Missing {
+                            node: choice.node.clone(),
+                            reason,
+                        });
+                    }
+                });
+            }
+            drop(missing_tx);
+            let result = merge(&mut streams, limit, visit);
+            // Stop the nodes' threads early if the merge ended first.
+            streams.clear();
+            result
+        })?;
+        outcome.missing.extend(missing_rx.try_iter());
+        outcome.missing.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(outcome)
+    }
+
+    /// Streams one node's rows answer into `tx`, in chunks.
+    fn stream_rows(
+        &self,
+        choice: &Choice,
+        params: &[(&str, String)],
+        tx: &mpsc::SyncSender<Vec<Packet>>,
+    ) -> Result<(), String> {
+        let mut response = self.get(&choice.url, "query", params)?;
+        let incomplete = response
+            .headers()
+            .get("hindsight-incomplete")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = response.body_mut().with_config().limit(u64::MAX).reader();
+        let mut rows = 0u64;
+        loop {
+            match hindsight_output::packets::read_rows_chunk(&mut body as &mut dyn Read) {
+                Ok(Some(chunk)) => {
+                    rows += chunk.len() as u64;
+                    if tx.send(chunk).is_err() {
+                        // The merge has what it wanted.
+                        return Ok(());
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(format!("its answer broke off after {rows} packets: {e}"));
+                }
+            }
+        }
+        match incomplete {
+            Some(what) => Err(format!("its answer is incomplete: {what}")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `since` and `until` of a window, as every node reads them.
+pub fn window_params(time: TimeRange) -> Vec<(&'static str, String)> {
+    let mut params = Vec::new();
+    if time.start_nanos != i64::MIN {
+        params.push(("since", format_nanos(time.start_nanos)));
+    }
+    if time.end_nanos != i64::MAX {
+        params.push(("until", format_nanos(time.end_nanos.saturating_add(1))));
+    }
+    params
+}
+
+/// A response if it is a 200, else its error in words (the JSON error's
+/// message where there is one).
+fn answer_of(
+    result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<ureq::http::Response<ureq::Body>, String> {
+    let mut response = match result {
+        Ok(response) => response,
+        Err(ureq::Error::Timeout(_)) => {
+            return Err("it did not answer within the deadline".to_owned());
+        }
+        Err(ureq::Error::Io(e)) => return Err(format!("cannot reach it: {e}")),
+        Err(e) => return Err(format!("cannot ask it: {e}")),
+    };
+    let status = response.status();
+    if status == 200 {
+        return Ok(response);
+    }
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 10)
+        .read_to_string()
+        .unwrap_or_default();
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or(body);
+    let why = match status.as_u16() {
+        401 => format!("it refused the cluster's token (401): {message}"),
+        _ => format!("it answered {status}: {message}"),
+    };
+    Err(why)
+}
+
+/// One node's answer as it arrives: chunks from its thread, and the packets
+/// of the chunk being merged.
+struct Stream {
+    node: String,
+    rx: mpsc::Receiver<Vec<Packet>>,
+    ready: VecDeque<Packet>,
+}
+
+/// Merges the nodes' streams by time; ties go to the node named first.
+fn merge(
+    streams: &mut [Stream],
+    limit: Option<u64>,
+    visit: &mut dyn FnMut(&str, &Packet) -> std::io::Result<bool>,
+) -> std::io::Result<()> {
+    // Each stream's head in the heap as (time, stream): min-heap by Reverse.
+    let mut heap = BinaryHeap::new();
+    let refill = |stream: &mut Stream| {
+        while stream.ready.is_empty() {
+            match stream.rx.recv() {
+                Ok(chunk) => stream.ready.extend(chunk),
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    for (at, stream) in streams.iter_mut().enumerate() {
+        if refill(stream)
+            && let Some(head) = stream.ready.front()
+        {
+            heap.push(std::cmp::Reverse((head.record.ts_nanos, at)));
+        }
+    }
+    let mut written = 0u64;
+    while let Some(std::cmp::Reverse((_, at))) = heap.pop() {
+        let stream = &mut streams[at];
+        let Some(packet) = stream.ready.pop_front() else {
+            continue;
+        };
+        if !visit(&stream.node, &packet)? {
+            return Ok(());
+        }
+        written += 1;
+        if limit.is_some_and(|limit| written >= limit) {
+            return Ok(());
+        }
+        if refill(stream)
+            && let Some(head) = stream.ready.front()
+        {
+            heap.push(std::cmp::Reverse((head.record.ts_nanos, at)));
+        }
+    }
+    Ok(())
+}
+
+/// A question for the cluster's packets.
+#[derive(Clone, Debug)]
+pub struct PacketQuestion {
+    /// The filter, in either syntax.
+    pub filter: String,
+    /// The window.
+    pub time: TimeRange,
+    /// At most this many packets.
+    pub limit: Option<u64>,
+    /// More than this many is an error, not a short answer.
+    pub max_rows: Option<u64>,
+    /// Only their number.
+    pub count: bool,
+}
+
+/// Writes the cluster's packets matching the question as `format` to `out`,
+/// each tagged with its node (or, with `count`, their number).
+pub fn write_packets(
+    client: &ClusterClient,
+    question: &PacketQuestion,
+    format: hindsight_output::Format,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<Outcome> {
+    let parsed = hindsight_filter::Filter::parse(&question.filter)
+        .map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
+    let ranges = parsed.address_ranges();
+    let (filter, time, limit) = (question.filter.as_str(), question.time, question.limit);
+    let mut written = 0u64;
+    let outcome = if question.count {
+        let outcome = client.packets(filter, ranges.as_deref(), time, limit, &mut |_, _| {
+            written += 1;
+            Ok(true)
+        })?;
+        writeln!(out, "{written}")?;
+        outcome
+    } else {
+        let mut sink = hindsight_output::packets::packet_sink(format, Box::new(&mut *out))
+            .map_err(anyhow::Error::msg)?;
+        let max_rows = question.max_rows;
+        let outcome =
+            client.packets(filter, ranges.as_deref(), time, limit, &mut |node, row| {
+                written += 1;
+                if let Some(max) = max_rows.filter(|&max| written > max) {
+                    return Err(std::io::Error::other(format!(
+                        "the answer has more than {max} packets (max_rows): narrow the filter or \
+                     the window, or give a limit"
+                    )));
+                }
+                sink.set_node(node);
+                sink.write(&row.record, &row.data).map(|()| true)
+            })?;
+        sink.finish()?;
+        outcome
+    };
+    Ok(outcome)
+}
+
+/// One line that says which nodes a question reached, which it spared, and
+/// who chose (for stderr).
+pub fn route_line(outcome: &Outcome) -> String {
+    let names = |choices: &[Choice]| {
+        if choices.is_empty() {
+            "none".to_owned()
+        } else {
+            choices
+                .iter()
+                .map(|c| format!("{} ({})", c.node, c.reason))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let by = if outcome.route.index.is_empty() {
+        "no index node".to_owned()
+    } else {
+        format!("index node {}", outcome.route.index)
+    };
+    format!(
+        "hindsight: asked {}; spared {} ({by})",
+        names(&outcome.route.ask),
+        names(&outcome.route.skip)
+    )
+}
+
+/// The status of the cluster from the first index node that answers.
+pub fn status(client: &ClusterClient) -> anyhow::Result<serde_json::Value> {
+    let mut errors = Vec::new();
+    for index in client.config().index_nodes() {
+        match client.get(&index.url, "cluster/status", &[]) {
+            Ok(mut response) => {
+                return response
+                    .body_mut()
+                    .with_config()
+                    .limit(16 << 20)
+                    .read_json()
+                    .map_err(|e| anyhow::anyhow!("index node {}: bad status: {e}", index.name));
+            }
+            Err(why) => errors.push(format!("index node {}: {why}", index.name)),
+        }
+    }
+    anyhow::bail!("no index node answered: {}", errors.join("; "))
+}
+
+/// The status as a table for people.
+pub fn status_table(status: &serde_json::Value) -> String {
+    let mut out = format!(
+        "index node {} of index nodes {}\n{:<14} {:<8} {:>9} {:>12} {:>10}  {:<20} {:<20} {:>10} {:>8} {:>10}\n",
+        status["node"].as_str().unwrap_or("?"),
+        status["index_nodes"],
+        "node",
+        "health",
+        "segments",
+        "rows",
+        "MB",
+        "first",
+        "last",
+        "last sync",
+        "missing",
+        "capturing"
+    );
+    let time = |v: &serde_json::Value| {
+        v.as_i64()
+            .map(|ns| format_nanos(ns).chars().take(19).collect::<String>())
+            .unwrap_or_else(|| "-".to_owned())
+    };
+    for node in status["nodes"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<14} {:<8} {:>9} {:>12} {:>10.1}  {:<20} {:<20} {:>10} {:>8} {:>10}\n",
+            node["node"].as_str().unwrap_or("?"),
+            node["health"].as_str().unwrap_or("?"),
+            node["segments"],
+            node["rows"],
+            node["bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            time(&node["first_ns"]),
+            time(&node["last_ns"]),
+            node["last_sync_secs_ago"]
+                .as_f64()
+                .map_or("never".to_owned(), |s| format!("{s:.1} s ago")),
+            node["missing"],
+            node["capturing"],
+        ));
+    }
+    out
+}

@@ -1,0 +1,415 @@
+//! The index node's side: the summaries every node sent, kept in memory by node
+//! and segment, and the answer to "which nodes may hold matches?".
+//!
+//! Nodes keep the index current by anti-entropy rather than by a log of
+//! changes: every few seconds a node sends the ids its catalog holds (as
+//! ranges, a few bytes), the index drops the summaries of ids no longer held
+//! (expired, repaired away) and answers the ids it lacks, and the node sends
+//! those summaries. A node that was down, or an index node that restarted
+//! empty, is whole again after one round, with nothing to replay.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hindsight_model::Addr16;
+use serde::{Deserialize, Serialize};
+
+use crate::summary::{SegmentSummary, in_ranges};
+
+/// What a node tells its index nodes every `sync_secs`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SyncRequest {
+    /// The node.
+    pub node: String,
+    /// The ids its catalog holds, as inclusive ranges in order.
+    pub ids: Vec<(u64, u64)>,
+    /// Whether it captures: then its unsealed packets, newer than its last
+    /// sealed segment, are not in any summary yet.
+    pub capturing: bool,
+    /// Its clock, ns since the epoch (for the summary lag).
+    pub now_ns: i64,
+}
+
+/// The index node's answer: the ids whose summaries it lacks.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SyncAnswer {
+    /// Ids to send summaries of, as inclusive ranges.
+    pub missing: Vec<(u64, u64)>,
+}
+
+/// Summaries a node sends.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SummaryUpload {
+    /// The node.
+    pub node: String,
+    /// The summaries.
+    pub summaries: Vec<SegmentSummary>,
+}
+
+/// Why a node is asked, or not.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    /// The node.
+    pub node: String,
+    /// Where it answers.
+    pub url: String,
+    /// Why it is asked or left out, in words.
+    pub reason: String,
+    /// Segments whose summaries may hold matches.
+    pub segments: u64,
+}
+
+/// The answer to "which nodes may hold matches?".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The index node that answered.
+    pub index: String,
+    /// The nodes to ask.
+    pub ask: Vec<Choice>,
+    /// The nodes left out, and why.
+    pub skip: Vec<Choice>,
+}
+
+/// What the index knows of one node.
+#[derive(Debug, Default)]
+struct NodeState {
+    summaries: BTreeMap<u64, SegmentSummary>,
+    /// The ids of its last sync.
+    ids: Vec<(u64, u64)>,
+    /// When it last synced (the index node's clock) and its own clock then.
+    last_sync: Option<SystemTime>,
+    capturing: bool,
+    /// Summary bytes received, and syncs.
+    bytes_received: u64,
+    syncs: u64,
+    /// Rejected summaries (invalid), counted.
+    rejected: u64,
+}
+
+impl NodeState {
+    /// Whether the index holds a summary of every id of the node's last sync.
+    fn is_complete(&self) -> bool {
+        id_count(&self.ids) == self.summaries.len() as u64
+    }
+}
+
+/// The nodes' status as the index node sees it (`hindsight cluster status`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The node.
+    pub node: String,
+    /// Where it answers.
+    pub url: String,
+    /// Segments summarised.
+    pub segments: u64,
+    /// Rows of those segments (packets and connection records).
+    pub rows: u64,
+    /// Bytes of those segments on the node's disk.
+    pub bytes: u64,
+    /// The time they span, ns since the epoch.
+    pub first_ns: Option<i64>,
+    /// See `first_ns`.
+    pub last_ns: Option<i64>,
+    /// Seconds since it last synced, if ever.
+    pub last_sync_secs_ago: Option<f64>,
+    /// Summaries of its catalog the index still lacks.
+    pub missing: u64,
+    /// Whether it captures.
+    pub capturing: bool,
+    /// Summary bytes received since the index node started.
+    pub summary_bytes: u64,
+    /// `ok`, `behind` (summaries missing), `stale` (no sync within three
+    /// periods) or `never` (no sync since the index node started).
+    pub health: String,
+}
+
+/// The summaries of every node, held by an index node.
+#[derive(Debug)]
+pub struct ClusterIndex {
+    name: String,
+    nodes: Vec<crate::config::Node>,
+    sync: Duration,
+    state: Mutex<BTreeMap<String, NodeState>>,
+}
+
+/// Errors of the index's routes, in words for the requester.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// A node not in the cluster's configuration.
+    #[error("no node of this cluster is named {0:?}")]
+    UnknownNode(String),
+    /// A sync that names ids out of order or too many.
+    #[error("{0}")]
+    BadSync(String),
+}
+
+/// Most segment ids one node's sync may name.
+const MAX_SYNC_IDS: u64 = 10_000_000;
+
+/// The number of ids in `ranges`.
+fn id_count(ranges: &[(u64, u64)]) -> u64 {
+    ranges
+        .iter()
+        .map(|&(l, h)| (h - l).saturating_add(1))
+        .fold(0, u64::saturating_add)
+}
+
+impl ClusterIndex {
+    /// An empty index of the nodes of `config`, kept by the node `name`.
+    pub fn new(config: &crate::ClusterConfig, name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            nodes: config.nodes.clone(),
+            sync: config.sync,
+            state: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn url(&self, node: &str) -> Result<String, IndexError> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == node)
+            .map(|n| n.url.clone())
+            .ok_or_else(|| IndexError::UnknownNode(node.to_owned()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeState>> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A node's sync: drops the summaries of ids it no longer holds and
+    /// answers the ids whose summaries are missing.
+    pub fn sync(&self, request: &SyncRequest) -> Result<SyncAnswer, IndexError> {
+        self.url(&request.node)?;
+        let mut ids = request.ids.clone();
+        ids.sort_unstable();
+        if ids.iter().any(|&(low, high)| low > high)
+            || ids.windows(2).any(|pair| pair[0].1 >= pair[1].0)
+        {
+            return Err(IndexError::BadSync(
+                "a sync's id ranges must be in order, each low <= high, without overlap".to_owned(),
+            ));
+        }
+        if id_count(&ids) > MAX_SYNC_IDS {
+            return Err(IndexError::BadSync(format!(
+                "a sync may name at most {MAX_SYNC_IDS} segments"
+            )));
+        }
+        let mut state = self.lock();
+        let node = state.entry(request.node.clone()).or_default();
+        node.summaries.retain(|&id, _| in_ranges(&ids, id));
+        let mut missing: Vec<u64> = Vec::new();
+        for &(low, high) in &ids {
+            // Ranges are few; ids in them are checked against what is held.
+            missing.extend((low..=high).filter(|id| !node.summaries.contains_key(id)));
+        }
+        node.ids = ids;
+        node.capturing = request.capturing;
+        node.last_sync = Some(SystemTime::now());
+        node.syncs += 1;
+        Ok(SyncAnswer {
+            missing: crate::summary::id_ranges(missing),
+        })
+    }
+
+    /// Summaries a node sent (`bytes`: the size of the upload).
+    pub fn add(&self, upload: SummaryUpload, bytes: u64) -> Result<(), IndexError> {
+        self.url(&upload.node)?;
+        let mut state = self.lock();
+        let node = state.entry(upload.node).or_default();
+        node.bytes_received += bytes;
+        for summary in upload.summaries {
+            if !summary.addresses.is_valid() || summary.min_ts > summary.max_ts {
+                node.rejected += 1;
+                continue;
+            }
+            // Only ids the node said it holds (an upload racing a sync that
+            // dropped them is not kept).
+            if in_ranges(&node.ids, summary.id) {
+                node.summaries.insert(summary.id, summary);
+            }
+        }
+        Ok(())
+    }
+
+    /// The nodes that may hold rows of `tables` in `[start, end]` with an
+    /// address in `ranges` (`None`: any): a node is asked if a summary may
+    /// hold matches, if its summaries are not all here or not current (then
+    /// nothing can be ruled out), or if it captures and the window reaches
+    /// past its last sealed segment.
+    pub fn route(
+        &self,
+        tables: &[&str],
+        start: i64,
+        end: i64,
+        ranges: Option<&[(Addr16, Addr16)]>,
+    ) -> Route {
+        let state = self.lock();
+        let stale_after = self.stale_after();
+        let mut route = Route {
+            index: self.name.clone(),
+            ..Route::default()
+        };
+        for node in &self.nodes {
+            let choice = |reason: String, segments: u64| Choice {
+                node: node.name.clone(),
+                url: node.url.clone(),
+                reason,
+                segments,
+            };
+            let Some(known) = state.get(&node.name) else {
+                route.ask.push(choice(
+                    "has not synced with this index node yet".to_owned(),
+                    0,
+                ));
+                continue;
+            };
+            let age = known
+                .last_sync
+                .and_then(|at| at.elapsed().ok())
+                .unwrap_or(Duration::MAX);
+            if age > stale_after {
+                route.ask.push(choice(
+                    format!(
+                        "its summaries are not current (last sync {} s ago)",
+                        age.as_secs()
+                    ),
+                    0,
+                ));
+                continue;
+            }
+            if !known.is_complete() {
+                route
+                    .ask
+                    .push(choice("its summaries are still arriving".to_owned(), 0));
+                continue;
+            }
+            let relevant = known
+                .summaries
+                .values()
+                .filter(|s| tables.contains(&s.table.as_str()));
+            let mut matching = 0u64;
+            let mut newest = i64::MIN;
+            for summary in relevant {
+                newest = newest.max(summary.max_ts);
+                if summary.may_hold(start, end, ranges) {
+                    matching += 1;
+                }
+            }
+            if matching > 0 {
+                route.ask.push(choice(
+                    format!("{matching} segment(s) may hold matches"),
+                    matching,
+                ));
+            } else if known.capturing && end > newest {
+                route.ask.push(choice(
+                    "it captures, and the window reaches past its sealed segments".to_owned(),
+                    0,
+                ));
+            } else {
+                route.skip.push(choice(
+                    "no segment's summary holds the window and addresses".to_owned(),
+                    0,
+                ));
+            }
+        }
+        route
+    }
+
+    /// After how long without a sync a node's summaries are not trusted.
+    fn stale_after(&self) -> Duration {
+        (self.sync * 3).max(Duration::from_secs(10))
+    }
+
+    /// Every node's status.
+    pub fn status(&self) -> Vec<NodeStatus> {
+        let state = self.lock();
+        let stale_after = self.stale_after();
+        self.nodes
+            .iter()
+            .map(|node| {
+                let known = state.get(&node.name);
+                let summaries = known.map(|k| &k.summaries);
+                let age = known
+                    .and_then(|k| k.last_sync)
+                    .and_then(|at| at.elapsed().ok());
+                let held = known.map_or(0, |k| id_count(&k.ids));
+                let count = summaries.map_or(0, |s| s.len() as u64);
+                let health = match (known, age) {
+                    (None, _) | (_, None) => "never",
+                    (_, Some(age)) if age > stale_after => "stale",
+                    (Some(k), _) if !k.is_complete() => "behind",
+                    _ => "ok",
+                };
+                NodeStatus {
+                    node: node.name.clone(),
+                    url: node.url.clone(),
+                    segments: count,
+                    rows: summaries.map_or(0, |s| s.values().map(|s| s.rows).sum()),
+                    bytes: summaries.map_or(0, |s| s.values().map(|s| s.bytes).sum()),
+                    first_ns: summaries.and_then(|s| s.values().map(|s| s.min_ts).min()),
+                    last_ns: summaries.and_then(|s| s.values().map(|s| s.max_ts).max()),
+                    last_sync_secs_ago: age.map(|a| a.as_secs_f64()),
+                    missing: held.saturating_sub(count),
+                    capturing: known.is_some_and(|k| k.capturing),
+                    summary_bytes: known.map_or(0, |k| k.bytes_received),
+                    health: health.to_owned(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Now, ns since the epoch.
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// The index node's line for each route it answers: which nodes a question
+/// reaches, and which it spares (on stderr, the server's log).
+pub fn log_route(
+    route: &Route,
+    tables: &[&str],
+    start: i64,
+    end: i64,
+    ranges: Option<&[(Addr16, Addr16)]>,
+) {
+    let addresses = match ranges {
+        None => "any address".to_owned(),
+        Some(ranges) => ranges
+            .iter()
+            .map(|(l, h)| {
+                if l == h {
+                    l.to_string()
+                } else {
+                    format!("{l}-{h}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let names = |choices: &[Choice]| {
+        if choices.is_empty() {
+            "-".to_owned()
+        } else {
+            choices
+                .iter()
+                .map(|c| c.node.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    eprintln!(
+        "cluster: route {} [{}, {}] {addresses}: ask {} skip {}",
+        tables.join(","),
+        hindsight_output::time::format_nanos(start),
+        hindsight_output::time::format_nanos(end),
+        names(&route.ask),
+        names(&route.skip),
+    );
+}

@@ -1,0 +1,323 @@
+//! `serve` as a node of a cluster (`[cluster]` in its configuration): the index
+//! node's routes (`/api/v1/cluster/...`), the thread that keeps the index nodes
+//! current with this node's summaries, and federated packet queries
+//! (`GET /api/v1/query?cluster=true`), answered through the cluster crate.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hindsight_cluster::index::{SummaryUpload, SyncRequest};
+use hindsight_cluster::sync::SyncCounters;
+use hindsight_cluster::{ClusterClient, ClusterConfig, ClusterIndex, PARTIAL_HEADER};
+use hindsight_model::Addr16;
+use hindsight_output::Format;
+use hindsight_store::TimeRange;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::api::{ApiError, ApiResult, AppState};
+
+/// A node's cluster side.
+#[derive(Debug)]
+pub struct ClusterState {
+    /// The cluster.
+    pub client: ClusterClient,
+    /// This node's index of every node's summaries, if it is an index node.
+    pub index: Option<Arc<ClusterIndex>>,
+    /// Its syncs with the index nodes.
+    pub counters: Arc<SyncCounters>,
+    /// Set to stop the sync thread.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl ClusterState {
+    /// The cluster side of the node `config` names.
+    pub fn new(config: ClusterConfig) -> Self {
+        let index = match &config.name {
+            Some(name) if config.is_index() => Some(Arc::new(ClusterIndex::new(&config, name))),
+            _ => None,
+        };
+        let client = match &index {
+            Some(index) => ClusterClient::new(config).with_local_index(Arc::clone(index)),
+            None => ClusterClient::new(config),
+        };
+        Self {
+            client,
+            index,
+            counters: Arc::new(SyncCounters::default()),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Starts the thread that keeps the index nodes current with the summaries
+    /// of the archive `reader` reads.
+    pub fn start_sync(
+        &self,
+        reader: Arc<hindsight_reader::Reader>,
+        capturing: bool,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let name = self.client.config().name.clone()?;
+        let (client, index, counters, stop) = (
+            self.client.clone(),
+            self.index.clone(),
+            Arc::clone(&self.counters),
+            Arc::clone(&self.stop),
+        );
+        let catalog = move || {
+            let snapshot = reader.snapshot().ok()?;
+            let entries = snapshot.archive().catalog().entries().cloned().collect();
+            Some((reader.root().to_path_buf(), entries))
+        };
+        std::thread::Builder::new()
+            .name("cluster-sync".to_owned())
+            .spawn(move || {
+                hindsight_cluster::sync::run(
+                    &client,
+                    &name,
+                    capturing,
+                    &catalog,
+                    index.as_deref(),
+                    &counters,
+                    &stop,
+                );
+            })
+            .ok()
+    }
+}
+
+type Shared = Arc<AppState>;
+
+/// The cluster's routes (behind the token check).
+pub fn routes() -> Router<Shared> {
+    Router::new()
+        .route("/api/v1/cluster/sync", post(sync))
+        .route("/api/v1/cluster/summaries", post(summaries))
+        .route("/api/v1/cluster/route", get(route))
+        .route("/api/v1/cluster/status", get(status))
+}
+
+fn cluster(state: &AppState) -> ApiResult<&ClusterState> {
+    state.cluster.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this server is not a node of a cluster (no [cluster] in its configuration)",
+        )
+    })
+}
+
+fn index(state: &AppState) -> ApiResult<&ClusterIndex> {
+    cluster(state)?.index.as_deref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "this node is not an index node of its cluster ([cluster] index)",
+        )
+    })
+}
+
+/// Whether the request carries the cluster's own token (nodes' routes take no
+/// other).
+fn require_cluster_token(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    let token = &cluster(state)?.client.config().token;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, t)| t.trim());
+    if given.is_some_and(|given| crate::api::constant_time_eq(given.as_bytes(), token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this route takes the cluster's token only",
+        ))
+    }
+}
+
+fn index_error(error: hindsight_cluster::index::IndexError) -> ApiError {
+    ApiError::bad_request(error.to_string())
+}
+
+/// `POST /api/v1/cluster/sync`: a node names the segments it holds.
+async fn sync(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
+    require_cluster_token(&state, &headers)?;
+    let index = index(&state)?;
+    let request: SyncRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("bad sync: {e}")))?;
+    let answer = index.sync(&request).map_err(|e| {
+        eprintln!("cluster: refused a sync from {:?}: {e}", request.node);
+        index_error(e)
+    })?;
+    Ok(axum::Json(answer).into_response())
+}
+
+/// `POST /api/v1/cluster/summaries`: a node's summaries.
+async fn summaries(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    require_cluster_token(&state, &headers)?;
+    let index = index(&state)?;
+    let upload: SummaryUpload = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("bad summaries: {e}")))?;
+    let count = upload.summaries.len();
+    index.add(upload, body.len() as u64).map_err(index_error)?;
+    Ok(axum::Json(json!({"taken": count})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteParams {
+    /// `packets`, `flows`, or both, comma-separated.
+    #[serde(default)]
+    tables: Option<String>,
+    /// The filter whose addresses narrow the nodes (or `addresses`).
+    filter: Option<String>,
+    /// Address ranges, `LOW-HIGH` comma-separated.
+    addresses: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+/// `GET /api/v1/cluster/route`: which nodes may hold matches.
+async fn route(
+    State(state): State<Shared>,
+    params: Result<Query<RouteParams>, QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(params) = params?;
+    let index = index(&state)?;
+    let tables_text = params.tables.unwrap_or_else(|| "packets".to_owned());
+    let tables: Vec<&str> = tables_text.split(',').map(str::trim).collect();
+    if let Some(bad) = tables.iter().find(|t| !["packets", "flows"].contains(t)) {
+        return Err(ApiError::bad_request(format!(
+            "no table {bad:?}: the tables are packets and flows"
+        )));
+    }
+    let time =
+        hindsight_output::time::time_range(params.since.as_deref(), params.until.as_deref(), None)
+            .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
+    let ranges = match (&params.filter, &params.addresses) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("give filter or addresses, not both"));
+        }
+        (Some(filter), None) => hindsight_filter::Filter::parse(filter)
+            .map_err(|e| ApiError::bad_request(format!("invalid filter:\n{e}")))?
+            .address_ranges(),
+        (None, Some(text)) => Some(parse_ranges(text)?),
+        (None, None) => None,
+    };
+    let route = index.route(&tables, time.start_nanos, time.end_nanos, ranges.as_deref());
+    hindsight_cluster::index::log_route(
+        &route,
+        &tables,
+        time.start_nanos,
+        time.end_nanos,
+        ranges.as_deref(),
+    );
+    Ok(axum::Json(route).into_response())
+}
+
+/// `LOW-HIGH` address ranges, comma-separated.
+fn parse_ranges(text: &str) -> ApiResult<Vec<(Addr16, Addr16)>> {
+    text.split(',')
+        .filter(|part| !part.trim().is_empty())
+        .map(|part| {
+            let (low, high) = part.split_once('-').unwrap_or((part, part));
+            let parse = |t: &str| {
+                t.trim()
+                    .parse::<std::net::IpAddr>()
+                    .map(Addr16::from)
+                    .map_err(|_| ApiError::bad_request(format!("bad address {t:?} in addresses")))
+            };
+            Ok((parse(low)?, parse(high)?))
+        })
+        .collect()
+}
+
+/// `GET /api/v1/cluster/status`: the nodes as the index node sees them, and
+/// this node's syncs.
+async fn status(State(state): State<Shared>) -> ApiResult<Response> {
+    let cluster = cluster(&state)?;
+    let config = cluster.client.config();
+    let counters = &cluster.counters;
+    let nodes = cluster.index.as_ref().map(|index| index.status());
+    Ok(axum::Json(json!({
+        "node": config.name,
+        "index_nodes": config.index,
+        "is_index": cluster.index.is_some(),
+        "nodes": nodes,
+        "sync": {
+            "rounds": counters.rounds.load(Ordering::Relaxed),
+            "failures": counters.failures.load(Ordering::Relaxed),
+            "bytes_sent": counters.bytes_sent.load(Ordering::Relaxed),
+            "summaries_sent": counters.summaries_sent.load(Ordering::Relaxed),
+        },
+    }))
+    .into_response())
+}
+
+/// `GET /api/v1/query?cluster=true`: the packets of every node that may hold
+/// matches, merged in time order, tagged with their nodes. The answer is
+/// gathered before it is sent (bounded by `max_rows`), so that the
+/// `hindsight-partial` header can name every node that did not answer.
+pub(crate) async fn federated_query(
+    state: Shared,
+    filter: String,
+    time: TimeRange,
+    limit: Option<u64>,
+    format: Format,
+) -> ApiResult<Response> {
+    let client = cluster(&state)?.client.clone();
+    let max_rows = state.limits.max_rows;
+    let (bytes, outcome) = crate::api::blocking(&state, move || {
+        let mut bytes = Vec::new();
+        let question = hindsight_cluster::client::PacketQuestion {
+            filter,
+            time,
+            limit,
+            max_rows: Some(max_rows),
+            count: false,
+        };
+        let outcome =
+            hindsight_cluster::client::write_packets(&client, &question, format, &mut bytes)
+                .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
+        Ok((bytes, outcome))
+    })
+    .await?;
+    let mut response = Body::from(bytes).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.media_type()),
+    );
+    if let Some(value) = outcome
+        .header()
+        .and_then(|text| HeaderValue::from_str(&crate::api::ascii(&text)).ok())
+    {
+        headers.insert(PARTIAL_HEADER, value);
+    }
+    let asked: Vec<&str> = outcome.route.ask.iter().map(|c| c.node.as_str()).collect();
+    if let Ok(value) = HeaderValue::from_str(&asked.join(",")) {
+        headers.insert("hindsight-nodes", value);
+    }
+    Ok(response)
+}
+
+/// The cluster of `serve`'s configuration, if it has one.
+pub fn load(
+    value: Option<toml::Value>,
+    base: Option<&Path>,
+) -> anyhow::Result<Option<ClusterConfig>> {
+    value
+        .map(|value| ClusterConfig::from_toml(value, base))
+        .transpose()
+}
