@@ -447,6 +447,25 @@ pub fn write_packets(
     Ok(outcome)
 }
 
+/// What the command line says on stderr of a federated answer: the route,
+/// the notes, each node missing, and that the answer is partial.
+pub fn report_lines(outcome: &Outcome) -> Vec<String> {
+    let mut lines = vec![route_line(outcome)];
+    lines.extend(outcome.notes.iter().map(|note| format!("warning: {note}")));
+    lines.extend(
+        outcome
+            .missing
+            .iter()
+            .map(|missing| format!("warning: {missing}")),
+    );
+    if outcome.is_partial() {
+        lines.push(
+            "warning: the answer is partial: nodes that may hold matches did not answer".to_owned(),
+        );
+    }
+    lines
+}
+
 /// One line that says which nodes a question reached, which it spared, and
 /// who chose (for stderr).
 pub fn route_line(outcome: &Outcome) -> String {

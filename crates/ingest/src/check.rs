@@ -252,3 +252,80 @@ fn check_postings(
     }
     Ok(())
 }
+
+impl CheckReport {
+    /// The problems found (or repaired), and the connection index's count, a
+    /// line each, as `hindsight check` prints them before its summary.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let done = |yes: &'static str| if self.repaired { yes } else { "" };
+        for damage in &self.catalog_damage {
+            lines.push(format!(
+                "catalog.jsonl: byte {}: {}{}",
+                damage.offset,
+                damage.reason,
+                done(" (line dropped)")
+            ));
+        }
+        for id in &self.recatalogued {
+            lines.push(format!("segment {}: catalogued again from its file", id.0));
+        }
+        for problem in &self.damaged {
+            lines.push(format!(
+                "segment {} ({}): {}{}",
+                problem.id.0,
+                problem.file,
+                problem.problem,
+                done(" (set aside)")
+            ));
+        }
+        for path in &self.quarantined {
+            lines.push(format!("  moved to {}", path.display()));
+        }
+        for (id, postings, addresses) in &self.wrong_postings {
+            lines.push(format!(
+                "segment {}: {postings} postings in the address index for {addresses} distinct \
+                 addresses{}",
+                id.0,
+                done(" (rebuilt)")
+            ));
+        }
+        for id in &self.unindexed {
+            lines.push(format!(
+                "segment {}: not in the address index (queries read it whole){}",
+                id.0,
+                done(" (indexed)")
+            ));
+        }
+        for id in &self.stale_postings {
+            lines.push(format!(
+                "address index: postings of segment {}, which the catalog does not list{}",
+                id.0,
+                done(" (purged)")
+            ));
+        }
+        if let Some(indexed) = self.connections_indexed {
+            let note = if indexed > self.flow_records {
+                " (the index keeps connections of segments removed or set aside)"
+            } else if self.connections_expire {
+                " (the index keeps the newest only)"
+            } else {
+                ""
+            };
+            lines.push(format!(
+                "connection index: {indexed} connection(s); flows segments: {} record(s){note}",
+                self.flow_records
+            ));
+        }
+        lines
+    }
+
+    /// How many problems were found (or repaired).
+    pub fn problems(&self) -> usize {
+        self.catalog_damage.len()
+            + self.damaged.len()
+            + self.wrong_postings.len()
+            + self.unindexed.len()
+            + self.stale_postings.len()
+    }
+}

@@ -604,3 +604,56 @@ fn covered_rows(postings: &[Vec<u8>]) -> Option<Vec<CoveredRow>> {
     rows.dedup_by_key(|row| row.row);
     Some(rows)
 }
+
+impl SearchStats {
+    /// How many segments, row groups and rows each pruning level kept, in
+    /// words (`hindsight query --explain`).
+    pub fn explain(&self, seconds: f64) -> String {
+        format!(
+            "segments: {} in catalog, {} in time window, {} after address index, \
+             {} of them answered from covering postings\n\
+             row groups: {} in planned segments, {} after statistics and Bloom filters\n\
+             rows: {} decoded, {} matched, in {:.3} ms",
+            self.segments_total,
+            self.segments_in_time,
+            self.segments_planned,
+            self.segments_covered,
+            self.row_groups_total,
+            self.row_groups_read,
+            self.rows_read,
+            self.rows_matched,
+            seconds * 1e3
+        )
+    }
+}
+
+/// The warnings of an answer that went without damaged catalog lines and
+/// segments (one line each, then one that says the answer is incomplete);
+/// none if it is complete.
+pub fn incomplete_lines(
+    archive: &hindsight_store::Archive,
+    skipped: &[SkippedSegment],
+) -> Vec<String> {
+    let catalog = archive.catalog_damage();
+    let mut lines: Vec<String> = catalog
+        .iter()
+        .map(|damage| {
+            format!(
+                "warning: {}: byte {}: {}; the segment it names is not searched",
+                archive.catalog().path().display(),
+                damage.offset,
+                damage.reason
+            )
+        })
+        .chain(skipped.iter().map(|segment| format!("warning: {segment}")))
+        .collect();
+    if !lines.is_empty() {
+        lines.push(format!(
+            "warning: the answer is incomplete: {} damaged segment(s), {} damaged catalog \
+             line(s) (`hindsight check` lists the damage, `--repair` sets it aside)",
+            skipped.len(),
+            catalog.len()
+        ));
+    }
+    lines
+}

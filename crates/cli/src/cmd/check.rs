@@ -38,74 +38,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
 }
 
 fn print_report(report: &CheckReport) {
+    for line in report.lines() {
+        println!("{line}");
+    }
+    let problems = report.problems();
     let verb = if report.repaired { "repaired" } else { "found" };
-    for damage in &report.catalog_damage {
-        println!(
-            "catalog.jsonl: byte {}: {}{}",
-            damage.offset,
-            damage.reason,
-            if report.repaired {
-                " (line dropped)"
-            } else {
-                ""
-            }
-        );
-    }
-    for id in &report.recatalogued {
-        println!("segment {}: catalogued again from its file", id.0);
-    }
-    for problem in &report.damaged {
-        println!(
-            "segment {} ({}): {}{}",
-            problem.id.0,
-            problem.file,
-            problem.problem,
-            if report.repaired { " (set aside)" } else { "" }
-        );
-    }
-    for path in &report.quarantined {
-        println!("  moved to {}", path.display());
-    }
-    for (id, postings, addresses) in &report.wrong_postings {
-        println!(
-            "segment {}: {postings} postings in the address index for {addresses} distinct \
-             addresses{}",
-            id.0,
-            if report.repaired { " (rebuilt)" } else { "" }
-        );
-    }
-    for id in &report.unindexed {
-        println!(
-            "segment {}: not in the address index (queries read it whole){}",
-            id.0,
-            if report.repaired { " (indexed)" } else { "" }
-        );
-    }
-    for id in &report.stale_postings {
-        println!(
-            "address index: postings of segment {}, which the catalog does not list{}",
-            id.0,
-            if report.repaired { " (purged)" } else { "" }
-        );
-    }
-    if let Some(indexed) = report.connections_indexed {
-        let note = if indexed > report.flow_records {
-            " (the index keeps connections of segments removed or set aside)"
-        } else if report.connections_expire {
-            " (the index keeps the newest only)"
-        } else {
-            ""
-        };
-        println!(
-            "connection index: {indexed} connection(s); flows segments: {} record(s){note}",
-            report.flow_records
-        );
-    }
-    let problems = report.catalog_damage.len()
-        + report.damaged.len()
-        + report.wrong_postings.len()
-        + report.unindexed.len()
-        + report.stale_postings.len();
     println!(
         "{} segment(s) checked ({}): {}",
         report.segments_checked,

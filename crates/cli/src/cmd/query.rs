@@ -10,7 +10,7 @@ use hindsight_output::packets::packet_sink;
 use hindsight_output::time::time_range;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
-use hindsight_query::search::{PacketSearch, SearchRequest, SearchStats};
+use hindsight_query::search::{PacketSearch, SearchRequest};
 use hindsight_serve::client::Client;
 
 /// Arguments of `hindsight query`.
@@ -158,9 +158,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         stats
     };
     if args.explain {
-        explain(&stats, started.elapsed().as_secs_f64());
+        eprintln!("{}", stats.explain(started.elapsed().as_secs_f64()));
     }
-    let complete = warn_incomplete(search.archive(), &stats.skipped);
+    let lines = hindsight_query::search::incomplete_lines(search.archive(), &stats.skipped);
+    for line in &lines {
+        eprintln!("{line}");
+    }
+    let complete = lines.is_empty();
     // The process ends here: closing the read-only index would only free memory
     // (about a millisecond, a tenth of a query the index answers alone).
     std::mem::forget(search);
@@ -219,51 +223,3 @@ fn ask(client: &Client, args: &Args, format: Format) -> Result<Result<ExitCode>>
 
 /// Exit code of an answer that damage made incomplete, under `--strict`.
 pub const INCOMPLETE: u8 = 3;
-
-/// Says on stderr which damaged catalog lines and segments an answer went
-/// without; returns whether it is complete.
-pub fn warn_incomplete(
-    archive: &hindsight_store::Archive,
-    skipped: &[hindsight_query::search::SkippedSegment],
-) -> bool {
-    let catalog = archive.catalog_damage();
-    for damage in catalog {
-        eprintln!(
-            "warning: {}: byte {}: {}; the segment it names is not searched",
-            archive.catalog().path().display(),
-            damage.offset,
-            damage.reason
-        );
-    }
-    for segment in skipped {
-        eprintln!("warning: {segment}");
-    }
-    let complete = catalog.is_empty() && skipped.is_empty();
-    if !complete {
-        eprintln!(
-            "warning: the answer is incomplete: {} damaged segment(s), {} damaged catalog \
-             line(s) (`hindsight check` lists the damage, `--repair` sets it aside)",
-            skipped.len(),
-            catalog.len()
-        );
-    }
-    complete
-}
-
-fn explain(stats: &SearchStats, seconds: f64) {
-    eprintln!(
-        "segments: {} in catalog, {} in time window, {} after address index, \
-         {} of them answered from covering postings\n\
-         row groups: {} in planned segments, {} after statistics and Bloom filters\n\
-         rows: {} decoded, {} matched, in {:.3} ms",
-        stats.segments_total,
-        stats.segments_in_time,
-        stats.segments_planned,
-        stats.segments_covered,
-        stats.row_groups_total,
-        stats.row_groups_read,
-        stats.rows_read,
-        stats.rows_matched,
-        seconds * 1e3
-    );
-}
