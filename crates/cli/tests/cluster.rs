@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use common::{hindsight, ingest, lan_hour, ok, require_tool};
 
 const TOKEN: &str = "cluster-test-token-0123456789";
-/// lan-hour's first packet is at 17:00:00 on 2012-11-23; the split point.
-const SPLIT: &str = "2012-11-23 17:20:00";
-/// The address whose later packets node b alone holds.
+/// The address whose packets of 2012-11-23 node b alone holds.
 const HOST: &str = "10.64.94.199";
 
 /// A child killed when dropped, so a failed test leaves no server behind.
@@ -130,21 +128,20 @@ impl Node {
     }
 }
 
-/// Splits lan-hour: a holds what is before SPLIT, b what is after it to or
-/// from HOST, c the rest after it.
+/// Splits two days of lan-hour by time and by address: a holds the day
+/// before (lan-hour shifted back 24 hours), b lan-hour's packets to or from
+/// HOST, c the rest of lan-hour. (A time split inside lan-hour would cut its
+/// long connections in two records, where one archive holds one.)
 fn shares(dir: &Path) -> [PathBuf; 3] {
     let lan = lan_hour();
-    let (before, after) = (dir.join("before.pcap"), dir.join("after.pcap"));
-    for (flag, out) in [("-B", &before), ("-A", &after)] {
-        let status = Command::new("editcap")
-            .args([flag, SPLIT])
-            .arg(&lan)
-            .arg(out)
-            .env("TZ", "UTC")
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
+    let (before, after) = (dir.join("before.pcap"), lan.clone());
+    let status = Command::new("editcap")
+        .args(["-t", "-86400"])
+        .arg(&lan)
+        .arg(&before)
+        .status()
+        .unwrap();
+    assert!(status.success());
     let (b, c) = (dir.join("b.pcap"), dir.join("c.pcap"));
     for (filter, out) in [
         (format!("host {HOST}"), &b),
@@ -233,6 +230,8 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     require_tool("tcpdump");
     let dir = tempfile::tempdir().unwrap();
     let single = dir.path().join("single");
+    let parts = shares(dir.path());
+    ingest(&parts[0], &single);
     ingest(&lan_hour(), &single);
     let names = ["a", "b", "c"];
     let ports: Vec<u16> = names.iter().map(|_| free_port()).collect();
@@ -240,7 +239,7 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     let client_file = dir.path().join("cluster.toml");
     std::fs::write(&client_file, cluster_toml(&layout, None, TOKEN)).unwrap();
     let mut nodes: Vec<Node> = Vec::new();
-    for ((name, port), share) in layout.iter().zip(shares(dir.path())) {
+    for ((name, port), share) in layout.iter().zip(parts) {
         let archive = dir.path().join(format!("node-{name}"));
         ingest(&share, &archive);
         let config = dir.path().join(format!("{name}.toml"));
@@ -300,7 +299,7 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         "tcp",
         &[
             "--since",
-            "2012-11-23T17:10:00Z",
+            "2012-11-22T17:50:00Z",
             "--until",
             "2012-11-23T17:30:00Z",
         ],
@@ -345,7 +344,7 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         &single,
         cluster,
         &format!("host {HOST}"),
-        &["--since", "2012-11-23T17:25:00Z"],
+        &["--since", "2012-11-23T00:00:00Z"],
         dir.path(),
     );
     assert_eq!(one, fed);
@@ -361,6 +360,95 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         "only b is asked: {stderr}"
     );
     assert!(stderr.contains("asked b ("), "{stderr}");
+
+    // Connections: the same lookups, and pages that follow each other across
+    // the nodes, give the single archive's connections.
+    let untag = |line: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        v.as_object_mut().unwrap().remove("node");
+        v.to_string()
+    };
+    let flows = |args: &[&str]| -> (Vec<String>, Vec<String>) {
+        let one = ok(&hindsight(
+            &[
+                &[
+                    "flows",
+                    "--archive",
+                    single.to_str().unwrap(),
+                    "-F",
+                    "jsonl",
+                    "--limit",
+                    "100000",
+                ],
+                args,
+            ]
+            .concat(),
+        ));
+        let fed = ok(&hindsight(
+            &[
+                &[
+                    "flows",
+                    "--cluster",
+                    cluster.to_str().unwrap(),
+                    "-F",
+                    "jsonl",
+                    "--limit",
+                    "100000",
+                ],
+                args,
+            ]
+            .concat(),
+        ));
+        (
+            one.lines().map(untag).collect(),
+            fed.lines().map(untag).collect(),
+        )
+    };
+    for args in [
+        vec!["--ip", HOST],
+        vec!["--ip", "10.64.88.0/24"],
+        vec!["--ip", "10.64.94.141", "--since", "2012-11-23T00:00:00Z"],
+        vec!["host 10.64.93.4 and port 139"],
+        vec!["--ip", "10.0.0.0/8", "tcp.flags.syn == 1"],
+    ] {
+        let (one, fed) = flows(&args);
+        assert!(
+            !one.is_empty(),
+            "{args:?}: the single archive found no connection"
+        );
+        assert_eq!(one, fed, "{args:?}");
+    }
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..1000 {
+        let mut args = vec![
+            "flows",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            "--ip",
+            "10.64.88.0/24",
+            "-F",
+            "jsonl",
+            "--limit",
+            "700",
+        ];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let output = hindsight(&args);
+        paged.extend(ok(&output).lines().map(untag));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        after = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("more connections: add --after "))
+            .map(|rest| rest.split_whitespace().next().unwrap().to_owned());
+        if after.is_none() {
+            break;
+        }
+    }
+    let (one, _) = flows(&["--ip", "10.64.88.0/24"]);
+    assert!(one.len() > 700, "{} connections: no second page", one.len());
+    assert_eq!(paged, one, "pages of 700 across the nodes");
 
     // The same through the API of any node, with cluster=true.
     let answer = nodes[2].get(&format!(

@@ -552,3 +552,212 @@ pub fn status_table(status: &serde_json::Value) -> String {
     }
     out
 }
+
+/// A question for the cluster's connections (`hindsight flows --cluster`).
+#[derive(Clone, Debug)]
+pub struct ConnQuestion {
+    /// The address or network, if given.
+    pub ip: Option<String>,
+    /// The filter, if given.
+    pub filter: Option<String>,
+    /// The window.
+    pub time: TimeRange,
+    /// Connections in one page.
+    pub limit: usize,
+    /// Where the page starts: the cursor the page before ended with.
+    pub after: Option<String>,
+}
+
+/// A page of the cluster's connections.
+#[derive(Debug, Default)]
+pub struct ConnPage {
+    /// The connections in the index's order (address, start, peer, ports),
+    /// each with its node; ties in the order of the nodes.
+    pub entries: Vec<(String, hindsight_index::ConnEntry)>,
+    /// The cursor of the next page, if there is one: each node's own cursor
+    /// (`a:HEX,b:,c:-`: after that key, from the start, done).
+    pub next: Option<String>,
+    /// How the question went.
+    pub outcome: Outcome,
+}
+
+/// A node's page: its connections with their keys, and its own cursor.
+type NodePage = (
+    Vec<(
+        [u8; hindsight_index::connections::KEY_LEN],
+        hindsight_index::ConnEntry,
+    )>,
+    Option<String>,
+);
+
+/// Each node's place in a paged answer: `None` from the start, `Some(None)`
+/// done, `Some(Some(key))` after that key.
+type Cursors = std::collections::BTreeMap<String, Option<String>>;
+
+fn parse_cursors(text: &str) -> anyhow::Result<Cursors> {
+    let mut cursors = Cursors::new();
+    for part in text.split(',') {
+        let (node, place) = part
+            .split_once(':')
+            .ok_or_else(|| anyhow::anyhow!("cursor {text:?} is not a cluster's (node:KEY,...)"))?;
+        let place = match place {
+            "-" => None,
+            hex if hex.bytes().all(|b| b.is_ascii_hexdigit()) && hex.len() <= 256 => {
+                Some(hex.to_owned())
+            }
+            _ => anyhow::bail!("cursor {text:?} is not a cluster's (node:KEY,...)"),
+        };
+        cursors.insert(node.to_owned(), place);
+    }
+    Ok(cursors)
+}
+
+impl ClusterClient {
+    /// One page of the connections of every node that may hold matches,
+    /// merged in the index's order.
+    pub fn connections(&self, question: &ConnQuestion) -> anyhow::Result<ConnPage> {
+        let filter = question
+            .filter
+            .as_deref()
+            .map(hindsight_filter::Filter::parse)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
+        let ranges = match &question.ip {
+            Some(ip) => Some(vec![
+                hindsight_model::network_range(ip).map_err(anyhow::Error::msg)?,
+            ]),
+            None => filter.as_ref().and_then(|f| f.address_ranges()),
+        };
+        let (route, notes) = self.route(&["flows"], question.time, ranges.as_deref());
+        let resumed = question.after.as_deref().map(parse_cursors).transpose()?;
+        // (node, where it starts): without a cursor every node asked; with
+        // one, the nodes it names that are not done.
+        let asked: Vec<(&Choice, Option<String>)> = route
+            .ask
+            .iter()
+            .filter_map(|choice| match &resumed {
+                None => Some((choice, None)),
+                Some(cursors) => match cursors.get(&choice.node) {
+                    Some(Some(key)) => Some((choice, (!key.is_empty()).then(|| key.clone()))),
+                    _ => None,
+                },
+            })
+            .collect();
+        let mut params = vec![
+            ("limit", question.limit.to_string()),
+            ("stored", "true".to_owned()),
+        ];
+        params.extend(question.ip.clone().map(|ip| ("ip", ip)));
+        params.extend(question.filter.clone().map(|f| ("filter", f)));
+        params.extend(window_params(question.time));
+        let answers: Vec<Result<NodePage, String>> = std::thread::scope(|scope| {
+            let threads: Vec<_> = asked
+                .iter()
+                .map(|(choice, after)| {
+                    let mut params = params.clone();
+                    params.extend(after.clone().map(|a| ("after", a)));
+                    scope.spawn(move || self.node_connections(&choice.url, &params))
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err("its reader failed".to_owned()))
+                })
+                .collect()
+        });
+        let mut outcome = Outcome {
+            route: route.clone(),
+            notes,
+            missing: Vec::new(),
+        };
+        // Every entry with its node's place in the ask list, by key.
+        let mut all = Vec::new();
+        let mut nexts = Vec::new();
+        for (at, ((choice, after), answer)) in asked.iter().zip(answers).enumerate() {
+            match answer {
+                Ok((entries, next)) => {
+                    nexts.push((choice.node.clone(), after.clone(), entries.len(), next));
+                    all.extend(entries.into_iter().map(|(key, entry)| (key, at, entry)));
+                }
+                Err(reason) => {
+                    outcome.missing.push(Missing {
+                        node: choice.node.clone(),
+                        reason,
+                    });
+                    // Asked again from the same place on the next page.
+                    nexts.push((choice.node.clone(), after.clone(), usize::MAX, None));
+                }
+            }
+        }
+        all.sort_by_key(|e| (e.0, e.1));
+        all.truncate(question.limit);
+        let mut cursors = Cursors::new();
+        let mut more = false;
+        for (at, (node, after, returned, next)) in nexts.into_iter().enumerate() {
+            let taken: Vec<&[u8; hindsight_index::connections::KEY_LEN]> =
+                all.iter().filter(|e| e.1 == at).map(|e| &e.0).collect();
+            let place = if returned == usize::MAX {
+                Some(after.unwrap_or_default())
+            } else if taken.len() == returned {
+                next
+            } else {
+                taken
+                    .last()
+                    .map(|key| key.iter().map(|b| format!("{b:02x}")).collect())
+                    .or(Some(after.unwrap_or_default()))
+            };
+            more |= place.is_some();
+            cursors.insert(node, place);
+        }
+        let next = more.then(|| {
+            cursors
+                .iter()
+                .map(|(node, place)| format!("{node}:{}", place.as_deref().unwrap_or("-")))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
+        Ok(ConnPage {
+            entries: all
+                .into_iter()
+                .map(|(_, at, entry)| (asked[at].0.node.clone(), entry))
+                .collect(),
+            next,
+            outcome,
+        })
+    }
+
+    /// One node's page of connections, with their stored keys.
+    fn node_connections(&self, url: &str, params: &[(&str, String)]) -> Result<NodePage, String> {
+        let value: serde_json::Value = self
+            .get(url, "flows", params)?
+            .body_mut()
+            .with_config()
+            .limit(256 << 20)
+            .read_json()
+            .map_err(|e| format!("its answer is not connections: {e}"))?;
+        let bad = || "its answer holds a connection that is not one".to_owned();
+        let unhex = |text: &str| -> Option<Vec<u8>> {
+            (0..text.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+                .collect()
+        };
+        let mut entries = Vec::new();
+        for connection in value["connections"].as_array().into_iter().flatten() {
+            let (key, stored_value) = connection["stored"]
+                .as_str()
+                .and_then(|s| s.split_once('.'))
+                .ok_or_else(bad)?;
+            let (key, stored_value) = (
+                unhex(key).ok_or_else(bad)?,
+                unhex(stored_value).ok_or_else(bad)?,
+            );
+            let entry =
+                hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
+            entries.push((entry.key(), entry));
+        }
+        Ok((entries, value["next"].as_str().map(str::to_owned)))
+    }
+}

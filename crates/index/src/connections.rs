@@ -244,6 +244,19 @@ impl ConnEntry {
         key
     }
 
+    /// The entry as the index stores it: its key and its value (how a
+    /// cluster's nodes hand entries to the node that merges them).
+    pub fn stored(&self) -> ([u8; KEY_LEN], Vec<u8>) {
+        let mut value = Vec::with_capacity(12);
+        self.summary.encode(&mut value);
+        (self.key(), value)
+    }
+
+    /// An entry from its stored key and value; `None` if they are not one.
+    pub fn from_stored(key: &[u8], value: &[u8]) -> Option<Self> {
+        decode_entry(key, value)
+    }
+
     /// Returns (originator, originator port, responder, responder port).
     pub fn oriented(&self) -> (Addr16, u16, Addr16, u16) {
         if self.reverse {

@@ -60,6 +60,8 @@ pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
 pub struct ConnWriter {
     format: Format,
     rows: usize,
+    /// The cluster node the next connections come from (a `node` column).
+    node: Option<String>,
 }
 
 impl ConnWriter {
@@ -69,7 +71,16 @@ impl ConnWriter {
         Ok(Self {
             format: format.check(Answer::Connections)?,
             rows: 0,
+            node: None,
         })
+    }
+
+    /// The node of a cluster the next connections come from: a `node` column
+    /// from the first connection on (call it before the first).
+    pub fn set_node(&mut self, node: &str) {
+        if self.node.as_deref() != Some(node) {
+            self.node = Some(node.to_owned());
+        }
     }
 
     /// Writes one connection.
@@ -95,6 +106,21 @@ impl ConnWriter {
             s.state.name()
         };
         let duration = f64::from(s.duration_ms) / 1e3;
+        if self.node.is_some() {
+            match self.format {
+                Format::Table if self.rows == 0 => write!(out, "{:<12} ", "node")?,
+                Format::Csv if self.rows == 0 => write!(out, "node,")?,
+                _ => {}
+            }
+        }
+        // The node's value goes before the row's (after the header's line).
+        let node_cell = |out: &mut dyn Write, format: Format| -> io::Result<()> {
+            match (&self.node, format) {
+                (Some(node), Format::Table) => write!(out, "{node:<12} "),
+                (Some(node), Format::Csv) => write!(out, "{node},"),
+                _ => Ok(()),
+            }
+        };
         match self.format {
             Format::Table => {
                 if self.rows == 0 {
@@ -114,6 +140,7 @@ impl ConnWriter {
                     )?;
                 }
                 let direction = if e.reverse { "<-" } else { "->" };
+                node_cell(out, Format::Table)?;
                 writeln!(
                     out,
                     "{:<30} {:>9.3} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} {}",
@@ -145,6 +172,7 @@ impl ConnWriter {
                         "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source"
                     )?;
                 }
+                node_cell(out, Format::Csv)?;
                 writeln!(
                     out,
                     "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}",
@@ -165,7 +193,15 @@ impl ConnWriter {
                     s.source.name()
                 )?;
             }
-            Format::Jsonl => writeln!(out, "{}", connection_json(e))?,
+            Format::Jsonl => {
+                let mut json = connection_json(e);
+                if let Some(node) = &self.node
+                    && let Some(object) = json.as_object_mut()
+                {
+                    object.insert("node".to_owned(), serde_json::Value::String(node.clone()));
+                }
+                writeln!(out, "{json}")?;
+            }
             Format::Pcap | Format::Pcapng | Format::Parquet | Format::Rows => {}
         }
         self.rows += 1;

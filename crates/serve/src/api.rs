@@ -916,6 +916,13 @@ struct FlowParams {
     limit: Option<usize>,
     after: Option<String>,
     format: Option<String>,
+    /// JSON entries carry `stored`: the index's key and value in hex (what a
+    /// cluster's nodes answer the node that merges them).
+    #[serde(default)]
+    stored: bool,
+    /// Ask every node of the cluster that may hold matches.
+    #[serde(default)]
+    cluster: bool,
 }
 
 /// `GET /api/v1/flows`: the connections of an address or network, as JSON with
@@ -934,6 +941,21 @@ async fn flows(
         )?),
         None => None,
     };
+    if params.cluster {
+        let question = hindsight_cluster::client::ConnQuestion {
+            ip: params.ip,
+            filter: params.filter,
+            time: Window {
+                since: params.since,
+                until: params.until,
+            }
+            .range()?,
+            limit: usize::try_from(row_limit(&state, params.limit.map(|n| n as u64))?.min(100_000))
+                .unwrap_or(100_000),
+            after: params.after,
+        };
+        return super::cluster::federated_flows(state, question, text).await;
+    }
     let time = Window {
         since: params.since.clone(),
         until: params.until.clone(),
@@ -965,7 +987,18 @@ async fn flows(
         let connections: Vec<_> = page
             .entries
             .iter()
-            .map(hindsight_output::connections::connection_json)
+            .map(|entry| {
+                let mut json = hindsight_output::connections::connection_json(entry);
+                if params.stored {
+                    let (key, value) = entry.stored();
+                    json["stored"] = json!(format!(
+                        "{}.{}",
+                        hindsight_reader::encode_cursor(&key),
+                        hindsight_reader::encode_cursor(&value)
+                    ));
+                }
+                json
+            })
             .collect();
         return Ok(Json(json!({"connections": connections, "next": next})).into_response());
     };

@@ -321,3 +321,67 @@ pub fn load(
         .map(|value| ClusterConfig::from_toml(value, base))
         .transpose()
 }
+
+/// `GET /api/v1/flows?cluster=true`: one page of the connections of every node
+/// that may hold matches, merged in the index's order, each with its node; the
+/// cursor of the next page pages across the nodes.
+pub(crate) async fn federated_flows(
+    state: Shared,
+    question: hindsight_cluster::client::ConnQuestion,
+    text: Option<Format>,
+) -> ApiResult<Response> {
+    let client = cluster(&state)?.client.clone();
+    let page = crate::api::blocking(&state, move || {
+        client
+            .connections(&question)
+            .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+    })
+    .await?;
+    let mut response = match text {
+        None => {
+            let connections: Vec<_> = page
+                .entries
+                .iter()
+                .map(|(node, entry)| {
+                    let mut json = hindsight_output::connections::connection_json(entry);
+                    json["node"] = json!(node);
+                    json
+                })
+                .collect();
+            axum::Json(json!({"connections": connections, "next": page.next})).into_response()
+        }
+        Some(format) => {
+            let mut out = Vec::new();
+            let mut writer = hindsight_output::connections::ConnWriter::new(format)
+                .map_err(ApiError::bad_request)?;
+            for (node, entry) in &page.entries {
+                writer.set_node(node);
+                writer
+                    .write(&mut out, entry)
+                    .map_err(|e| ApiError::internal(&e.into()))?;
+            }
+            writer
+                .finish(&mut out)
+                .map_err(|e| ApiError::internal(&e.into()))?;
+            let mut response = ([(header::CONTENT_TYPE, format.media_type())], out).into_response();
+            if let Some(value) = page
+                .next
+                .as_deref()
+                .and_then(|n| HeaderValue::from_str(n).ok())
+            {
+                response
+                    .headers_mut()
+                    .insert(crate::api::NEXT_HEADER, value);
+            }
+            response
+        }
+    };
+    if let Some(value) = page
+        .outcome
+        .header()
+        .and_then(|text| HeaderValue::from_str(&crate::api::ascii(&text)).ok())
+    {
+        response.headers_mut().insert(PARTIAL_HEADER, value);
+    }
+    Ok(response)
+}

@@ -5,14 +5,13 @@
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use hindsight_output::connections::ConnWriter;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
 use hindsight_reader::{ConnQuery, Reader, decode_cursor, encode_cursor};
 use hindsight_serve::client::Client;
 
-use crate::ArchiveArg;
 use crate::cmd::query::WindowArgs;
 
 /// Arguments of `hindsight flows`.
@@ -26,8 +25,20 @@ pub struct Args {
     /// The address or network whose connections to list: 10.1.2.3, 10.1.2.0/24, 2001:db8::/32.
     #[arg(long, value_name = "ADDR|CIDR")]
     ip: Option<String>,
-    #[command(flatten)]
-    archive: ArchiveArg,
+    /// Archive directory.
+    #[arg(
+        long,
+        short = 'a',
+        env = "HINDSIGHT_ARCHIVE",
+        value_name = "DIR",
+        required_unless_present = "cluster"
+    )]
+    archive: Option<std::path::PathBuf>,
+    /// Ask a cluster of recorders instead (its `[cluster]` file): the nodes
+    /// that may hold matches, merged in the index's order, each connection
+    /// tagged with its node; exit code 3 if one of them did not answer.
+    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "sealed_only"])]
+    cluster: Option<std::path::PathBuf>,
     #[command(flatten)]
     window: WindowArgs,
     /// Output format.
@@ -53,6 +64,29 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(text) => Some(Filter::parse(text)?),
         None => None,
     };
+    if let Some(cluster) = &args.cluster {
+        let question = hindsight_cluster::client::ConnQuestion {
+            ip: args.ip.clone(),
+            filter: args.filter.clone(),
+            time: args.window.range()?,
+            limit: args.limit,
+            after: args.after.clone(),
+        };
+        let page = super::cluster::client(cluster)?.connections(&question)?;
+        let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
+        let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
+        for (node, entry) in &page.entries {
+            writer.set_node(node);
+            writer.write(&mut out, entry)?;
+        }
+        writer.finish(&mut out)?;
+        out.flush()?;
+        if let Some(cursor) = &page.next {
+            more(cursor, args.limit);
+        }
+        return Ok(super::cluster::report(&page.outcome));
+    }
+    let root = args.archive.as_deref().context("no archive")?;
     let query = ConnQuery {
         ranges: ConnQuery::ranges_of(args.ip.as_deref(), filter.as_ref())?,
         filter,
@@ -61,16 +95,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         after: args.after.as_deref().map(decode_cursor).transpose()?,
     };
     if !args.sealed_only
-        && let Some(client) = Client::find(&args.archive.archive)
+        && let Some(client) = Client::find(root)
     {
         match ask(&client, &args, format) {
             Ok(answered) => return answered,
             Err(error) => super::unanswered(&client, &error),
         }
     }
-    let page = Reader::open(&args.archive.archive)?
-        .snapshot()?
-        .connections(&query)?;
+    let page = Reader::open(root)?.snapshot()?.connections(&query)?;
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
     for entry in &page.entries {
