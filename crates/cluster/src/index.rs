@@ -75,6 +75,9 @@ pub struct Route {
 #[derive(Debug, Default)]
 struct NodeState {
     summaries: BTreeMap<u64, SegmentSummary>,
+    /// The summaries by their last timestamp (and id): a window's are those
+    /// from its start on whose first timestamp is not past its end.
+    by_end: std::collections::BTreeSet<(i64, u64)>,
     /// The ids of its last sync.
     ids: Vec<(u64, u64)>,
     /// When it last synced (the index node's clock) and its own clock then.
@@ -200,7 +203,16 @@ impl ClusterIndex {
         }
         let mut state = self.lock();
         let node = state.entry(request.node.clone()).or_default();
-        node.summaries.retain(|&id, _| in_ranges(&ids, id));
+        let gone: Vec<(i64, u64)> = node
+            .summaries
+            .values()
+            .filter(|s| !in_ranges(&ids, s.id))
+            .map(|s| (s.max_ts, s.id))
+            .collect();
+        for key in gone {
+            node.by_end.remove(&key);
+            node.summaries.remove(&key.1);
+        }
         let mut missing: Vec<u64> = Vec::new();
         for &(low, high) in &ids {
             // Ranges are few; ids in them are checked against what is held.
@@ -229,7 +241,11 @@ impl ClusterIndex {
             // Only ids the node said it holds (an upload racing a sync that
             // dropped them is not kept).
             if in_ranges(&node.ids, summary.id) {
-                node.summaries.insert(summary.id, summary);
+                let key = (summary.max_ts, summary.id);
+                if let Some(old) = node.summaries.insert(summary.id, summary) {
+                    node.by_end.remove(&(old.max_ts, old.id));
+                }
+                node.by_end.insert(key);
             }
         }
         Ok(())
@@ -287,18 +303,14 @@ impl ClusterIndex {
                     .push(choice("its summaries are still arriving".to_owned(), 0));
                 continue;
             }
-            let relevant = known
-                .summaries
-                .values()
-                .filter(|s| tables.contains(&s.table.as_str()));
-            let mut matching = 0u64;
-            let mut newest = i64::MIN;
-            for summary in relevant {
-                newest = newest.max(summary.max_ts);
-                if summary.may_hold(start, end, ranges) {
-                    matching += 1;
-                }
-            }
+            // Only the summaries that end at or after the window's start.
+            let matching = known
+                .by_end
+                .range((start, 0)..)
+                .filter_map(|(_, id)| known.summaries.get(id))
+                .filter(|s| tables.contains(&s.table.as_str()) && s.may_hold(start, end, ranges))
+                .count() as u64;
+            let newest = known.by_end.last().map_or(i64::MIN, |&(end, _)| end);
             if matching > 0 {
                 route.ask.push(choice(
                     format!("{matching} segment(s) may hold matches"),
