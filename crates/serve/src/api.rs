@@ -312,15 +312,7 @@ async fn require_token(State(state): State<Shared>, request: Request, next: Next
     if state.token.is_none() && cluster_token.is_none() {
         return next.run(request).await;
     }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        // The scheme's name is case-insensitive (RFC 9110, 11.1).
-        .and_then(|value| {
-            let (scheme, token) = value.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
+    let given = bearer(request.headers());
     let accepted = [state.token.as_deref(), cluster_token]
         .into_iter()
         .flatten()
@@ -339,6 +331,18 @@ async fn require_token(State(state): State<Shared>, request: Request, next: Next
         .headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     response
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header, if there is one.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
+        .and_then(|value| {
+            let (scheme, token) = value.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
 }
 
 /// Compares without an early exit, so timing does not tell how much matched.
@@ -419,19 +423,19 @@ async fn stats(State(state): State<Shared>) -> ApiResult<Json<serde_json::Value>
 /// The time window of a request.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Window {
-    since: Option<String>,
-    until: Option<String>,
+pub(crate) struct Window {
+    pub(crate) since: Option<String>,
+    pub(crate) until: Option<String>,
 }
 
 impl Window {
-    fn range(&self) -> ApiResult<TimeRange> {
+    pub(crate) fn range(&self) -> ApiResult<TimeRange> {
         time_range(self.since.as_deref(), self.until.as_deref(), None)
             .map_err(|e| ApiError::bad_request(format!("{e:#}")))
     }
 }
 
-fn parse_filter(text: &str) -> ApiResult<Filter> {
+pub(crate) fn parse_filter(text: &str) -> ApiResult<Filter> {
     Filter::parse(text).map_err(|e| ApiError::bad_request(format!("invalid filter:\n{e}")))
 }
 

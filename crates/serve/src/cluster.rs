@@ -126,12 +126,7 @@ fn index(state: &AppState) -> ApiResult<&ClusterIndex> {
 /// other).
 fn require_cluster_token(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     let token = &cluster(state)?.client.config().token;
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim());
+    let given = crate::api::bearer(headers);
     if given.is_some_and(|given| crate::api::constant_time_eq(given.as_bytes(), token.as_bytes())) {
         Ok(())
     } else {
@@ -202,16 +197,16 @@ async fn route(
             "no table {bad:?}: the tables are packets and flows"
         )));
     }
-    let time =
-        hindsight_output::time::time_range(params.since.as_deref(), params.until.as_deref(), None)
-            .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
+    let time = crate::api::Window {
+        since: params.since,
+        until: params.until,
+    }
+    .range()?;
     let ranges = match (&params.filter, &params.addresses) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request("give filter or addresses, not both"));
         }
-        (Some(filter), None) => hindsight_filter::Filter::parse(filter)
-            .map_err(|e| ApiError::bad_request(format!("invalid filter:\n{e}")))?
-            .address_ranges(),
+        (Some(filter), None) => crate::api::parse_filter(filter)?.address_ranges(),
         (None, Some(text)) => Some(parse_ranges(text)?),
         (None, None) => None,
     };
