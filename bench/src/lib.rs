@@ -120,16 +120,47 @@ pub fn run_quiet_keeping_stdout(command: &mut Command) {
     );
 }
 
+/// The frames of a capture as (timestamp, wire length, bytes), in file order.
+pub fn read_frames(source: &Path) -> Vec<(i64, u32, Vec<u8>)> {
+    let mut reader = CaptureReader::open(source).expect("open the source capture");
+    let mut frames = Vec::new();
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.expect("read the source capture");
+        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
+    }
+    frames
+}
+
+/// Changes the last two bytes of both IPv4 addresses of an Ethernet frame by
+/// `change` (an XOR, so applying it twice restores the frame): how the
+/// benchmarks make copies of a capture with other hosts.
+pub fn shift_hosts(data: &mut [u8], change: usize) {
+    if data.len() >= 34 && data[12] == 0x08 && data[13] == 0x00 {
+        for at in [28, 32] {
+            data[at] ^= (change >> 8) as u8;
+            data[at + 1] ^= change as u8;
+        }
+    }
+}
+
+/// The release `hindsight` binary beside the running benchmark.
+pub fn hindsight_binary() -> PathBuf {
+    let hindsight = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("hindsight");
+    assert!(
+        hindsight.exists(),
+        "{} is missing: cargo build --release -p hindsight",
+        hindsight.display()
+    );
+    hindsight
+}
+
 /// Writes `source` repeated with timestamps shifted by one hour per copy until at
 /// least `packets` packets; returns (path, packets, first ts).
 pub fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64) {
     let path = work.join(format!("replicated-{packets}.pcap"));
-    let mut frames: Vec<(i64, u32, Vec<u8>)> = Vec::new();
-    let mut reader = CaptureReader::open(source).expect("open source capture");
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read source capture");
-        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
+    let frames = read_frames(source);
     let first_ts = frames.first().map_or(0, |f| f.0);
     let copies = packets.div_ceil(frames.len() as u64);
     let total = copies * frames.len() as u64;

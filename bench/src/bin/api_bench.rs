@@ -104,14 +104,7 @@ fn ms(duration: Duration) -> f64 {
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
-    let hindsight = std::env::current_exe()
-        .expect("own path")
-        .with_file_name("hindsight");
-    assert!(
-        hindsight.exists(),
-        "{} is missing: cargo build --release -p hindsight",
-        hindsight.display()
-    );
+    let hindsight = hindsight_bench::hindsight_binary();
     let (capture, packets, first_ts) =
         replicate(&hindsight_bench::default_source(), args.packets, &args.work);
     let archive = args.work.join(format!("api-archive-{packets}"));

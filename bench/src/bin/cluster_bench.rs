@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_capture::CaptureReader;
 use hindsight_cluster::ClusterConfig;
 use hindsight_cluster::index::{ClusterIndex, SummaryUpload, SyncRequest};
 use hindsight_cluster::summary::{SegmentSummary, id_ranges};
@@ -59,27 +58,6 @@ fn parse_args() -> Args {
 
 type Frames = Vec<(i64, u32, Vec<u8>)>;
 
-fn frames(source: &Path) -> Frames {
-    let mut reader = CaptureReader::open(source).expect("open the source capture");
-    let mut frames = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read the source capture");
-        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
-    frames
-}
-
-/// Changes the last two bytes of both IPv4 addresses of an Ethernet frame by
-/// `change` (an XOR, so applying it twice restores the frame).
-fn shift(data: &mut [u8], change: usize) {
-    if data.len() >= 34 && data[12] == 0x08 && data[13] == 0x00 {
-        for at in [28, 32] {
-            data[at] ^= (change >> 8) as u8;
-            data[at + 1] ^= change as u8;
-        }
-    }
-}
-
 /// Archives `copies` copies of the frames of the first `minutes` of `base`,
 /// each copy's hosts changed, in 60-second segments; returns the packets.
 fn archive(
@@ -104,7 +82,7 @@ fn archive(
         let mut data = data.clone();
         let mut applied = 0usize;
         for copy in 0..copies {
-            shift(&mut data, applied ^ copy);
+            hindsight_bench::shift_hosts(&mut data, applied ^ copy);
             applied = copy;
             let frame = Frame {
                 ts_nanos: *ts + copy as i64,
@@ -262,15 +240,8 @@ fn rare_address(frames: &Frames) -> Addr16 {
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create the work directory");
-    let hindsight = std::env::current_exe()
-        .expect("own path")
-        .with_file_name("hindsight");
-    assert!(
-        hindsight.exists(),
-        "{} is missing: cargo build --release -p hindsight",
-        hindsight.display()
-    );
-    let base = frames(&args.source);
+    let hindsight = hindsight_bench::hindsight_binary();
+    let base = hindsight_bench::read_frames(&args.source);
     let span = (base.last().unwrap().0 - base.first().unwrap().0) as f64 / 1e9;
     let rate = base.len() as f64 / span;
     println!("# hindsight cluster benchmark");

@@ -23,7 +23,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hindsight_capture::CaptureReader;
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_model::{Addr16, FlowRecord, Frame, LinkType};
@@ -79,17 +78,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-/// The frames of the source capture.
-fn frames(source: &Path) -> Vec<(i64, u32, Vec<u8>)> {
-    let mut reader = CaptureReader::open(source).expect("open the source capture");
-    let mut frames = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.expect("read the source capture");
-        frames.push((frame.ts_nanos, frame.wire_len, frame.data.to_vec()));
-    }
-    frames
 }
 
 /// The connection records of the source, by the time they ended.
@@ -323,13 +311,7 @@ fn run_packets(
         if copy != copy_in_frames {
             let change = copy ^ copy_in_frames;
             for (_, data) in &mut frames {
-                // IPv4 in Ethernet: the last two bytes of both addresses.
-                if data.len() >= 34 && data[12] == 0x08 && data[13] == 0x00 {
-                    for at in [28, 32] {
-                        data[at] ^= (change >> 8) as u8;
-                        data[at + 1] ^= change as u8;
-                    }
-                }
+                hindsight_bench::shift_hosts(data, change);
             }
             copy_in_frames = copy;
         }
@@ -459,7 +441,7 @@ fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create the work directory");
     println!("# hindsight continuous-query benchmark: five analyses, 1-second windows");
-    let frames = frames(&args.source);
+    let frames = hindsight_bench::read_frames(&args.source);
     let base = records(&frames);
     let start = frames.first().map_or(0, |f| f.0);
     let flows = stream(&base, args.flows, args.rate, start);

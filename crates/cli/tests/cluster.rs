@@ -369,36 +369,14 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         v.to_string()
     };
     let flows = |args: &[&str]| -> (Vec<String>, Vec<String>) {
-        let one = ok(&hindsight(
-            &[
-                &[
-                    "flows",
-                    "--archive",
-                    single.to_str().unwrap(),
-                    "-F",
-                    "jsonl",
-                    "--limit",
-                    "100000",
-                ],
-                args,
-            ]
-            .concat(),
-        ));
-        let fed = ok(&hindsight(
-            &[
-                &[
-                    "flows",
-                    "--cluster",
-                    cluster.to_str().unwrap(),
-                    "-F",
-                    "jsonl",
-                    "--limit",
-                    "100000",
-                ],
-                args,
-            ]
-            .concat(),
-        ));
+        let from = |place: [&str; 2]| {
+            let common = [
+                "flows", place[0], place[1], "-F", "jsonl", "--limit", "100000",
+            ];
+            ok(&hindsight(&[&common[..], args].concat()))
+        };
+        let one = from(["--archive", single.to_str().unwrap()]);
+        let fed = from(["--cluster", cluster.to_str().unwrap()]);
         (
             one.lines().map(untag).collect(),
             fed.lines().map(untag).collect(),
