@@ -117,6 +117,21 @@ impl Node {
         text
     }
 
+    fn post(&self, path: &str, body: &str) -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        use std::io::Write;
+        write!(
+            stream,
+            "POST {path} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    }
+
     /// Requests the node answered on `route`, from its metrics.
     fn requests(&self, route: &str) -> u64 {
         let metrics = self.get("/metrics");
@@ -428,7 +443,94 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     assert!(one.len() > 700, "{} connections: no second page", one.len());
     assert_eq!(paged, one, "pages of 700 across the nodes");
 
+    // SQL: each node filters and partly aggregates its rows, the rest runs
+    // where the statement was asked; the answer is the single archive's.
+    let sql = |statement: &str, place: [&str; 2]| {
+        hindsight(&["sql", statement, place[0], place[1], "-F", "csv"])
+    };
+    let statements = [
+        "SELECT count(*) AS n, sum(wire_len) AS bytes FROM packets",
+        "SELECT ip_proto, count(*) AS n, sum(wire_len) AS bytes, min(ts) AS first, max(ts) AS last \
+         FROM packets GROUP BY ip_proto ORDER BY ip_proto NULLS FIRST",
+        "SELECT ip_str(src_addr) AS src, count(*) AS n FROM packets WHERE ip_version IS NOT NULL \
+         GROUP BY src_addr ORDER BY n DESC, src LIMIT 10",
+        "SELECT count(DISTINCT src_addr) AS sources, count(DISTINCT dst_port) AS ports FROM packets",
+        "SELECT ip_proto, count(DISTINCT dst_addr) AS n FROM packets GROUP BY ip_proto \
+         ORDER BY ip_proto NULLS FIRST",
+        "SELECT ip_str(src_addr) AS src, ip_str(dst_addr) AS dst, dst_port, bytes_out + bytes_in AS bytes \
+         FROM flows ORDER BY bytes DESC, src, dst, dst_port LIMIT 10",
+        "SELECT state, count(*) AS n, sum(packets_out + packets_in) AS packets FROM flows \
+         GROUP BY state ORDER BY state",
+        "SELECT time_bucket(INTERVAL '10 minutes', ts) AS t, count(*) AS n FROM packets \
+         WHERE ts >= '2012-11-23T00:00:00Z' GROUP BY t ORDER BY t",
+        "SELECT count(*) AS n, avg(wire_len) AS mean FROM packets \
+         WHERE src_addr = ip('10.64.94.199') OR dst_addr = ip('10.64.94.199')",
+        "SELECT dst_port, count(*) AS n FROM flows WHERE ip_proto = 17 GROUP BY dst_port \
+         ORDER BY n DESC, dst_port LIMIT 5",
+        "SELECT count(*) AS n FROM packets p JOIN flows f ON p.src_addr = f.src_addr \
+         AND p.dst_addr = f.dst_addr AND p.src_port = f.src_port AND p.dst_port = f.dst_port \
+         WHERE f.dst_port = 53 AND p.dst_port = 53",
+        "SELECT count(DISTINCT uid) AS n FROM flows WHERE dst_port = 445",
+        "SELECT ip_str(dst_addr) AS dst, count(DISTINCT src_addr) AS sources FROM packets \
+         WHERE tcp_flags = 2 GROUP BY dst_addr HAVING count(DISTINCT src_addr) > 1 \
+         ORDER BY sources DESC, dst LIMIT 10",
+    ];
+    for statement in statements {
+        let one = ok(&sql(statement, ["--archive", single.to_str().unwrap()]));
+        let fed = ok(&sql(statement, ["--cluster", cluster.to_str().unwrap()]));
+        assert!(one.lines().count() > 1, "{statement}: no rows\n{one}");
+        assert_eq!(one, fed, "{statement}");
+    }
+    // The plan shows the cut: a partial aggregation on the nodes.
+    let plan = ok(&hindsight(&[
+        "sql",
+        statements[1],
+        "--cluster",
+        cluster.to_str().unwrap(),
+        "--explain",
+    ]));
+    assert!(
+        plan.contains("NodesExec: nodes=[a, b, c], on each: AggregateExec: mode=Partial"),
+        "{plan}"
+    );
+    // A statement on an address only b holds in its window reaches b alone.
+    let before: Vec<u64> = nodes
+        .iter()
+        .map(|n| n.requests("/api/v1/cluster/fragment"))
+        .collect();
+    let rare = "SELECT count(*) AS n FROM packets WHERE ts >= '2012-11-23T00:00:00Z' \
+                AND (src_addr = ip('10.64.94.199') OR dst_addr = ip('10.64.94.199'))";
+    let one = ok(&sql(rare, ["--archive", single.to_str().unwrap()]));
+    let output = sql(rare, ["--cluster", cluster.to_str().unwrap()]);
+    assert_eq!(one, ok(&output));
+    let after: Vec<u64> = nodes
+        .iter()
+        .map(|n| n.requests("/api/v1/cluster/fragment"))
+        .collect();
+    assert_eq!(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        vec![0, 1, 0],
+        "only b is asked: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A fragment that is not a cut (here: not a plan at all) is refused.
+    let refused = nodes[1].post("/api/v1/cluster/fragment", "SELECT 1");
+    assert!(
+        refused.starts_with("HTTP/1.0 400") || refused.starts_with("HTTP/1.1 400"),
+        "{refused}"
+    );
+
     // The same through the API of any node, with cluster=true.
+    let answer = nodes[1].post(
+        "/api/v1/sql",
+        &serde_json::json!({"sql": statements[0], "cluster": true, "format": "csv"}).to_string(),
+    );
+    let one_csv = ok(&sql(statements[0], ["--archive", single.to_str().unwrap()]));
+    assert!(answer.ends_with(&one_csv), "{answer}");
     let answer = nodes[2].get(&format!(
         "/api/v1/query?cluster=true&format=jsonl&filter=host%20{HOST}"
     ));
@@ -447,6 +549,22 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     assert!(
         stderr.contains("node c: ") && stderr.contains("partial"),
         "{stderr}"
+    );
+    let sql_output = sql(statements[0], ["--cluster", cluster.to_str().unwrap()]);
+    assert_eq!(sql_output.status.code(), Some(3), "{sql_output:?}");
+    assert!(
+        String::from_utf8_lossy(&sql_output.stderr).contains("node c: "),
+        "{sql_output:?}"
+    );
+    let answer = nodes[0].post(
+        "/api/v1/sql",
+        &serde_json::json!({"sql": statements[0], "cluster": true}).to_string(),
+    );
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("hindsight-partial: node c: "),
+        "{answer}"
     );
     let partial: u64 = String::from_utf8_lossy(&output.stdout)
         .trim()
@@ -470,6 +588,13 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         "--count",
     ]));
     assert_eq!(count_back, count_one);
+    assert_eq!(
+        ok(&sql(
+            statements[3],
+            ["--cluster", cluster.to_str().unwrap()]
+        )),
+        ok(&sql(statements[3], ["--archive", single.to_str().unwrap()]))
+    );
 
     // A node with the wrong token is refused and named.
     let log_c = nodes[2].kill();

@@ -141,6 +141,21 @@ impl ClusterClient {
         answer_of(request.send(body))
     }
 
+    /// `POST url/api/v1/route` with a binary body.
+    pub fn post_bytes(
+        &self,
+        url: &str,
+        route: &str,
+        body: &[u8],
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let request = self
+            .agent
+            .post(format!("{url}/api/v1/{route}"))
+            .header("Authorization", self.bearer())
+            .header("Content-Type", "application/octet-stream");
+        answer_of(request.send(body))
+    }
+
     /// Which nodes may hold rows of `tables` in `time` with an address in
     /// `ranges`: the first index node that answers says; if none does, every
     /// node (and the notes say why).

@@ -12,11 +12,13 @@
 //! - [`index`]: the index node's store of summaries and its routing.
 //! - [`sync`]: the node's side, keeping its index nodes current.
 //! - [`client`]: asking the cluster and merging the answers.
+//! - [`sql`]: SQL over the nodes, partial aggregation on each.
 
 pub mod client;
 pub mod config;
 pub mod index;
 pub mod signature;
+pub mod sql;
 pub mod summary;
 pub mod sync;
 

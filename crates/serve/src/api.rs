@@ -845,6 +845,9 @@ struct SqlBody {
     sql: String,
     max_rows: Option<u64>,
     format: Option<String>,
+    /// Ask every node of the cluster that may hold rows.
+    #[serde(default)]
+    cluster: bool,
 }
 
 /// The format an answer of `answer` asks for by name (`default` without one).
@@ -883,6 +886,9 @@ async fn sql(
         Format::Jsonl,
         hindsight_output::Answer::Rows,
     )?;
+    if body.cluster {
+        return super::cluster::federated_sql(state, body.sql, format, max_rows).await;
+    }
     let limits = Limits {
         max_rows: Some(max_rows),
         timeout: Some(state.limits.timeout),

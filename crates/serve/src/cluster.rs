@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hindsight_cluster::index::{SummaryUpload, SyncRequest};
 use hindsight_cluster::sync::SyncCounters;
-use hindsight_cluster::{ClusterClient, ClusterConfig, ClusterIndex, PARTIAL_HEADER};
+use hindsight_cluster::{ClusterClient, ClusterConfig, ClusterIndex, Outcome, PARTIAL_HEADER};
 use hindsight_model::Addr16;
 use hindsight_output::Format;
 use hindsight_store::TimeRange;
@@ -102,6 +102,7 @@ pub fn routes() -> Router<Shared> {
         .route("/api/v1/cluster/summaries", post(summaries))
         .route("/api/v1/cluster/route", get(route))
         .route("/api/v1/cluster/status", get(status))
+        .route("/api/v1/cluster/fragment", post(fragment))
 }
 
 fn cluster(state: &AppState) -> ApiResult<&ClusterState> {
@@ -288,6 +289,12 @@ pub(crate) async fn federated_query(
         Ok((bytes, outcome))
     })
     .await?;
+    Ok(federated_answer(bytes, format, &outcome))
+}
+
+/// A federated answer: its bytes, with the nodes asked in `hindsight-nodes`
+/// and, if it is partial, the nodes missing in `hindsight-partial`.
+fn federated_answer(bytes: Vec<u8>, format: Format, outcome: &Outcome) -> Response {
     let mut response = Body::from(bytes).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -304,7 +311,75 @@ pub(crate) async fn federated_query(
     if let Ok(value) = HeaderValue::from_str(&asked.join(",")) {
         headers.insert("hindsight-nodes", value);
     }
-    Ok(response)
+    response
+}
+
+/// `POST /api/v1/sql` with `"cluster": true`: the statement planned here and
+/// cut into fragments that the nodes that may hold its rows run (filters,
+/// projections, partial aggregations), finished here over their answers.
+pub(crate) async fn federated_sql(
+    state: Shared,
+    sql: String,
+    format: Format,
+    max_rows: u64,
+) -> ApiResult<Response> {
+    let client = cluster(&state)?.client.clone();
+    let timeout = state.limits.timeout;
+    let (bytes, outcome) = crate::api::blocking(&state, move || {
+        let mut bytes = Vec::new();
+        let limits = hindsight_sql::Limits {
+            max_rows: Some(max_rows),
+            timeout: Some(timeout),
+        };
+        let (_, outcome) = hindsight_cluster::sql::run(client, &sql, format, &mut bytes, &limits)
+            .map_err(|e| ApiError::of_reader(e.into()))?;
+        Ok((bytes, outcome))
+    })
+    .await?;
+    Ok(federated_answer(bytes, format, &outcome))
+}
+
+/// `POST /api/v1/cluster/fragment` (the cluster's token): a fragment of a
+/// statement asked of the cluster, run over this node's archive; its rows as
+/// an Arrow IPC stream. Only filters, projections and a partial aggregation
+/// over one table run (see `hindsight_sql::SqlSession::run_fragment`).
+async fn fragment(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    require_cluster_token(&state, &headers)?;
+    if body.len() > hindsight_sql::MAX_FRAGMENT_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "the fragment is {} bytes, more than {}",
+            body.len(),
+            hindsight_sql::MAX_FRAGMENT_BYTES
+        )));
+    }
+    let limits = hindsight_reader::Limits {
+        max_rows: Some(state.limits.max_rows),
+        timeout: Some(state.limits.timeout),
+        memory_bytes: Some(state.limits.max_memory_bytes),
+    };
+    let reader = Arc::clone(&state.reader);
+    let bytes = crate::api::blocking(&state, move || {
+        let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
+        let mut out = Vec::new();
+        let sql_limits = hindsight_sql::Limits {
+            max_rows: limits.max_rows,
+            timeout: limits.timeout,
+        };
+        session
+            .run_fragment(&body, &mut out, &sql_limits)
+            .map_err(|e| ApiError::of_reader(e.into()))?;
+        Ok(out)
+    })
+    .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
+        bytes,
+    )
+        .into_response())
 }
 
 /// The cluster of `serve`'s configuration, if it has one.

@@ -13,6 +13,7 @@
 //! `time_bucket(INTERVAL '1 minute', ts)` is DataFusion's `date_bin` under the name
 //! TimescaleDB users know. `docs/sql.md` is the user's reference.
 
+mod federate;
 mod functions;
 mod policy;
 mod prune;
@@ -34,6 +35,7 @@ use futures::StreamExt;
 use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
+pub use crate::federate::{MAX_FRAGMENT_BYTES, Nodes};
 pub use crate::functions::Networks;
 pub use crate::stages::{MAX_BOUND_VALUES, Script};
 use crate::table::SegmentTable;
@@ -152,6 +154,9 @@ pub struct SqlSession {
     /// Segments the scans read and skipped, and the catalog's unreadable lines.
     scans: table::Scans,
     catalog_damage: Vec<String>,
+    /// The archive's own tables, unviewed: what a cluster's fragments scan
+    /// ([`Self::run_fragment`]).
+    sources: Vec<(Table, Arc<dyn datafusion::datasource::TableProvider>)>,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -221,18 +226,16 @@ impl SqlSession {
         }
         let context = SessionContext::new_with_config_rt(config, environment.build_arc()?);
         functions::register(&context);
-        context.register_table(
-            "packets",
-            Arc::new(
-                SegmentTable::new(
-                    Arc::clone(&archive),
-                    Table::Packets,
-                    index,
-                    Arc::clone(&scans),
-                )
-                .with_unsealed(unsealed.packets),
-            ),
-        )?;
+        let packets: Arc<dyn datafusion::datasource::TableProvider> = Arc::new(
+            SegmentTable::new(
+                Arc::clone(&archive),
+                Table::Packets,
+                index,
+                Arc::clone(&scans),
+            )
+            .with_unsealed(unsealed.packets),
+        );
+        context.register_table("packets", Arc::clone(&packets))?;
         let flows = if unsealed.flows.is_empty() {
             Vec::new()
         } else {
@@ -242,16 +245,17 @@ impl SqlSession {
             }
             vec![builder.finish()]
         };
-        context.register_table(
-            "flows",
-            table::flows_table(archive, Arc::clone(&scans), flows)?,
-        )?;
+        let records: Arc<dyn datafusion::datasource::TableProvider> = Arc::new(
+            SegmentTable::new(archive, Table::Flows, None, Arc::clone(&scans)).with_unsealed(flows),
+        );
+        context.register_table("flows", table::with_uid("flows", Arc::clone(&records))?)?;
         Ok(Self {
             context,
             runtime: Some(runtime()?),
             writes: false,
             scans,
             catalog_damage,
+            sources: vec![(Table::Packets, packets), (Table::Flows, records)],
         })
     }
 
@@ -266,7 +270,104 @@ impl SqlSession {
             writes: false,
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),
+            sources: Vec::new(),
         })
+    }
+
+    /// A session over a cluster's nodes: `packets` and `flows` are theirs, a
+    /// statement's plan is cut into fragments that the nodes that may hold
+    /// its rows run on their own archives (filters, projections, partial
+    /// aggregations), and the rest runs here over their answers (see
+    /// `federate`). A node that does not answer is reported to `nodes`.
+    pub fn federated(nodes: Arc<dyn Nodes>) -> Result<Self, SqlError> {
+        use datafusion::execution::session_state::SessionStateBuilder;
+        let state = SessionStateBuilder::new()
+            .with_config(session_config())
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(federate::Federate::new(Arc::clone(&nodes))))
+            .build();
+        let context = SessionContext::new_with_state(state);
+        functions::register(&context);
+        context.register_table(
+            "packets",
+            Arc::new(federate::RemoteTable::new(
+                Table::Packets,
+                Arc::clone(&nodes),
+            )),
+        )?;
+        context.register_table(
+            "flows",
+            table::with_uid(
+                "flows",
+                Arc::new(federate::RemoteTable::new(Table::Flows, nodes)),
+            )?,
+        )?;
+        Ok(Self {
+            context,
+            runtime: Some(runtime()?),
+            writes: false,
+            scans: table::Scans::default(),
+            catalog_damage: Vec::new(),
+            sources: Vec::new(),
+        })
+    }
+
+    /// Runs a fragment of a statement asked of the cluster (the protobuf form
+    /// of a physical plan, see `federate`) over this archive and writes its
+    /// rows to `out` as an Arrow IPC stream. Only filters, projections and a
+    /// partial aggregation over one of the tables are run; anything else is
+    /// refused. Returns the rows written.
+    pub fn run_fragment(
+        &self,
+        fragment: &[u8],
+        out: &mut dyn Write,
+        limits: &Limits,
+    ) -> Result<u64, SqlError> {
+        let context = self.context.clone();
+        let sources = self.sources.clone();
+        let fragment = fragment.to_vec();
+        let max_rows = limits.max_rows;
+        let run = async move {
+            let task = context.task_ctx();
+            let plan = federate::decode_fragment(&fragment, &task)?;
+            let state = context.state();
+            let provider = |table: Table| {
+                sources
+                    .iter()
+                    .find(|(t, _)| *t == table)
+                    .map(|(_, provider)| Arc::clone(provider))
+            };
+            let plan = federate::localize(plan, &state, &provider).await?;
+            let stream = federate::execute_fragment(plan, task)?;
+            let schema = stream.schema();
+            Ok::<_, SqlError>((schema, gather(stream, max_rows).await?))
+        };
+        let (schema, batches) = match limits.timeout {
+            None => self.runtime().block_on(run)?,
+            Some(timeout) => {
+                let (done, result) = std::sync::mpsc::sync_channel(1);
+                let task = self.runtime().spawn(async move {
+                    let _ = done.send(run.await);
+                });
+                match result.recv_timeout(timeout) {
+                    Ok(result) => result?,
+                    Err(_) => {
+                        task.abort();
+                        return Err(SqlError::TimedOut {
+                            seconds: timeout.as_secs(),
+                        });
+                    }
+                }
+            }
+        };
+        let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(out, &schema)?;
+        let mut rows = 0u64;
+        for batch in &batches {
+            writer.write(batch)?;
+            rows += batch.num_rows() as u64;
+        }
+        writer.finish()?;
+        Ok(rows)
     }
 
     /// Makes `live_packets` and `live_flows` hold `packets` (batches of the

@@ -34,20 +34,6 @@ use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table};
 
 use crate::{functions, prune};
 
-/// The `flows` table: the columns of the archive's `flows` segments, with `uid`
-/// the kept one (Zeek's) or the one derived from the row, as every reader of the
-/// segments computes it (`docs/formats/segment.md`). Conditions on the other
-/// columns still prune segments, row groups and pages; a condition on `uid` is
-/// evaluated on the rows read.
-pub fn flows_table(
-    archive: Arc<Archive>,
-    scans: Scans,
-    unsealed: Vec<RecordBatch>,
-) -> Result<Arc<dyn TableProvider>> {
-    let segments = SegmentTable::new(archive, Table::Flows, None, scans).with_unsealed(unsealed);
-    with_uid("flows", Arc::new(segments))
-}
-
 /// A view of connection records (`records`, of the `flows` schema) with their
 /// `uid` derived, which the stored form does not keep.
 pub fn with_uid(name: &str, records: Arc<dyn TableProvider>) -> Result<Arc<dyn TableProvider>> {

@@ -10,16 +10,26 @@ use hindsight_output::{Answer, Format};
 use hindsight_serve::client::Client;
 use hindsight_sql::{Limits, SqlError, SqlSession};
 
-use crate::ArchiveArg;
-
 /// Arguments of `hindsight sql`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The SQL statement; the table is `packets` (see docs/sql.md).
     #[arg(value_name = "SQL")]
     sql: String,
-    #[command(flatten)]
-    archive: ArchiveArg,
+    /// Archive directory.
+    #[arg(
+        long,
+        short = 'a',
+        env = "HINDSIGHT_ARCHIVE",
+        value_name = "DIR",
+        required_unless_present = "cluster"
+    )]
+    archive: Option<PathBuf>,
+    /// Ask a cluster of recorders instead (its `[cluster]` file): each node
+    /// that may hold rows filters and partly aggregates its own, the rest runs
+    /// here; exit code 3 if a node that may hold rows did not answer.
+    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "allow_writes", "sealed_only"])]
+    cluster: Option<PathBuf>,
     /// Output format [default: from -o FILE's extension (.csv, .jsonl, .parquet), else table].
     #[arg(long, short = 'F', value_enum)]
     format: Option<Format>,
@@ -48,11 +58,27 @@ pub struct Args {
 
 /// Runs `hindsight sql`.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let root = &args.archive.archive;
     let format = super::query::output_format(args.format, args.output.as_deref(), Answer::Rows)?;
     if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");
     }
+    if let Some(cluster) = &args.cluster {
+        let client = super::cluster::client(cluster)?;
+        let (session, nodes) = hindsight_cluster::sql::session(client)?;
+        let mut out = hindsight_output::create(args.output.as_deref())?;
+        if args.explain {
+            writeln!(out, "{}", session.explain(&args.sql)?)?;
+        } else {
+            let limits = Limits {
+                max_rows: Some(args.max_rows),
+                timeout: None,
+            };
+            session.run(&args.sql, format, &mut out, &limits)?;
+        }
+        out.flush()?;
+        return Ok(super::cluster::report(&nodes.outcome()));
+    }
+    let root = args.archive.as_deref().context("no archive")?;
     if !args.sealed_only
         && !args.allow_writes
         && !args.explain
