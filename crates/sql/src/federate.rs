@@ -54,6 +54,9 @@ use crate::prune;
 /// The most bytes of a fragment a node decodes.
 pub const MAX_FRAGMENT_BYTES: usize = 1 << 20;
 
+/// The most partitions a fragment's repartition may make.
+const MAX_PARTITIONS: usize = 64;
+
 /// The nodes of a cluster as the statement's planner sees them.
 pub trait Nodes: Send + Sync + std::fmt::Debug {
     /// The nodes that may hold rows of `table` in `time` with, for each of
@@ -406,7 +409,7 @@ fn allowed(plan: &Arc<dyn ExecutionPlan>, top: bool) -> bool {
     if let Some(repartition) = plan.downcast_ref::<RepartitionExec>() {
         // A hash repartition places rows for the operator above it; that
         // operator runs where the statement was asked.
-        return matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(_))
+        return matches!(repartition.partitioning(), Partitioning::RoundRobinBatch(n) if *n <= MAX_PARTITIONS)
             && !repartition.preserve_order();
     }
     if top && plan.is::<LocalLimitExec>() {
@@ -454,11 +457,23 @@ pub fn decode_fragment(bytes: &[u8], context: &TaskContext) -> Result<Arc<dyn Ex
             bytes.len()
         )));
     }
-    let plan = datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(
-        bytes,
-        context,
-        &FragmentCodec,
-    )?;
+    // DataFusion's decoder panics on some damaged plans (an aggregation's
+    // column index past its input's columns): a damaged fragment is an error.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(
+            bytes,
+            context,
+            &FragmentCodec,
+        )
+    }));
+    let plan = match decoded {
+        Ok(plan) => plan?,
+        Err(_) => {
+            return Err(DataFusionError::Plan(
+                "the fragment is damaged: DataFusion's decoder failed on it".to_owned(),
+            ));
+        }
+    };
     if shippable(&plan, true).is_none() {
         return Err(DataFusionError::Plan(format!(
             "the fragment is not one this node runs (filters, projections and a partial \

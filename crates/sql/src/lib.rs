@@ -342,22 +342,25 @@ impl SqlSession {
             let schema = stream.schema();
             Ok::<_, SqlError>((schema, gather(stream, max_rows).await?))
         };
-        let (schema, batches) = match limits.timeout {
-            None => self.runtime().block_on(run)?,
-            Some(timeout) => {
-                let (done, result) = std::sync::mpsc::sync_channel(1);
-                let task = self.runtime().spawn(async move {
-                    let _ = done.send(run.await);
+        // On a task of its own: a fragment that makes DataFusion panic as it
+        // runs ends that task, not this thread.
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        let task = self.runtime().spawn(async move {
+            let _ = done.send(run.await);
+        });
+        let wait = limits.timeout.unwrap_or(std::time::Duration::MAX);
+        let (schema, batches) = match result.recv_timeout(wait) {
+            Ok(result) => result?,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                task.abort();
+                return Err(SqlError::TimedOut {
+                    seconds: wait.as_secs(),
                 });
-                match result.recv_timeout(timeout) {
-                    Ok(result) => result?,
-                    Err(_) => {
-                        task.abort();
-                        return Err(SqlError::TimedOut {
-                            seconds: timeout.as_secs(),
-                        });
-                    }
-                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(SqlError::DataFusion(DataFusionError::Execution(
+                    "the fragment failed as it ran (a panic in DataFusion)".to_owned(),
+                )));
             }
         };
         let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(out, &schema)?;
