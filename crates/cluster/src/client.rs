@@ -66,6 +66,19 @@ impl Outcome {
 /// The response header that says an answer is partial, naming the nodes.
 pub const PARTIAL_HEADER: &str = "hindsight-partial";
 
+/// This process's own archive, when it is a node of the cluster (`serve`):
+/// its share of an answer is read here, without a request to itself.
+pub trait LocalNode: Send + Sync + std::fmt::Debug {
+    /// This node's packets matching `filter` in `time` (at most `limit`), in
+    /// the rows format; and what made the answer incomplete, if anything.
+    fn rows(
+        &self,
+        filter: &str,
+        time: TimeRange,
+        limit: Option<u64>,
+    ) -> Result<(Vec<u8>, Option<String>), String>;
+}
+
 /// A client of the cluster's nodes.
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
@@ -74,6 +87,8 @@ pub struct ClusterClient {
     /// This process's own index, when it is an index node: routes are
     /// answered here, without a request.
     local: Option<std::sync::Arc<crate::ClusterIndex>>,
+    /// This process's own archive, when it is the node of the config's name.
+    node: Option<std::sync::Arc<dyn LocalNode>>,
 }
 
 /// One packet from a node.
@@ -92,7 +107,22 @@ impl ClusterClient {
             config,
             agent,
             local: None,
+            node: None,
         }
+    }
+
+    /// Reads this node's share of answers through `node`, the archive of the
+    /// node the config names as itself.
+    pub fn with_local_node(mut self, node: std::sync::Arc<dyn LocalNode>) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// This process's archive, if `name` is this node.
+    fn local_node(&self, name: &str) -> Option<&dyn LocalNode> {
+        (self.config.name.as_deref() == Some(name))
+            .then_some(self.node.as_deref())
+            .flatten()
     }
 
     /// Routes with `index`, this process's own (an index node asking).
@@ -237,6 +267,12 @@ impl ClusterClient {
         if let Some(limit) = limit {
             params.push(("limit", limit.to_string()));
         }
+        let ask = Ask {
+            filter,
+            time,
+            limit,
+            params: &params,
+        };
         let (missing_tx, missing_rx) = mpsc::channel::<Missing>();
         let mut streams = Vec::new();
         std::thread::scope(|scope| -> std::io::Result<()> {
@@ -247,9 +283,9 @@ impl ClusterClient {
                     rx,
                     ready: VecDeque::new(),
                 });
-                let (client, params, missing) = (self, &params, missing_tx.clone());
+                let (client, ask, missing) = (self, &ask, missing_tx.clone());
                 scope.spawn(move || {
-                    if let Err(reason) = client.stream_rows(choice, params, &tx) {
+                    if let Err(reason) = client.stream_rows(choice, ask, &tx) {
                         let _ = missing.send(Missing {
                             node: choice.node.clone(),
                             reason,
@@ -268,23 +304,35 @@ impl ClusterClient {
         Ok(outcome)
     }
 
-    /// Streams one node's rows answer into `tx`, in chunks.
+    /// Streams one node's rows answer into `tx`, in chunks: read here if it
+    /// is this process's own node, else asked of it.
     fn stream_rows(
         &self,
         choice: &Choice,
-        params: &[(&str, String)],
+        ask: &Ask<'_>,
         tx: &mpsc::SyncSender<Vec<Packet>>,
     ) -> Result<(), String> {
-        let mut response = self.get(&choice.url, "query", params)?;
-        let incomplete = response
-            .headers()
-            .get("hindsight-incomplete")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let mut body = response.body_mut().with_config().limit(u64::MAX).reader();
+        let mut response;
+        let (mut body, incomplete): (Box<dyn Read>, Option<String>) =
+            match self.local_node(&choice.node) {
+                Some(node) => {
+                    let (bytes, incomplete) = node.rows(ask.filter, ask.time, ask.limit)?;
+                    (Box::new(std::io::Cursor::new(bytes)), incomplete)
+                }
+                None => {
+                    response = self.get(&choice.url, "query", ask.params)?;
+                    let incomplete = response
+                        .headers()
+                        .get("hindsight-incomplete")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let body = response.body_mut().with_config().limit(u64::MAX).reader();
+                    (Box::new(body), incomplete)
+                }
+            };
         let mut rows = 0u64;
         loop {
-            match hindsight_output::packets::read_rows_chunk(&mut body as &mut dyn Read) {
+            match hindsight_output::packets::read_rows_chunk(&mut body) {
                 Ok(Some(chunk)) => {
                     rows += chunk.len() as u64;
                     if tx.send(chunk).is_err() {
@@ -303,6 +351,15 @@ impl ClusterClient {
             None => Ok(()),
         }
     }
+}
+
+/// A packet question as each node is asked it: in words for this process's
+/// own node, as query parameters for the others.
+struct Ask<'a> {
+    filter: &'a str,
+    time: TimeRange,
+    limit: Option<u64>,
+    params: &'a [(&'a str, String)],
 }
 
 /// `since` and `until` of a window, as every node reads them.

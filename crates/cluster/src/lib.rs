@@ -22,6 +22,6 @@ pub mod sql;
 pub mod summary;
 pub mod sync;
 
-pub use client::{ClusterClient, Missing, Outcome, PARTIAL_HEADER};
+pub use client::{ClusterClient, LocalNode, Missing, Outcome, PARTIAL_HEADER};
 pub use config::ClusterConfig;
 pub use index::ClusterIndex;

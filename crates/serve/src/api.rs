@@ -272,7 +272,7 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
 pub const INCOMPLETE_HEADER: &str = "hindsight-incomplete";
 
 /// The value of [`INCOMPLETE_HEADER`], if the answer goes without something.
-fn incomplete_header(
+pub(crate) fn incomplete_header(
     snapshot: &Snapshot,
     skipped: &[hindsight_query::search::SkippedSegment],
 ) -> Option<String> {

@@ -39,15 +39,22 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
-    /// The cluster side of the node `config` names.
-    pub fn new(config: ClusterConfig) -> Self {
+    /// The cluster side of the node `config` names, whose archive `reader`
+    /// reads within `limits`.
+    pub fn new(
+        config: ClusterConfig,
+        reader: Arc<hindsight_reader::Reader>,
+        limits: hindsight_reader::Limits,
+    ) -> Self {
         let index = match &config.name {
             Some(name) if config.is_index() => Some(Arc::new(ClusterIndex::new(&config, name))),
             _ => None,
         };
+        let local = Arc::new(LocalArchive { reader, limits });
+        let client = ClusterClient::new(config).with_local_node(local);
         let client = match &index {
-            Some(index) => ClusterClient::new(config).with_local_index(Arc::clone(index)),
-            None => ClusterClient::new(config),
+            Some(index) => client.with_local_index(Arc::clone(index)),
+            None => client,
         };
         Self {
             client,
@@ -337,6 +344,49 @@ pub(crate) async fn federated_sql(
     })
     .await?;
     Ok(federated_answer(bytes, format, &outcome))
+}
+
+/// This node's own archive, read for its share of a federated answer without
+/// a request to itself (and without a second of the API's slots).
+#[derive(Debug)]
+struct LocalArchive {
+    reader: Arc<hindsight_reader::Reader>,
+    limits: hindsight_reader::Limits,
+}
+
+impl hindsight_cluster::LocalNode for LocalArchive {
+    fn rows(
+        &self,
+        filter: &str,
+        time: TimeRange,
+        limit: Option<u64>,
+    ) -> Result<(Vec<u8>, Option<String>), String> {
+        let filter =
+            hindsight_filter::Filter::parse(filter).map_err(|e| format!("invalid filter:\n{e}"))?;
+        let snapshot = self.reader.snapshot().map_err(|e| e.to_string())?;
+        let request = hindsight_query::search::SearchRequest {
+            filter,
+            time,
+            limit,
+            with_data: Format::Rows.carries_bytes(),
+            capture_only: Format::Rows.is_capture(),
+        };
+        let mut bytes = Vec::new();
+        let stats = {
+            let mut sink =
+                hindsight_output::packets::packet_sink(Format::Rows, Box::new(&mut bytes))?;
+            let stats = snapshot
+                .search(&request, &self.limits, &mut |_| {}, &mut |record, data| {
+                    sink.write(record, data).map(|()| true)
+                })
+                .map_err(|e| e.to_string())?;
+            sink.finish()
+                .map_err(|e| format!("cannot write the answer: {e}"))?;
+            stats
+        };
+        let incomplete = crate::api::incomplete_header(&snapshot, &stats.skipped);
+        Ok((bytes, incomplete))
+    }
 }
 
 /// `POST /api/v1/cluster/fragment` (the cluster's token): a fragment of a

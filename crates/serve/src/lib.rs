@@ -160,6 +160,11 @@ pub fn run(args: Options) -> Result<()> {
         dumper: recorder.dumper(),
     });
     let dumps_dir_listed = dumps_dir.clone();
+    let (reader_for_cluster, config_max_rows, config_timeout) = (
+        Arc::clone(&reader),
+        config.api.max_rows,
+        config.api.timeout_secs,
+    );
     let state = Arc::new(AppState {
         reader,
         dumps_dir,
@@ -181,7 +186,14 @@ pub fn run(args: Options) -> Result<()> {
         dumps_seen: std::sync::Mutex::new(api::list_dumps(&dumps_dir_listed)),
         hub: hub.clone(),
         max_window_rows: config.watches.max_window_rows,
-        cluster: cluster_config.map(cluster::ClusterState::new),
+        cluster: cluster_config.map(|config| {
+            let limits = hindsight_reader::Limits {
+                max_rows: Some(config_max_rows),
+                timeout: Some(Duration::from_secs(config_timeout)),
+                memory_bytes: None,
+            };
+            cluster::ClusterState::new(config, Arc::clone(&reader_for_cluster), limits)
+        }),
         requests: std::sync::Mutex::default(),
     });
     let syncing = state
