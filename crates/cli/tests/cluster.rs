@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::browser::Browser;
 use common::{hindsight, ingest, lan_hour, ok, require_tool};
 
 const TOKEN: &str = "cluster-test-token-0123456789";
@@ -243,6 +244,7 @@ fn wait_for_index(nodes: &[Node], healthy: usize) {
 fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     require_tool("editcap");
     require_tool("tcpdump");
+    require_tool("chromedriver");
     let dir = tempfile::tempdir().unwrap();
     let single = dir.path().join("single");
     let parts = shares(dir.path());
@@ -541,8 +543,51 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     assert!(answer.contains("hindsight-nodes: "), "{answer}");
     assert!(!answer.contains("hindsight-partial"), "{answer}");
 
+    // The web UI of a node searches all nodes: a node column, the nodes'
+    // health.
+    let browser = Browser::start(&dir.path().join("downloads"), &dir.path().join("profile"));
+    browser.open(&format!("http://127.0.0.1:{}/", nodes[0].port));
+    browser.wait_for("return document.title === 'hindsight'");
+    browser.wait_for("return !document.getElementById('scope-label').hidden");
+    browser.type_into("#filter", &format!("host {HOST}"));
+    // The day before (a) and the day (b): 1,263 packets each.
+    browser.script("document.getElementById('limit').value = '2000'");
+    browser.click("#search");
+    browser.wait_for("return document.getElementById('token-row').style.display === 'flex'");
+    browser.type_into("#token", TOKEN);
+    browser.click("#token-save");
+    let status = browser.wait_for(
+        "const s = document.getElementById('status').textContent; return s.includes('asked') ? s : ''",
+    );
+    assert!(status.as_str().unwrap().contains("asked: a,b)"), "{status}");
+    let tagged = browser.script(
+        "return [...document.querySelectorAll('#results td.node')].map(td => td.textContent)",
+    );
+    let tagged: Vec<&str> = tagged
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(tagged.len(), 2000, "the first 2000 of {HOST}'s packets");
+    assert!(tagged.contains(&"a") && tagged.contains(&"b") && !tagged.contains(&"c"));
+    let health = browser.wait_for(
+        "const cells = [...document.querySelectorAll('#nodes td.health-ok')]; \
+         return cells.length === 3 ? cells.length : 0",
+    );
+    assert_eq!(health, 3);
+    assert_eq!(
+        browser.script("return document.getElementById('partial').textContent"),
+        ""
+    );
+
     // Node c killed: answers come from a and b, partial, naming c.
     nodes[2].kill();
+    browser.type_into("#filter", "tcp");
+    browser.click("#search");
+    let banner = browser.wait_for("return document.getElementById('partial').textContent");
+    assert!(banner.as_str().unwrap().contains("node c: "), "{banner}");
+    drop(browser);
     let output = query(&["tcp", "--cluster", cluster.to_str().unwrap(), "--count"]);
     assert_eq!(output.status.code(), Some(3), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);

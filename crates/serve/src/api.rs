@@ -401,11 +401,18 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
             "running": live.counters.capture_threads.load(Ordering::Relaxed) > 0,
         })
     });
+    // A node of a cluster says so, for the web UI's cluster view (how many
+    // nodes; their names and addresses need the token).
+    let cluster = state.cluster.as_ref().map(|cluster| {
+        let config = cluster.client.config();
+        json!({"node": config.name, "nodes": config.nodes.len()})
+    });
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": state.started.elapsed().as_secs(),
         "capture": capture,
+        "cluster": cluster,
         "limits": {
             "max_rows": state.limits.max_rows,
             "max_body_bytes": state.limits.max_body_bytes,

@@ -252,7 +252,21 @@ async fn status(State(state): State<Shared>) -> ApiResult<Response> {
     let cluster = cluster(&state)?;
     let config = cluster.client.config();
     let counters = &cluster.counters;
-    let nodes = cluster.index.as_ref().map(|index| index.status());
+    let nodes = match &cluster.index {
+        Some(index) => json!(index.status()),
+        // Not an index node: what an index node says of the nodes.
+        None => {
+            let client = cluster.client.clone();
+            let status =
+                tokio::task::spawn_blocking(move || hindsight_cluster::client::status(&client))
+                    .await
+                    .map_err(|e| ApiError::internal(&e.into()))?;
+            match status {
+                Ok(status) => status["nodes"].clone(),
+                Err(error) => json!({"error": format!("{error:#}")}),
+            }
+        }
+    };
     Ok(axum::Json(json!({
         "node": config.name,
         "index_nodes": config.index,

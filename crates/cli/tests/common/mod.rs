@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod browser;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
