@@ -26,6 +26,25 @@ struct ArchiveArg {
     archive: PathBuf,
 }
 
+/// Where a question goes: one archive, or a cluster of recorders.
+#[derive(Debug, clap::Args)]
+struct Source {
+    /// Archive directory.
+    #[arg(
+        long,
+        short = 'a',
+        env = "HINDSIGHT_ARCHIVE",
+        value_name = "DIR",
+        required_unless_present = "cluster"
+    )]
+    archive: Option<PathBuf>,
+    /// Ask a cluster of recorders instead (its `[cluster]` file): only the nodes
+    /// that may hold matches answer, merged and tagged with their node; exit code
+    /// 3 if one of them did not answer.
+    #[arg(long, value_name = "CLUSTER.toml", conflicts_with = "archive")]
+    cluster: Option<PathBuf>,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Read pcap/pcapng captures (plain or gzip) into the archive.

@@ -138,3 +138,22 @@ pub fn run(
     let rows = session.run(sql, format, out, limits)?;
     Ok((rows, nodes.outcome()))
 }
+
+/// Runs `sql` over the cluster of `client` (or, with `explain`, writes its
+/// plan, which shows the cut) to `out` in `format`; how the nodes answered.
+pub fn answer(
+    client: ClusterClient,
+    sql: &str,
+    explain: bool,
+    format: Format,
+    out: &mut dyn Write,
+    limits: &Limits,
+) -> Result<Outcome, SqlError> {
+    let (session, nodes) = session(client)?;
+    if explain {
+        writeln!(out, "{}", session.explain(sql)?)?;
+    } else {
+        session.run(sql, format, out, limits)?;
+    }
+    Ok(nodes.outcome())
+}

@@ -15,6 +15,11 @@
 //!
 //! [network]
 //! home = ["10.0.0.0/8", "2001:db8::/32"]  # the networks inside (continuous queries' ip_home)
+//!
+//! [archive]
+//! object_store = "s3://bucket/prefix"     # copy sealed segments there (credentials: AWS_* variables)
+//! endpoint = "http://127.0.0.1:8333"      # an S3-compatible server other than AWS
+//! region = "us-east-1"
 //! ```
 //!
 //! A command-line flag (`--keep-connections`) overrides the file for that run.
@@ -49,6 +54,16 @@ struct ArchiveConfig {
     packets: Packets,
     #[serde(default)]
     network: Network,
+    #[serde(default)]
+    archive: ArchiveSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ArchiveSection {
+    object_store: Option<String>,
+    endpoint: Option<String>,
+    region: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +109,8 @@ pub struct ArchiveSettings {
     /// The home network (`[network] home`): inclusive address ranges, empty
     /// when none is set.
     pub home: Vec<(hindsight_model::Addr16, hindsight_model::Addr16)>,
+    /// Where sealed segments are copied (`[archive] object_store`), if anywhere.
+    pub objects: Option<hindsight_store::objects::ObjectStoreSettings>,
 }
 
 /// Returns the expiration settings of the archive at `root`: its `config.toml`
@@ -147,10 +164,24 @@ pub fn archive_settings(
         .map(|net| hindsight_model::network_range(net))
         .collect::<Result<_, _>>()
         .map_err(|reason| error(format!("[network] home: {reason}")))?;
+    let section = config.archive;
+    if section.object_store.is_none() && (section.endpoint.is_some() || section.region.is_some()) {
+        return Err(error(
+            "[archive] endpoint and region need object_store = \"s3://bucket/prefix\"".to_owned(),
+        ));
+    }
+    let objects = section
+        .object_store
+        .map(|url| hindsight_store::objects::ObjectStoreSettings {
+            url,
+            endpoint: section.endpoint,
+            region: section.region,
+        });
     Ok(ArchiveSettings {
         expiry,
         retention,
         home,
+        objects,
     })
 }
 

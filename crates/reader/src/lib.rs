@@ -381,8 +381,9 @@ impl Snapshot {
     }
 
     /// A SQL session over this snapshot (`packets` and `flows`), read-only,
-    /// with the memory bound of `limits`, and `ip_home()` testing the
-    /// archive's `[network] home`.
+    /// with the memory bound of `limits`, `ip_home()` testing the archive's
+    /// `[network] home`, and the copies in its object store read where the
+    /// local files are gone.
     pub fn sql(&self, limits: &Limits) -> Result<SqlSession, ReaderError> {
         let unsealed = match &self.tail {
             Some(tail) => {
@@ -405,7 +406,8 @@ impl Snapshot {
             self.index.clone(),
             limits.memory_bytes,
             unsealed,
-        )?;
+        )?
+        .with_objects(self.settings.objects.as_ref())?;
         if !self.settings.home.is_empty() {
             session.set_home(self.settings.home.clone());
         }

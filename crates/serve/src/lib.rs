@@ -201,6 +201,9 @@ pub fn run(args: Options) -> Result<()> {
         .as_ref()
         .and_then(|c| c.start_sync(Arc::clone(&state.reader), state.live.is_some()));
     let stop_sync = state.cluster.as_ref().map(|c| Arc::clone(&c.stop));
+    let stop_copying = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let copying = start_copying(Arc::clone(&state.reader), Arc::clone(&stop_copying));
+    let reader_at_end = Arc::clone(&state.reader);
     eprintln!(
         "hindsight serve: archive {}, {}; {}; listening on http://{address}",
         root.display(),
@@ -265,6 +268,8 @@ pub fn run(args: Options) -> Result<()> {
     if let Some(syncing) = syncing {
         let _ = syncing.join();
     }
+    stop_copying.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = copying.join();
     // The watches stop before the capture: their last windows are answered.
     if let Some(hub) = hub.and_then(|hub| Arc::try_unwrap(hub).ok()) {
         hub.stop();
@@ -286,8 +291,58 @@ pub fn run(args: Options) -> Result<()> {
             counters.dumps.load(std::sync::atomic::Ordering::Relaxed),
         );
     }
+    // The last segments sealed go to the object store too.
+    copy_segments(&reader_at_end, &mut None);
     served.context("the HTTP server failed")?;
     Ok(())
+}
+
+/// How often sealed segments are copied to the archive's object store.
+const COPY_EVERY: Duration = Duration::from_secs(5);
+
+/// The thread that copies sealed segments to the archive's object store
+/// (`[archive] object_store`) every [`COPY_EVERY`], until `stop`.
+fn start_copying(
+    reader: Arc<hindsight_reader::Reader>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut failing = None;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            copy_segments(&reader, &mut failing);
+            let until = Instant::now() + COPY_EVERY;
+            while Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    })
+}
+
+/// Copies the sealed segments not yet copied, if the archive has an object
+/// store; says on stderr what it copied and what failed (a failure once, until
+/// it changes: `failing` holds the last).
+fn copy_segments(reader: &hindsight_reader::Reader, failing: &mut Option<String>) {
+    let Ok(snapshot) = reader.snapshot() else {
+        return;
+    };
+    let Some(settings) = snapshot.settings().objects.clone() else {
+        return;
+    };
+    match hindsight_sql::objects::copy_archive(reader.root(), &settings) {
+        Ok((copied, line)) => {
+            *failing = None;
+            if copied.segments > 0 {
+                eprintln!("hindsight serve: {line}");
+            }
+            for problem in copied.problems {
+                eprintln!("hindsight serve: warning: {problem}");
+            }
+        }
+        Err(error) => eprintln!(
+            "hindsight serve: cannot copy segments to {}: {error}",
+            settings.url
+        ),
+    }
 }
 
 /// Waits for SIGTERM or SIGINT and returns its name.

@@ -15,6 +15,7 @@
 
 mod federate;
 mod functions;
+pub mod objects;
 mod policy;
 mod prune;
 mod stages;
@@ -42,6 +43,7 @@ use crate::table::SegmentTable;
 pub use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DfStatement;
 pub use hindsight_output::Format;
+pub use hindsight_store::objects::ObjectStoreSettings;
 
 /// The tables of a live window (`hindsight-watch`): the rows of the stream in
 /// the current window, with the columns of `packets` and `flows`.
@@ -138,7 +140,8 @@ fn runtime() -> Result<tokio::runtime::Runtime, SqlError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sql")
-        .enable_time()
+        // IO for the object store's client.
+        .enable_all()
         .build()
         .map_err(SqlError::Runtime)
 }
@@ -157,6 +160,8 @@ pub struct SqlSession {
     /// The archive's own tables, unviewed: what a cluster's fragments scan
     /// ([`Self::run_fragment`]).
     sources: Vec<(Table, Arc<dyn datafusion::datasource::TableProvider>)>,
+    /// The archive's directory, if the session is over one.
+    archive_root: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for SqlSession {
@@ -206,6 +211,7 @@ impl SqlSession {
         memory_bytes: Option<usize>,
         unsealed: Unsealed,
     ) -> Result<Self, SqlError> {
+        let root = archive.root().to_path_buf();
         let catalog_damage = archive
             .catalog_damage()
             .iter()
@@ -256,6 +262,7 @@ impl SqlSession {
             scans,
             catalog_damage,
             sources: vec![(Table::Packets, packets), (Table::Flows, records)],
+            archive_root: Some(root),
         })
     }
 
@@ -271,6 +278,7 @@ impl SqlSession {
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),
             sources: Vec::new(),
+            archive_root: None,
         })
     }
 
@@ -309,7 +317,29 @@ impl SqlSession {
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),
             sources: Vec::new(),
+            archive_root: None,
         })
+    }
+
+    /// Reads the segments whose local file is gone from their copies in the
+    /// object store `settings` names (`[archive] object_store`), as
+    /// `objects.log` lists them; without settings, the session as it is.
+    pub fn with_objects(self, settings: Option<&ObjectStoreSettings>) -> Result<Self, SqlError> {
+        let Some(settings) = settings else {
+            return Ok(self);
+        };
+        let objects = Arc::new(objects::Objects::open(settings)?);
+        let (url, store) = objects.store();
+        self.context.register_object_store(url, store);
+        let copied = self
+            .archive_root
+            .as_deref()
+            .map(hindsight_store::objects::read_log)
+            .unwrap_or_default();
+        if let Ok(mut scans) = self.scans.lock() {
+            scans.remote = Some((objects, copied));
+        }
+        Ok(self)
     }
 
     /// Runs a fragment of a statement asked of the cluster (the protobuf form
@@ -613,6 +643,24 @@ impl SqlSession {
         let mut lines = self.catalog_damage.clone();
         if let Ok(scans) = self.scans.lock() {
             lines.extend(scans.skipped.iter().cloned());
+        }
+        lines
+    }
+
+    /// [`Self::skipped`] as warnings for people, with a last line saying the
+    /// answer is incomplete; empty when it is whole.
+    pub fn incomplete_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .skipped()
+            .iter()
+            .map(|line| format!("warning: {line}"))
+            .collect();
+        if !lines.is_empty() {
+            lines.push(
+                "warning: the answer is incomplete (`hindsight check` lists the damage, \
+                 `--repair` sets it aside)"
+                    .to_owned(),
+            );
         }
         lines
     }

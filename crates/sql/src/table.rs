@@ -69,6 +69,12 @@ pub struct ScanState {
     excluded: BTreeSet<SegmentId>,
     /// Segments scans handed to DataFusion, with their files.
     scanned: BTreeMap<SegmentId, (PathBuf, CatalogEntry)>,
+    /// The archive's object store and the segments copied there, whose copy
+    /// is read once the local file is gone.
+    pub remote: Option<(
+        Arc<crate::objects::Objects>,
+        hindsight_store::objects::CopyLog,
+    )>,
 }
 
 impl ScanState {
@@ -154,8 +160,9 @@ impl SegmentTable {
         self
     }
 
-    /// The segments a scan with `filters` must read.
-    fn segments(&self, filters: &[Expr]) -> Result<Vec<CatalogEntry>> {
+    /// The segments a scan with `filters` must read, each with the URL of its
+    /// file: the local one, or its copy in the object store once it is gone.
+    fn segments(&self, filters: &[Expr]) -> Result<Vec<(CatalogEntry, String)>> {
         let time = prune::time_range(filters);
         let mut segments: Vec<CatalogEntry> = self
             .archive
@@ -181,21 +188,30 @@ impl SegmentTable {
         let Ok(mut scans) = self.scans.lock() else {
             return Err(DataFusionError::Internal("scan state poisoned".to_owned()));
         };
-        segments.retain(|entry| {
+        let mut found = Vec::new();
+        for entry in segments {
             if scans.excluded.contains(&entry.segment_id()) {
-                return false;
+                continue;
             }
-            let Some(problem) = self.archive.segment_file_problem(entry) else {
-                let path = self.archive.segment_path(entry);
+            let path = self.archive.segment_path(&entry);
+            let Some(problem) = self.archive.segment_file_problem(&entry) else {
                 scans
                     .scanned
-                    .insert(entry.segment_id(), (path, entry.clone()));
-                return true;
+                    .insert(entry.segment_id(), (path.clone(), entry.clone()));
+                found.push((entry, path.to_string_lossy().into_owned()));
+                continue;
             };
-            scans.skip(entry, &problem);
-            false
-        });
-        Ok(segments)
+            // Gone here, kept there: the copy, whose pages' checksums DataFusion checks.
+            let copy = scans.remote.as_ref().and_then(|(objects, copied)| {
+                (copied.get(&entry.id) == Some(&(entry.size_bytes, entry.crc32)))
+                    .then(|| objects.object_url(&entry))
+            });
+            match copy {
+                Some(url) if !path.exists() => found.push((entry, url)),
+                _ => scans.skip(&entry, &problem),
+            }
+        }
+        Ok(found)
     }
 }
 
@@ -256,10 +272,7 @@ impl SegmentTable {
         }
         let urls = segments
             .iter()
-            .map(|entry| {
-                let path = self.archive.segment_path(entry);
-                ListingTableUrl::parse(path.to_string_lossy())
-            })
+            .map(|(_, url)| ListingTableUrl::parse(url))
             .collect::<Result<Vec<_>>>()?;
         let options =
             ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");

@@ -14,6 +14,7 @@ pub mod archive;
 pub mod catalog;
 pub mod error;
 pub mod flows;
+pub mod objects;
 pub mod schema;
 pub mod segment;
 mod table;

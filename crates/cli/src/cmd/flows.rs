@@ -25,20 +25,8 @@ pub struct Args {
     /// The address or network whose connections to list: 10.1.2.3, 10.1.2.0/24, 2001:db8::/32.
     #[arg(long, value_name = "ADDR|CIDR")]
     ip: Option<String>,
-    /// Archive directory.
-    #[arg(
-        long,
-        short = 'a',
-        env = "HINDSIGHT_ARCHIVE",
-        value_name = "DIR",
-        required_unless_present = "cluster"
-    )]
-    archive: Option<std::path::PathBuf>,
-    /// Ask a cluster of recorders instead (its `[cluster]` file): the nodes
-    /// that may hold matches, merged in the index's order, each connection
-    /// tagged with its node; exit code 3 if one of them did not answer.
-    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "sealed_only"])]
-    cluster: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    source: crate::Source,
     #[command(flatten)]
     window: WindowArgs,
     /// Output format.
@@ -53,7 +41,7 @@ pub struct Args {
     after: Option<String>,
     /// Read the connection index here, even when a `serve` captures into the
     /// archive (by default its API answers, with the records not yet committed).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     sealed_only: bool,
 }
 
@@ -64,7 +52,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(text) => Some(Filter::parse(text)?),
         None => None,
     };
-    if let Some(cluster) = &args.cluster {
+    if let Some(cluster) = &args.source.cluster {
         let question = hindsight_cluster::client::ConnQuestion {
             ip: args.ip.clone(),
             filter: args.filter.clone(),
@@ -86,7 +74,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         return Ok(super::cluster::report(&page.outcome));
     }
-    let root = args.archive.as_deref().context("no archive")?;
+    let root = args.source.archive.as_deref().context("no archive")?;
     let query = ConnQuery {
         ranges: ConnQuery::ranges_of(args.ip.as_deref(), filter.as_ref())?,
         filter,

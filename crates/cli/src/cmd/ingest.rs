@@ -102,7 +102,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     if args.format == InputFormat::Zeek {
-        return ingest_conn_logs(&args, ingestor);
+        return ingest_conn_logs(&args, ingestor, &settings);
     }
     let show_progress = !args.quiet && std::io::stderr().is_terminal();
     let mut damaged = 0usize;
@@ -158,6 +158,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     let summary = ingestor.finish().context("cannot seal the last segment")?;
+    copy_to_objects(&args.archive.archive, &settings)?;
     print_summary(
         &summary.counts,
         summary.elapsed.as_secs_f64(),
@@ -237,7 +238,11 @@ fn is_stdin(path: &std::path::Path) -> bool {
 }
 
 /// Reads Zeek conn.log files into the flows table and the connection index.
-fn ingest_conn_logs(args: &Args, mut ingestor: Ingestor) -> Result<ExitCode> {
+fn ingest_conn_logs(
+    args: &Args,
+    mut ingestor: Ingestor,
+    settings: &hindsight_ingest::settings::ArchiveSettings,
+) -> Result<ExitCode> {
     if args.captures.iter().any(|p| is_stdin(p)) {
         bail!("--format zeek reads files; standard input (-) takes packet captures");
     }
@@ -272,6 +277,7 @@ fn ingest_conn_logs(args: &Args, mut ingestor: Ingestor) -> Result<ExitCode> {
         );
     }
     let summary = ingestor.finish().context("cannot seal the last segment")?;
+    copy_to_objects(&args.archive.archive, settings)?;
     let flow_segments = summary
         .sealed
         .iter()
@@ -289,4 +295,22 @@ fn ingest_conn_logs(args: &Args, mut ingestor: Ingestor) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copies the sealed segments not yet copied to the archive's object store
+/// (`[archive] object_store`), if it has one.
+fn copy_to_objects(
+    root: &std::path::Path,
+    settings: &hindsight_ingest::settings::ArchiveSettings,
+) -> Result<()> {
+    let Some(objects) = &settings.objects else {
+        return Ok(());
+    };
+    let (copied, line) = hindsight_sql::objects::copy_archive(root, objects)
+        .with_context(|| format!("cannot copy the segments to {}", objects.url))?;
+    eprintln!("{line}");
+    for problem in &copied.problems {
+        eprintln!("warning: {problem}");
+    }
+    Ok(())
 }

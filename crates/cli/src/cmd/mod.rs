@@ -34,6 +34,18 @@ pub fn unanswered(client: &Client, error: &anyhow::Error) {
     );
 }
 
+/// Prints what an answer went without, a line each; exit code 3 under
+/// `--strict` if it went without anything.
+pub fn warn_exit(lines: &[String], strict: bool) -> ExitCode {
+    for line in lines {
+        eprintln!("{line}");
+    }
+    match lines.is_empty() || !strict {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(query::INCOMPLETE),
+    }
+}
+
 /// The exit code of an answer the serving process said was incomplete.
 pub fn incomplete_exit(incomplete: Option<String>, strict: bool) -> ExitCode {
     match incomplete {

@@ -20,20 +20,8 @@ pub struct Args {
     /// or tcpdump syntax (`host 10.1.2.3 and port 53`); empty matches every packet.
     #[arg(default_value = "", value_name = "FILTER")]
     filter: String,
-    /// Archive directory.
-    #[arg(
-        long,
-        short = 'a',
-        env = "HINDSIGHT_ARCHIVE",
-        value_name = "DIR",
-        required_unless_present = "cluster"
-    )]
-    archive: Option<PathBuf>,
-    /// Ask a cluster of recorders instead (its `[cluster]` file): the nodes
-    /// that may hold matches answer, merged in time order, each packet tagged
-    /// with its node; exit code 3 if a node that may hold matches did not answer.
-    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "explain", "sealed_only"])]
-    cluster: Option<PathBuf>,
+    #[command(flatten)]
+    source: crate::Source,
     #[command(flatten)]
     window: WindowArgs,
     /// Output format; default: pcap or pcapng when -o names a .pcap or .pcapng file, else table.
@@ -49,7 +37,7 @@ pub struct Args {
     #[arg(long, short = 'c')]
     count: bool,
     /// Print how many segments, row groups and rows each pruning level kept (to stderr).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     explain: bool,
     /// Fail (exit code 3) when a damaged segment or catalog line made the answer
     /// incomplete, instead of answering from the rest with a warning.
@@ -57,7 +45,7 @@ pub struct Args {
     strict: bool,
     /// Read the sealed segments here, even when a `serve` captures into the
     /// archive (by default its API answers, with the packets not yet sealed).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     sealed_only: bool,
 }
 
@@ -106,7 +94,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if format.is_capture() && args.output.is_none() && io::stdout().is_terminal() {
         anyhow::bail!("refusing to write a capture file to a terminal: use -o FILE or a pipe");
     }
-    if let Some(cluster) = &args.cluster {
+    if let Some(cluster) = &args.source.cluster {
         let client = super::cluster::client(cluster)?;
         let mut out = hindsight_output::create(args.output.as_deref())?;
         let question = hindsight_cluster::client::PacketQuestion {
@@ -121,7 +109,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         out.flush()?;
         return Ok(super::cluster::report(&outcome));
     }
-    let root = args.archive.as_ref().context("no archive")?;
+    let root = args.source.archive.as_ref().context("no archive")?;
     if !args.sealed_only
         && !args.explain
         && let Some(client) = Client::find(root)
@@ -161,18 +149,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("{}", stats.explain(started.elapsed().as_secs_f64()));
     }
     let lines = hindsight_query::search::incomplete_lines(search.archive(), &stats.skipped);
-    for line in &lines {
-        eprintln!("{line}");
-    }
-    let complete = lines.is_empty();
     // The process ends here: closing the read-only index would only free memory
     // (about a millisecond, a tenth of a query the index answers alone).
     std::mem::forget(search);
-    Ok(if complete || !args.strict {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(INCOMPLETE)
-    })
+    Ok(super::warn_exit(&lines, args.strict))
 }
 
 /// The format of an answer: `--format`, else the one `-o FILE`'s extension asks

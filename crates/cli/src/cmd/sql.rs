@@ -1,7 +1,6 @@
 //! `hindsight sql 'SELECT ...' --archive DIR`
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -16,20 +15,8 @@ pub struct Args {
     /// The SQL statement; the table is `packets` (see docs/sql.md).
     #[arg(value_name = "SQL")]
     sql: String,
-    /// Archive directory.
-    #[arg(
-        long,
-        short = 'a',
-        env = "HINDSIGHT_ARCHIVE",
-        value_name = "DIR",
-        required_unless_present = "cluster"
-    )]
-    archive: Option<PathBuf>,
-    /// Ask a cluster of recorders instead (its `[cluster]` file): each node
-    /// that may hold rows filters and partly aggregates its own, the rest runs
-    /// here; exit code 3 if a node that may hold rows did not answer.
-    #[arg(long, value_name = "CLUSTER.toml", conflicts_with_all = ["archive", "allow_writes", "sealed_only"])]
-    cluster: Option<PathBuf>,
+    #[command(flatten)]
+    source: crate::Source,
     /// Output format [default: from -o FILE's extension (.csv, .jsonl, .parquet), else table].
     #[arg(long, short = 'F', value_enum)]
     format: Option<Format>,
@@ -38,7 +25,7 @@ pub struct Args {
     output: Option<PathBuf>,
     /// Let statements that write, create, drop or set options run (COPY ... TO,
     /// CREATE EXTERNAL TABLE, SET); without it SQL only reads.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     allow_writes: bool,
     /// Fail (exit code 3) when a damaged segment or catalog line made the answer
     /// incomplete, instead of answering from the rest with a warning.
@@ -52,7 +39,7 @@ pub struct Args {
     explain: bool,
     /// Read the sealed segments here, even when a `serve` captures into the
     /// archive (by default its API answers, with the rows not yet sealed).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     sealed_only: bool,
 }
 
@@ -62,23 +49,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");
     }
-    if let Some(cluster) = &args.cluster {
+    let limits = Limits {
+        max_rows: Some(args.max_rows),
+        timeout: None,
+    };
+    if let Some(cluster) = &args.source.cluster {
         let client = super::cluster::client(cluster)?;
-        let (session, nodes) = hindsight_cluster::sql::session(client)?;
         let mut out = hindsight_output::create(args.output.as_deref())?;
-        if args.explain {
-            writeln!(out, "{}", session.explain(&args.sql)?)?;
-        } else {
-            let limits = Limits {
-                max_rows: Some(args.max_rows),
-                timeout: None,
-            };
-            session.run(&args.sql, format, &mut out, &limits)?;
-        }
+        let outcome = hindsight_cluster::sql::answer(
+            client,
+            &args.sql,
+            args.explain,
+            format,
+            &mut out,
+            &limits,
+        )?;
         out.flush()?;
-        return Ok(super::cluster::report(&nodes.outcome()));
+        return Ok(super::cluster::report(&outcome));
     }
-    let root = args.archive.as_deref().context("no archive")?;
+    let root = args.source.archive.as_deref().context("no archive")?;
     if !args.sealed_only
         && !args.allow_writes
         && !args.explain
@@ -103,10 +92,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let mut session = SqlSession::open(root)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let home = hindsight_ingest::settings::archive_settings(root, None)?.home;
-    if !home.is_empty() {
-        session.set_home(home);
+    let settings = hindsight_ingest::settings::archive_settings(root, None)?;
+    if !settings.home.is_empty() {
+        session.set_home(settings.home);
     }
+    session = session.with_objects(settings.objects.as_ref())?;
     if args.allow_writes {
         session = session.allow_writes();
     }
@@ -118,37 +108,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         result => result?,
     }
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(BufWriter::new(
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => Box::new(BufWriter::new(io::stdout().lock())),
-    };
+    let mut out = hindsight_output::create(args.output.as_deref())?;
     if args.explain {
         writeln!(out, "{}", session.explain(&args.sql)?)?;
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let limits = Limits {
-        max_rows: Some(args.max_rows),
-        timeout: None,
-    };
     session.run(&args.sql, format, &mut out, &limits)?;
     out.flush()?;
-    let skipped = session.skipped();
-    for line in &skipped {
-        eprintln!("warning: {line}");
-    }
-    if skipped.is_empty() {
-        return Ok(ExitCode::SUCCESS);
-    }
-    eprintln!(
-        "warning: the answer is incomplete (`hindsight check` lists the damage, `--repair` \
-         sets it aside)"
-    );
-    Ok(if args.strict {
-        ExitCode::from(super::query::INCOMPLETE)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(super::warn_exit(&session.incomplete_lines(), args.strict))
 }

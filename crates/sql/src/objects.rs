@@ -1,0 +1,156 @@
+//! Sealed segments copied to S3-compatible object storage (`[archive]
+//! object_store = "s3://bucket/prefix"`), through the `object_store` crate
+//! DataFusion reads with. A segment is copied once its file is verified
+//! against the CRC-32 the catalog recorded at seal, under the same relative
+//! path (`prefix/packets/seg-….parquet`), and entered in `ARCHIVE/objects.log`
+//! (id, file, bytes, CRC-32, a line each) only once the store has it whole.
+//! A scan reads the local file while it exists and the copy once it is gone
+//! (the local copy may expire first), so SQL and every engine that reads
+//! Parquet in S3 see the same segments.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::error::{DataFusionError, Result};
+use hindsight_store::archive::checksum_file;
+use hindsight_store::objects::{ObjectStoreSettings, append_log, read_log};
+use hindsight_store::{Archive, CatalogEntry};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+/// An archive's object store.
+#[derive(Debug)]
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    /// `s3://bucket`, as DataFusion registers the store.
+    bucket_url: url::Url,
+    /// The prefix inside the bucket, without slashes at its ends.
+    prefix: String,
+}
+
+/// What one round of copying did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Copied {
+    /// Segments copied in this round.
+    pub segments: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Segments not copied, and why (a file that fails its CRC-32 is never
+    /// copied).
+    pub problems: Vec<String>,
+}
+
+impl Objects {
+    /// The store `settings` names; credentials from the environment
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, as every S3 client).
+    pub fn open(settings: &ObjectStoreSettings) -> Result<Self> {
+        let bad = |why: String| DataFusionError::Configuration(format!("object_store: {why}"));
+        let url = url::Url::parse(&settings.url)
+            .map_err(|e| bad(format!("{:?} is not a URL: {e}", settings.url)))?;
+        if url.scheme() != "s3" {
+            return Err(bad(format!(
+                "{:?}: only s3://bucket/prefix is supported",
+                settings.url
+            )));
+        }
+        let bucket = url
+            .host_str()
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| bad(format!("{:?} names no bucket", settings.url)))?
+            .to_owned();
+        let prefix = url.path().trim_matches('/').to_owned();
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(&bucket)
+            .with_region(settings.region.as_deref().unwrap_or("us-east-1"));
+        if let Some(endpoint) = &settings.endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"))
+                .with_virtual_hosted_style_request(false);
+        }
+        let store = builder.build().map_err(|e| bad(e.to_string()))?;
+        let bucket_url = url::Url::parse(&format!("s3://{bucket}"))
+            .map_err(|e| bad(format!("bucket {bucket:?}: {e}")))?;
+        Ok(Self {
+            store: Arc::new(store),
+            bucket_url,
+            prefix,
+        })
+    }
+
+    /// The store, and the URL DataFusion registers it under.
+    pub fn store(&self) -> (&url::Url, Arc<dyn ObjectStore>) {
+        (&self.bucket_url, Arc::clone(&self.store))
+    }
+
+    /// Where a segment's copy is, inside the bucket.
+    pub fn object_path(&self, entry: &CatalogEntry) -> ObjectPath {
+        if self.prefix.is_empty() {
+            ObjectPath::from(entry.file.as_str())
+        } else {
+            ObjectPath::from(format!("{}/{}", self.prefix, entry.file))
+        }
+    }
+
+    /// The URL of a segment's copy, as DataFusion's scans take it.
+    pub fn object_url(&self, entry: &CatalogEntry) -> String {
+        format!("{}/{}", self.bucket_url, self.object_path(entry))
+    }
+
+    /// Copies every catalogued segment not yet copied: its file verified
+    /// against the catalog's CRC-32, put whole, then entered in the log.
+    pub async fn copy_new(&self, archive: &Archive) -> Result<Copied> {
+        let root = archive.root();
+        let mut copied = read_log(root);
+        let mut report = Copied::default();
+        for entry in archive.catalog().entries() {
+            if copied.contains_key(&entry.id) {
+                continue;
+            }
+            let path = archive.segment_path(entry);
+            match checksum_file(&path) {
+                Ok((size, crc)) if size == entry.size_bytes && crc == entry.crc32 => {}
+                Ok(_) => {
+                    report.problems.push(format!(
+                        "segment {} ({}): its bytes changed since it was sealed; not copied",
+                        entry.id, entry.file
+                    ));
+                    continue;
+                }
+                // Gone (expired, set aside) before it was copied.
+                Err(_) => continue,
+            }
+            let bytes = std::fs::read(&path).map_err(DataFusionError::IoError)?;
+            self.store
+                .put(&self.object_path(entry), bytes.into())
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            append_log(root, entry).map_err(DataFusionError::IoError)?;
+            copied.insert(entry.id, (entry.size_bytes, entry.crc32));
+            report.segments += 1;
+            report.bytes += entry.size_bytes;
+        }
+        Ok(report)
+    }
+}
+
+/// Copies the segments of the archive at `root` not yet copied to the store
+/// `settings` names; one line for people saying what it did (and the
+/// problems, one line each).
+pub fn copy_archive(root: &Path, settings: &ObjectStoreSettings) -> Result<(Copied, String)> {
+    let archive = Archive::open_reader(root).map_err(|e| DataFusionError::External(e.into()))?;
+    let objects = Objects::open(settings)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(DataFusionError::IoError)?;
+    let copied = runtime.block_on(objects.copy_new(&archive))?;
+    let line = format!(
+        "copied {} segment(s), {:.1} MB, to {}",
+        copied.segments,
+        copied.bytes as f64 / 1e6,
+        settings.url
+    );
+    Ok((copied, line))
+}
