@@ -163,12 +163,7 @@ impl ClusterClient {
         route: &str,
         body: &[u8],
     ) -> Result<ureq::http::Response<ureq::Body>, String> {
-        let request = self
-            .agent
-            .post(format!("{url}/api/v1/{route}"))
-            .header("Authorization", self.bearer())
-            .header("Content-Type", "application/json");
-        answer_of(request.send(body))
+        self.post(url, route, "application/json", body)
     }
 
     /// `POST url/api/v1/route` with a binary body.
@@ -178,11 +173,21 @@ impl ClusterClient {
         route: &str,
         body: &[u8],
     ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        self.post(url, route, "application/octet-stream", body)
+    }
+
+    fn post(
+        &self,
+        url: &str,
+        route: &str,
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
         let request = self
             .agent
             .post(format!("{url}/api/v1/{route}"))
             .header("Authorization", self.bearer())
-            .header("Content-Type", "application/octet-stream");
+            .header("Content-Type", content_type);
         answer_of(request.send(body))
     }
 
@@ -312,7 +317,6 @@ impl ClusterClient {
         ask: &Ask<'_>,
         tx: &mpsc::SyncSender<Vec<Packet>>,
     ) -> Result<(), String> {
-        let mut response;
         let (mut body, incomplete): (Box<dyn Read>, Option<String>) =
             match self.local_node(&choice.node) {
                 Some(node) => {
@@ -320,14 +324,14 @@ impl ClusterClient {
                     (Box::new(std::io::Cursor::new(bytes)), incomplete)
                 }
                 None => {
-                    response = self.get(&choice.url, "query", ask.params)?;
+                    let response = self.get(&choice.url, "query", ask.params)?;
                     let incomplete = response
                         .headers()
                         .get("hindsight-incomplete")
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_owned);
-                    let body = response.body_mut().with_config().limit(u64::MAX).reader();
-                    (Box::new(body), incomplete)
+                    let body = response.into_body().into_with_config().limit(u64::MAX);
+                    (Box::new(body.reader()), incomplete)
                 }
             };
         let mut rows = 0u64;

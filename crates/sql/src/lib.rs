@@ -12,6 +12,11 @@
 //! the 16-byte address form of the address columns, `ip_str(src_addr)` prints one, and
 //! `time_bucket(INTERVAL '1 minute', ts)` is DataFusion's `date_bin` under the name
 //! TimescaleDB users know. `docs/sql.md` is the user's reference.
+//!
+//! Over a cluster ([`SqlSession::federated`], `federate`), a statement's plan is
+//! cut into fragments each node runs on its own rows ([`SqlSession::run_fragment`]);
+//! `objects` copies segments to S3-compatible storage and scans read the copies
+//! once the local files are gone.
 
 mod federate;
 mod functions;
@@ -372,27 +377,7 @@ impl SqlSession {
             let schema = stream.schema();
             Ok::<_, SqlError>((schema, gather(stream, max_rows).await?))
         };
-        // On a task of its own: a fragment that makes DataFusion panic as it
-        // runs ends that task, not this thread.
-        let (done, result) = std::sync::mpsc::sync_channel(1);
-        let task = self.runtime().spawn(async move {
-            let _ = done.send(run.await);
-        });
-        let wait = limits.timeout.unwrap_or(std::time::Duration::MAX);
-        let (schema, batches) = match result.recv_timeout(wait) {
-            Ok(result) => result?,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                task.abort();
-                return Err(SqlError::TimedOut {
-                    seconds: wait.as_secs(),
-                });
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(SqlError::DataFusion(DataFusionError::Execution(
-                    "the fragment failed as it ran (a panic in DataFusion)".to_owned(),
-                )));
-            }
-        };
+        let (schema, batches) = self.within(limits.timeout, run)?;
         let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(out, &schema)?;
         let mut rows = 0u64;
         for batch in &batches {
@@ -731,11 +716,7 @@ impl SqlSession {
         ))
     }
 
-    /// As [`Self::collect`], cancelled after `timeout`. The statement runs as a
-    /// task of the runtime while this thread waits on a plain channel: the
-    /// runtime's timers are driven by its workers, which a heavy statement keeps
-    /// busy. At the deadline the task is aborted, which drops its stream and
-    /// with it DataFusion's tasks.
+    /// As [`Self::collect`], cancelled after `timeout` (see [`Self::within`]).
     fn collect_within(
         &self,
         sql: &str,
@@ -746,20 +727,39 @@ impl SqlSession {
         let statement = self.parse(sql)?;
         let writes = self.writes;
         let scans = Arc::clone(&self.scans);
+        self.within(Some(timeout), async move {
+            let binding = Binding::params(None);
+            collect_async(&context, &statement, &binding, max_rows, writes, &scans).await
+        })
+    }
+
+    /// Runs `work` as a task of the session's runtime while this thread waits
+    /// on a plain channel (the runtime's timers are driven by its workers, which
+    /// a heavy statement keeps busy), cancelled after `timeout`: at the deadline
+    /// the task is aborted, which drops its streams and with them DataFusion's
+    /// tasks. A panic in DataFusion ends the task, not this thread.
+    fn within<T: Send + 'static>(
+        &self,
+        timeout: Option<std::time::Duration>,
+        work: impl std::future::Future<Output = Result<T, SqlError>> + Send + 'static,
+    ) -> Result<T, SqlError> {
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
-            let binding = Binding::params(None);
-            let _ = done.send(
-                collect_async(&context, &statement, &binding, max_rows, writes, &scans).await,
-            );
+            let _ = done.send(work.await);
         });
-        match result.recv_timeout(timeout) {
+        let wait = timeout.unwrap_or(std::time::Duration::MAX);
+        match result.recv_timeout(wait) {
             Ok(result) => result,
-            Err(_) => {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 task.abort();
                 Err(SqlError::TimedOut {
-                    seconds: timeout.as_secs(),
+                    seconds: wait.as_secs(),
                 })
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(SqlError::DataFusion(DataFusionError::Execution(
+                    "the statement failed as it ran (a panic in DataFusion)".to_owned(),
+                )))
             }
         }
     }
