@@ -76,10 +76,7 @@ fn start_seaweedfs(dir: &Path) -> (Reaped, u16) {
         .expect("start SeaweedFS");
     let server = Reaped(child);
     // Up once a bucket can be made (S3 CreateBucket).
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = common::agent();
     let started = Instant::now();
     loop {
         let made = agent

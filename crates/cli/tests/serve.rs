@@ -6,7 +6,7 @@
 mod common;
 
 use common::browser::Browser;
-use common::{hindsight, lan_hour, ok, read_frames, require_tool};
+use common::{agent, hindsight, lan_hour, ok, read_frames, require_tool};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -68,14 +68,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
 }
 
 /// An answer: status, content type, body.

@@ -114,6 +114,17 @@ pub struct Limits {
     pub memory_bytes: Option<usize>,
 }
 
+impl Limits {
+    /// The bounds of one SQL statement run within these (the memory bound is
+    /// the session's, [`Snapshot::sql`]).
+    pub fn statement(&self) -> hindsight_sql::Limits {
+        hindsight_sql::Limits {
+            max_rows: self.max_rows,
+            timeout: self.timeout,
+        }
+    }
+}
+
 /// What makes a snapshot stale: the catalog file and the index directories as
 /// `stat` sees them (a seal appends to the catalog; an index commit adds a file).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -59,6 +59,18 @@ pub struct ApiLimits {
     pub max_memory_bytes: usize,
 }
 
+impl ApiLimits {
+    /// The bounds of a SQL statement through the API: at most `max_rows`
+    /// rows, the request timeout, the operators' memory.
+    pub(crate) fn sql(&self, max_rows: u64) -> Limits {
+        Limits {
+            max_rows: Some(max_rows),
+            timeout: Some(self.timeout),
+            memory_bytes: Some(self.max_memory_bytes),
+        }
+    }
+}
+
 /// The live side of the server, when it captures.
 #[derive(Debug)]
 pub struct Live {
@@ -896,21 +908,13 @@ async fn sql(
     if body.cluster {
         return super::cluster::federated_sql(state, body.sql, format, max_rows).await;
     }
-    let limits = Limits {
-        max_rows: Some(max_rows),
-        timeout: Some(state.limits.timeout),
-        memory_bytes: Some(state.limits.max_memory_bytes),
-    };
+    let limits = state.limits.sql(max_rows);
     let reader = Arc::clone(&state.reader);
     let output = blocking(&state, move || {
         let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
         let mut out = Vec::new();
-        let sql_limits = hindsight_sql::Limits {
-            max_rows: limits.max_rows,
-            timeout: limits.timeout,
-        };
         session
-            .run(&body.sql, format, &mut out, &sql_limits)
+            .run(&body.sql, format, &mut out, &limits.statement())
             .map_err(|e| ApiError::of_reader(e.into()))?;
         Ok((out, session.skipped()))
     })

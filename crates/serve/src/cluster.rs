@@ -420,21 +420,13 @@ async fn fragment(
             hindsight_sql::MAX_FRAGMENT_BYTES
         )));
     }
-    let limits = hindsight_reader::Limits {
-        max_rows: Some(state.limits.max_rows),
-        timeout: Some(state.limits.timeout),
-        memory_bytes: Some(state.limits.max_memory_bytes),
-    };
+    let limits = state.limits.sql(state.limits.max_rows);
     let reader = Arc::clone(&state.reader);
     let bytes = crate::api::blocking(&state, move || {
         let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
         let mut out = Vec::new();
-        let sql_limits = hindsight_sql::Limits {
-            max_rows: limits.max_rows,
-            timeout: limits.timeout,
-        };
         session
-            .run_fragment(&body, &mut out, &sql_limits)
+            .run_fragment(&body, &mut out, &limits.statement())
             .map_err(|e| ApiError::of_reader(e.into()))?;
         Ok(out)
     })

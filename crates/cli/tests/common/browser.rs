@@ -8,13 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
-}
+use super::agent;
 
 /// A WebDriver session of chromedriver driving headless Chromium.
 pub struct Browser {

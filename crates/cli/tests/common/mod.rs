@@ -201,3 +201,12 @@ pub fn start_nfcapd(dir: &Path, repeat_to: &str) -> (std::process::Child, u16) {
     wait_bound(port);
     (child, port)
 }
+
+/// An HTTP client that hands back every status (tests look at errors too).
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(120)))
+        .build()
+        .into()
+}
