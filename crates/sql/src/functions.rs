@@ -21,6 +21,28 @@ const ADDR_LEN: i32 = 16;
 /// Networks as inclusive address ranges (`hindsight_model::network_range`).
 pub type Networks = Vec<(Addr16, Addr16)>;
 
+/// Every function hindsight adds, for an engine of its own (a distributed
+/// one's scheduler and executors): those of [`register`], with `ip_home`
+/// refusing for want of a home network, and `flow_uid`, which the `uid`
+/// column of `flows` calls.
+pub fn scalar_functions() -> Vec<ScalarUDF> {
+    let context = SessionContext::new();
+    let defaults: std::collections::HashSet<String> =
+        context.state().scalar_functions().keys().cloned().collect();
+    register(&context);
+    let state = context.state();
+    let mut added: Vec<ScalarUDF> = state
+        .scalar_functions()
+        .iter()
+        .filter(|(name, _)| !defaults.contains(*name))
+        .map(|(_, udf)| udf.as_ref().clone())
+        .collect();
+    added.push(flow_uid());
+    added.sort_by(|a, b| a.name().cmp(b.name()));
+    added.dedup_by(|a, b| a.name() == b.name());
+    added
+}
+
 /// Registers `ip`, `ip_str`, `ip_prefix`, `ip_in`, `ip_home` (no home network
 /// yet: see [`register_home`]) and `time_bucket` with `context`.
 pub fn register(context: &SessionContext) {

@@ -42,9 +42,10 @@ use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
 pub use crate::federate::{MAX_FRAGMENT_BYTES, Nodes};
-pub use crate::functions::Networks;
+pub use crate::functions::{Networks, scalar_functions};
 pub use crate::stages::{MAX_BOUND_VALUES, Script};
 use crate::table::SegmentTable;
+pub use crate::table::with_uid;
 pub use datafusion::scalar::ScalarValue;
 use datafusion::sql::parser::Statement as DfStatement;
 pub use hindsight_output::Format;

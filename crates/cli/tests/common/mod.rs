@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 pub mod browser;
+pub mod seaweedfs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
