@@ -97,12 +97,15 @@ type Packet = CoveredRow;
 impl ClusterClient {
     /// A client of the cluster `config`.
     pub fn new(config: ClusterConfig) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(2)))
-            .timeout_global(Some(config.deadline))
-            .build()
-            .into();
+        let agent = ureq::Agent::with_parts(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_connect(Some(Duration::from_secs(2)))
+                .timeout_global(Some(config.deadline))
+                .build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            LiteralResolver::default(),
+        );
         Self {
             config,
             agent,
@@ -281,6 +284,9 @@ impl ClusterClient {
         let (missing_tx, missing_rx) = mpsc::channel::<Missing>();
         let mut streams = Vec::new();
         std::thread::scope(|scope| -> std::io::Result<()> {
+            // The other nodes are asked first, each from a thread of its own;
+            // this node's own share is read here meanwhile.
+            let mut own = None;
             for choice in &outcome.route.ask {
                 let (tx, rx) = mpsc::sync_channel::<Vec<Packet>>(4);
                 streams.push(Stream {
@@ -288,15 +294,33 @@ impl ClusterClient {
                     rx,
                     ready: VecDeque::new(),
                 });
+                if self.local_node(&choice.node).is_some() {
+                    own = Some((streams.len() - 1, choice));
+                    continue;
+                }
                 let (client, ask, missing) = (self, &ask, missing_tx.clone());
                 scope.spawn(move || {
-                    if let Err(reason) = client.stream_rows(choice, ask, &tx) {
+                    let mut deliver = |chunk| tx.send(chunk).is_ok();
+                    if let Err(reason) = client.stream_rows(choice, ask, &mut deliver) {
                         let _ = missing.send(Missing {
                             node: choice.node.clone(),
                             reason,
                         });
                     }
                 });
+            }
+            if let Some((at, choice)) = own {
+                let ready = &mut streams[at].ready;
+                let mut deliver = |chunk: Vec<Packet>| {
+                    ready.extend(chunk);
+                    true
+                };
+                if let Err(reason) = self.stream_rows(choice, &ask, &mut deliver) {
+                    let _ = missing_tx.send(Missing {
+                        node: choice.node.clone(),
+                        reason,
+                    });
+                }
             }
             drop(missing_tx);
             let result = merge(&mut streams, limit, visit);
@@ -309,13 +333,13 @@ impl ClusterClient {
         Ok(outcome)
     }
 
-    /// Streams one node's rows answer into `tx`, in chunks: read here if it
-    /// is this process's own node, else asked of it.
+    /// Hands one node's rows answer to `deliver`, in chunks, until it returns
+    /// false: read here if it is this process's own node, else asked of it.
     fn stream_rows(
         &self,
         choice: &Choice,
         ask: &Ask<'_>,
-        tx: &mpsc::SyncSender<Vec<Packet>>,
+        deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
     ) -> Result<(), String> {
         let (mut body, incomplete): (Box<dyn Read>, Option<String>) =
             match self.local_node(&choice.node) {
@@ -339,7 +363,7 @@ impl ClusterClient {
             match hindsight_output::packets::read_rows_chunk(&mut body) {
                 Ok(Some(chunk)) => {
                     rows += chunk.len() as u64;
-                    if tx.send(chunk).is_err() {
+                    if !deliver(chunk) {
                         // The merge has what it wanted.
                         return Ok(());
                     }
@@ -354,6 +378,39 @@ impl ClusterClient {
             Some(what) => Err(format!("its answer is incomplete: {what}")),
             None => Ok(()),
         }
+    }
+}
+
+/// Resolves an address literal (`127.0.0.1:8080`, `[::1]:8080`) in place, and
+/// a name as ureq does: ureq's own resolver, given a deadline, starts a thread
+/// for every request to resolve it within the deadline, even a literal's.
+#[derive(Debug, Default)]
+struct LiteralResolver(ureq::unversioned::resolver::DefaultResolver);
+
+impl ureq::unversioned::resolver::Resolver for LiteralResolver {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        if let Some(authority) = uri.authority() {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let port = authority.port_u16().or(match uri.scheme_str() {
+                Some("http") => Some(80),
+                Some("https") => Some(443),
+                _ => None,
+            });
+            if let (Ok(ip), Some(port)) = (host.parse::<std::net::IpAddr>(), port) {
+                let mut addrs = self.empty();
+                addrs.push(std::net::SocketAddr::new(ip, port));
+                return Ok(addrs);
+            }
+        }
+        self.0.resolve(uri, config, timeout)
     }
 }
 

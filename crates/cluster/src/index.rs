@@ -416,12 +416,14 @@ pub fn log_route(
                 .join(",")
         }
     };
-    eprintln!(
-        "cluster: route {} [{}, {}] {addresses}: ask {} skip {}",
+    // One write: stderr is unbuffered, and this is on every question's path.
+    let line = format!(
+        "cluster: route {} [{}, {}] {addresses}: ask {} skip {}\n",
         tables.join(","),
         hindsight_output::time::format_nanos(start),
         hindsight_output::time::format_nanos(end),
         names(&route.ask),
         names(&route.skip),
     );
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
