@@ -292,7 +292,7 @@ pub fn run(args: Options) -> Result<()> {
         );
     }
     // The last segments sealed go to the object store too.
-    copy_segments(&reader_at_end, &mut None);
+    copy_segments(&reader_at_end);
     served.context("the HTTP server failed")?;
     Ok(())
 }
@@ -307,9 +307,8 @@ fn start_copying(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let mut failing = None;
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            copy_segments(&reader, &mut failing);
+            copy_segments(&reader);
             let until = Instant::now() + COPY_EVERY;
             while Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -319,9 +318,8 @@ fn start_copying(
 }
 
 /// Copies the sealed segments not yet copied, if the archive has an object
-/// store; says on stderr what it copied and what failed (a failure once, until
-/// it changes: `failing` holds the last).
-fn copy_segments(reader: &hindsight_reader::Reader, failing: &mut Option<String>) {
+/// store; says on stderr what it copied and what failed.
+fn copy_segments(reader: &hindsight_reader::Reader) {
     let Ok(snapshot) = reader.snapshot() else {
         return;
     };
@@ -330,7 +328,6 @@ fn copy_segments(reader: &hindsight_reader::Reader, failing: &mut Option<String>
     };
     match hindsight_sql::objects::copy_archive(reader.root(), &settings) {
         Ok((copied, line)) => {
-            *failing = None;
             if copied.segments > 0 {
                 eprintln!("hindsight serve: {line}");
             }

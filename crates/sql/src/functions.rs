@@ -26,63 +26,66 @@ pub type Networks = Vec<(Addr16, Addr16)>;
 /// refusing for want of a home network, and `flow_uid`, which the `uid`
 /// column of `flows` calls.
 pub fn scalar_functions() -> Vec<ScalarUDF> {
-    let context = SessionContext::new();
-    let defaults: std::collections::HashSet<String> =
-        context.state().scalar_functions().keys().cloned().collect();
-    register(&context);
-    let state = context.state();
-    let mut added: Vec<ScalarUDF> = state
-        .scalar_functions()
-        .iter()
-        .filter(|(name, _)| !defaults.contains(*name))
-        .map(|(_, udf)| udf.as_ref().clone())
-        .collect();
-    added.push(flow_uid());
-    added.sort_by(|a, b| a.name().cmp(b.name()));
-    added.dedup_by(|a, b| a.name() == b.name());
-    added
+    let mut functions = address_functions();
+    functions.push(home_function(None));
+    functions.push(flow_uid());
+    functions
 }
 
 /// Registers `ip`, `ip_str`, `ip_prefix`, `ip_in`, `ip_home` (no home network
 /// yet: see [`register_home`]) and `time_bucket` with `context`.
 pub fn register(context: &SessionContext) {
-    context.register_udf(create_udf(
-        "ip",
-        vec![DataType::Utf8],
-        DataType::FixedSizeBinary(ADDR_LEN),
-        Volatility::Immutable,
-        Arc::new(ip),
-    ));
-    context.register_udf(create_udf(
-        "ip_str",
-        vec![DataType::FixedSizeBinary(ADDR_LEN)],
-        DataType::Utf8,
-        Volatility::Immutable,
-        Arc::new(ip_str),
-    ));
-    context.register_udf(create_udf(
-        "ip_prefix",
-        vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Int64],
-        DataType::FixedSizeBinary(ADDR_LEN),
-        Volatility::Immutable,
-        Arc::new(ip_prefix),
-    ));
-    context.register_udf(create_udf(
-        "ip_in",
-        vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Utf8],
-        DataType::Boolean,
-        Volatility::Immutable,
-        Arc::new(ip_in),
-    ));
+    for function in address_functions() {
+        context.register_udf(function);
+    }
     register_home(context, None);
+}
+
+/// `ip`, `ip_str`, `ip_prefix`, `ip_in` and `time_bucket`.
+fn address_functions() -> Vec<ScalarUDF> {
     let date_bin = datafusion::functions::datetime::date_bin();
-    context.register_udf(date_bin.as_ref().clone().with_aliases(["time_bucket"]));
+    vec![
+        create_udf(
+            "ip",
+            vec![DataType::Utf8],
+            DataType::FixedSizeBinary(ADDR_LEN),
+            Volatility::Immutable,
+            Arc::new(ip),
+        ),
+        create_udf(
+            "ip_str",
+            vec![DataType::FixedSizeBinary(ADDR_LEN)],
+            DataType::Utf8,
+            Volatility::Immutable,
+            Arc::new(ip_str),
+        ),
+        create_udf(
+            "ip_prefix",
+            vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Int64],
+            DataType::FixedSizeBinary(ADDR_LEN),
+            Volatility::Immutable,
+            Arc::new(ip_prefix),
+        ),
+        create_udf(
+            "ip_in",
+            vec![DataType::FixedSizeBinary(ADDR_LEN), DataType::Utf8],
+            DataType::Boolean,
+            Volatility::Immutable,
+            Arc::new(ip_in),
+        ),
+        date_bin.as_ref().clone().with_aliases(["time_bucket"]),
+    ]
 }
 
 /// Registers `ip_home(addr)`: whether `addr` is in one of the `home` networks;
 /// without them, an error that says where a home network is set.
 pub fn register_home(context: &SessionContext, home: Option<Networks>) {
-    context.register_udf(create_udf(
+    context.register_udf(home_function(home));
+}
+
+/// `ip_home(addr)` over `home` (see [`register_home`]).
+fn home_function(home: Option<Networks>) -> ScalarUDF {
+    create_udf(
         "ip_home",
         vec![DataType::FixedSizeBinary(ADDR_LEN)],
         DataType::Boolean,
@@ -101,7 +104,7 @@ pub fn register_home(context: &SessionContext, home: Option<Networks>) {
                 Some(home.iter().any(|(low, high)| (low.0..=high.0).contains(&a)))
             })
         }),
-    ));
+    )
 }
 
 /// Applies `f` to each address of `arg` (NULL stays NULL), giving booleans.

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
-use hindsight_store::archive::checksum_file;
+use hindsight_store::archive::checksum;
 use hindsight_store::objects::{ObjectStoreSettings, append_log, read_log};
 use hindsight_store::{Archive, CatalogEntry};
 use object_store::aws::AmazonS3Builder;
@@ -108,20 +108,18 @@ impl Objects {
             if copied.contains_key(&entry.id) {
                 continue;
             }
-            let path = archive.segment_path(entry);
-            match checksum_file(&path) {
-                Ok((size, crc)) if size == entry.size_bytes && crc == entry.crc32 => {}
-                Ok(_) => {
-                    report.problems.push(format!(
-                        "segment {} ({}): its bytes changed since it was sealed; not copied",
-                        entry.id, entry.file
-                    ));
-                    continue;
-                }
+            // Read once: the bytes checked are the bytes put.
+            let Ok(bytes) = std::fs::read(archive.segment_path(entry)) else {
                 // Gone (expired, set aside) before it was copied.
-                Err(_) => continue,
+                continue;
+            };
+            if bytes.len() as u64 != entry.size_bytes || checksum(&bytes) != entry.crc32 {
+                report.problems.push(format!(
+                    "segment {} ({}): its bytes changed since it was sealed; not copied",
+                    entry.id, entry.file
+                ));
+                continue;
             }
-            let bytes = std::fs::read(&path).map_err(DataFusionError::IoError)?;
             self.store
                 .put(&self.object_path(entry), bytes.into())
                 .await

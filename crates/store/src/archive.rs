@@ -402,6 +402,11 @@ fn summarize_orphan(table: Table, id: SegmentId, path: &Path) -> Result<SealedSe
     })
 }
 
+/// The CRC-32 of bytes already read, as [`checksum_file`] computes a file's.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
 /// Returns the size and CRC-32 of a file.
 pub fn checksum_file(path: &Path) -> Result<(u64, u32)> {
     let mut file = File::open(path).map_err(StoreError::io("open for checksum", path))?;
