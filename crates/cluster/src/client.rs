@@ -1,13 +1,11 @@
 //! The asking side: ask an index node which nodes may hold matches, ask those
-//! alone, each in a thread of its own within the cluster's deadline, and merge
-//! their answers. A node that could hold matches and did not answer (down, past
-//! the deadline, refusing) is named in the answer's [`Missing`], never left out
-//! in silence.
+//! alone within the cluster's deadline, and merge their answers. A node that
+//! could hold matches and did not answer (down, past the deadline, refusing)
+//! is named in the answer's [`Missing`], never left out in silence.
 
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::Read;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hindsight_model::Addr16;
 use hindsight_model::CoveredRow;
@@ -82,13 +80,15 @@ pub trait LocalNode: Send + Sync + std::fmt::Debug {
 /// A client of the cluster's nodes.
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
-    config: ClusterConfig,
+    config: std::sync::Arc<ClusterConfig>,
     agent: ureq::Agent,
     /// This process's own index, when it is an index node: routes are
     /// answered here, without a request.
     local: Option<std::sync::Arc<crate::ClusterIndex>>,
     /// This process's own archive, when it is the node of the config's name.
     node: Option<std::sync::Arc<dyn LocalNode>>,
+    /// Kept connections to the nodes, for their packet answers.
+    connections: std::sync::Arc<crate::pipeline::Connections>,
 }
 
 /// One packet from a node.
@@ -107,10 +107,11 @@ impl ClusterClient {
             LiteralResolver::default(),
         );
         Self {
-            config,
+            config: std::sync::Arc::new(config),
             agent,
             local: None,
             node: None,
+            connections: std::sync::Arc::default(),
         }
     }
 
@@ -203,9 +204,23 @@ impl ClusterClient {
         time: TimeRange,
         ranges: Option<&[(Addr16, Addr16)]>,
     ) -> (Route, Vec<String>) {
+        let (route, notes) = self.route_unlogged(tables, time, ranges);
+        if self.local.is_some() {
+            crate::index::log_route(&route, tables, time.start_nanos, time.end_nanos, ranges);
+        }
+        (route, notes)
+    }
+
+    /// A route as [`Self::route`] gives it, not logged here when this process
+    /// is the index node that gives it (the caller logs it).
+    fn route_unlogged(
+        &self,
+        tables: &[&str],
+        time: TimeRange,
+        ranges: Option<&[(Addr16, Addr16)]>,
+    ) -> (Route, Vec<String>) {
         if let Some(index) = &self.local {
             let route = index.route(tables, time.start_nanos, time.end_nanos, ranges);
-            crate::index::log_route(&route, tables, time.start_nanos, time.end_nanos, ranges);
             return (route, Vec::new());
         }
         let mut notes = Vec::new();
@@ -264,7 +279,7 @@ impl ClusterClient {
         limit: Option<u64>,
         visit: &mut dyn FnMut(&str, &Packet) -> std::io::Result<bool>,
     ) -> std::io::Result<Outcome> {
-        let (route, notes) = self.route(&["packets"], time, ranges);
+        let (route, notes) = self.route_unlogged(&["packets"], time, ranges);
         let mut outcome = Outcome {
             route,
             notes,
@@ -275,109 +290,116 @@ impl ClusterClient {
         if let Some(limit) = limit {
             params.push(("limit", limit.to_string()));
         }
-        let ask = Ask {
-            filter,
-            time,
-            limit,
-            params: &params,
-        };
-        let (missing_tx, missing_rx) = mpsc::channel::<Missing>();
+        // The other nodes' requests are written first; this node's own share
+        // is read while they work; then their answers, as the merge needs
+        // them.
+        let deadline = Instant::now() + self.config.deadline;
+        let bearer = self.bearer();
+        let mut sent = Vec::new();
         let mut streams = Vec::new();
-        std::thread::scope(|scope| -> std::io::Result<()> {
-            // The other nodes are asked first, each from a thread of its own;
-            // this node's own share is read here meanwhile.
-            let mut own = None;
-            for choice in &outcome.route.ask {
-                let (tx, rx) = mpsc::sync_channel::<Vec<Packet>>(4);
-                streams.push(Stream {
-                    node: choice.node.clone(),
-                    rx,
-                    ready: VecDeque::new(),
-                });
-                if self.local_node(&choice.node).is_some() {
-                    own = Some((streams.len() - 1, choice));
-                    continue;
-                }
-                let (client, ask, missing) = (self, &ask, missing_tx.clone());
-                scope.spawn(move || {
-                    let mut deliver = |chunk| tx.send(chunk).is_ok();
-                    if let Err(reason) = client.stream_rows(choice, ask, &mut deliver) {
-                        let _ = missing.send(Missing {
-                            node: choice.node.clone(),
-                            reason,
-                        });
-                    }
-                });
+        for choice in &outcome.route.ask {
+            streams.push(Stream {
+                node: choice.node.clone(),
+                ready: VecDeque::new(),
+                remote: None,
+            });
+            if self.local_node(&choice.node).is_some() {
+                continue;
             }
-            if let Some((at, choice)) = own {
-                let ready = &mut streams[at].ready;
+            match crate::pipeline::send(
+                &self.connections,
+                &choice.url,
+                "query",
+                &params,
+                &bearer,
+                deadline,
+            ) {
+                Ok(request) => sent.push((streams.len() - 1, request)),
+                Err(reason) => outcome.missing.push(Missing {
+                    node: choice.node.clone(),
+                    reason,
+                }),
+            }
+        }
+        // Logged once the nodes have their requests.
+        if self.local.is_some() {
+            let (start, end) = (time.start_nanos, time.end_nanos);
+            crate::index::log_route(&outcome.route, &["packets"], start, end, ranges);
+        }
+        for stream in &mut streams {
+            if let Some(node) = self.local_node(&stream.node) {
+                let ready = &mut stream.ready;
                 let mut deliver = |chunk: Vec<Packet>| {
                     ready.extend(chunk);
                     true
                 };
-                if let Err(reason) = self.stream_rows(choice, &ask, &mut deliver) {
-                    let _ = missing_tx.send(Missing {
-                        node: choice.node.clone(),
+                if let Err(reason) = local_rows(node, filter, time, limit, &mut deliver) {
+                    outcome.missing.push(Missing {
+                        node: stream.node.clone(),
                         reason,
                     });
                 }
             }
-            drop(missing_tx);
-            let result = merge(&mut streams, limit, visit);
-            // Stop the nodes' threads early if the merge ended first.
-            streams.clear();
-            result
-        })?;
-        outcome.missing.extend(missing_rx.try_iter());
+        }
+        for (at, request) in sent {
+            match request.answer() {
+                Ok((body, incomplete)) => {
+                    streams[at].remote = Some(Remote {
+                        body,
+                        incomplete,
+                        rows: 0,
+                    });
+                }
+                Err(reason) => outcome.missing.push(Missing {
+                    node: streams[at].node.clone(),
+                    reason,
+                }),
+            }
+        }
+        merge(&mut streams, limit, &mut outcome.missing, visit)?;
         outcome.missing.sort_by(|a, b| a.node.cmp(&b.node));
         Ok(outcome)
     }
+}
 
-    /// Hands one node's rows answer to `deliver`, in chunks, until it returns
-    /// false: read here if it is this process's own node, else asked of it.
-    fn stream_rows(
-        &self,
-        choice: &Choice,
-        ask: &Ask<'_>,
-        deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
-    ) -> Result<(), String> {
-        let (mut body, incomplete): (Box<dyn Read>, Option<String>) =
-            match self.local_node(&choice.node) {
-                Some(node) => {
-                    let (bytes, incomplete) = node.rows(ask.filter, ask.time, ask.limit)?;
-                    (Box::new(std::io::Cursor::new(bytes)), incomplete)
-                }
-                None => {
-                    let response = self.get(&choice.url, "query", ask.params)?;
-                    let incomplete = response
-                        .headers()
-                        .get("hindsight-incomplete")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    let body = response.into_body().into_with_config().limit(u64::MAX);
-                    (Box::new(body.reader()), incomplete)
-                }
-            };
-        let mut rows = 0u64;
-        loop {
-            match hindsight_output::packets::read_rows_chunk(&mut body) {
-                Ok(Some(chunk)) => {
-                    rows += chunk.len() as u64;
-                    if !deliver(chunk) {
-                        // The merge has what it wanted.
-                        return Ok(());
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    return Err(format!("its answer broke off after {rows} packets: {e}"));
+/// This process's own node's rows answer, handed to `deliver` in chunks.
+fn local_rows(
+    node: &dyn LocalNode,
+    filter: &str,
+    time: TimeRange,
+    limit: Option<u64>,
+    deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
+) -> Result<(), String> {
+    let (bytes, incomplete) = node.rows(filter, time, limit)?;
+    read_rows(std::io::Cursor::new(bytes), incomplete, deliver)
+}
+
+/// Hands the rows of `body` to `deliver` in chunks until it returns false; an
+/// error if they break off or the node said its answer was `incomplete`.
+fn read_rows(
+    mut body: impl Read,
+    incomplete: Option<String>,
+    deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
+) -> Result<(), String> {
+    let mut rows = 0u64;
+    loop {
+        match hindsight_output::packets::read_rows_chunk(&mut body) {
+            Ok(Some(chunk)) => {
+                rows += chunk.len() as u64;
+                if !deliver(chunk) {
+                    // The merge has what it wanted.
+                    return Ok(());
                 }
             }
+            Ok(None) => break,
+            Err(e) => {
+                return Err(format!("its answer broke off after {rows} packets: {e}"));
+            }
         }
-        match incomplete {
-            Some(what) => Err(format!("its answer is incomplete: {what}")),
-            None => Ok(()),
-        }
+    }
+    match incomplete {
+        Some(what) => Err(format!("its answer is incomplete: {what}")),
+        None => Ok(()),
     }
 }
 
@@ -412,15 +434,6 @@ impl ureq::unversioned::resolver::Resolver for LiteralResolver {
         }
         self.0.resolve(uri, config, timeout)
     }
-}
-
-/// A packet question as each node is asked it: in words for this process's
-/// own node, as query parameters for the others.
-struct Ask<'a> {
-    filter: &'a str,
-    time: TimeRange,
-    limit: Option<u64>,
-    params: &'a [(&'a str, String)],
 }
 
 /// `since` and `until` of a window, as every node reads them.
@@ -469,33 +482,67 @@ fn answer_of(
     Err(why)
 }
 
-/// One node's answer as it arrives: chunks from its thread, and the packets
-/// of the chunk being merged.
+/// One node's answer: the packets read and not merged yet, and the rest of
+/// its answer unread on its connection (none for this node's own share).
 struct Stream {
     node: String,
-    rx: mpsc::Receiver<Vec<Packet>>,
     ready: VecDeque<Packet>,
+    remote: Option<Remote>,
+}
+
+struct Remote {
+    body: crate::pipeline::Answer,
+    /// What the node said made its answer incomplete.
+    incomplete: Option<String>,
+    /// Its packets read so far.
+    rows: u64,
+}
+
+impl Stream {
+    /// Whether a packet is ready, reading the node's next chunk if none is;
+    /// a node whose answer breaks off or is incomplete goes to `missing`.
+    fn refill(&mut self, missing: &mut Vec<Missing>) -> bool {
+        while self.ready.is_empty() {
+            let Some(remote) = self.remote.as_mut() else {
+                return false;
+            };
+            let reason = match hindsight_output::packets::read_rows_chunk(&mut remote.body) {
+                Ok(Some(chunk)) => {
+                    remote.rows += chunk.len() as u64;
+                    self.ready.extend(chunk);
+                    continue;
+                }
+                Ok(None) => remote
+                    .incomplete
+                    .take()
+                    .map(|what| format!("its answer is incomplete: {what}")),
+                Err(e) => Some(format!(
+                    "its answer broke off after {} packets: {e}",
+                    remote.rows
+                )),
+            };
+            self.remote = None;
+            missing.extend(reason.map(|reason| Missing {
+                node: self.node.clone(),
+                reason,
+            }));
+            return false;
+        }
+        true
+    }
 }
 
 /// Merges the nodes' streams by time; ties go to the node named first.
 fn merge(
     streams: &mut [Stream],
     limit: Option<u64>,
+    missing: &mut Vec<Missing>,
     visit: &mut dyn FnMut(&str, &Packet) -> std::io::Result<bool>,
 ) -> std::io::Result<()> {
     // Each stream's head in the heap as (time, stream): min-heap by Reverse.
     let mut heap = BinaryHeap::new();
-    let refill = |stream: &mut Stream| {
-        while stream.ready.is_empty() {
-            match stream.rx.recv() {
-                Ok(chunk) => stream.ready.extend(chunk),
-                Err(_) => return false,
-            }
-        }
-        true
-    };
     for (at, stream) in streams.iter_mut().enumerate() {
-        if refill(stream)
+        if stream.refill(missing)
             && let Some(head) = stream.ready.front()
         {
             heap.push(std::cmp::Reverse((head.record.ts_nanos, at)));
@@ -514,7 +561,7 @@ fn merge(
         if limit.is_some_and(|limit| written >= limit) {
             return Ok(());
         }
-        if refill(stream)
+        if stream.refill(missing)
             && let Some(head) = stream.ready.front()
         {
             heap.push(std::cmp::Reverse((head.record.ts_nanos, at)));
@@ -783,23 +830,28 @@ impl ClusterClient {
         params.extend(question.ip.clone().map(|ip| ("ip", ip)));
         params.extend(question.filter.clone().map(|f| ("filter", f)));
         params.extend(window_params(question.time));
-        let answers: Vec<Result<NodePage, String>> = std::thread::scope(|scope| {
-            let threads: Vec<_> = asked
-                .iter()
-                .map(|(choice, after)| {
-                    let mut params = params.clone();
-                    params.extend(after.clone().map(|a| ("after", a)));
-                    scope.spawn(move || self.node_connections(&choice.url, &params))
-                })
-                .collect();
-            threads
-                .into_iter()
-                .map(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err("its reader failed".to_owned()))
-                })
-                .collect()
-        });
+        // Every node's request written first, then their answers read.
+        let deadline = Instant::now() + self.config.deadline;
+        let bearer = self.bearer();
+        let sent: Vec<_> = asked
+            .iter()
+            .map(|(choice, after)| {
+                let mut params = params.clone();
+                params.extend(after.clone().map(|a| ("after", a)));
+                crate::pipeline::send(
+                    &self.connections,
+                    &choice.url,
+                    "flows",
+                    &params,
+                    &bearer,
+                    deadline,
+                )
+            })
+            .collect();
+        let answers: Vec<Result<NodePage, String>> = sent
+            .into_iter()
+            .map(|request| node_connections(request?))
+            .collect();
         let mut outcome = Outcome {
             route: route.clone(),
             notes,
@@ -860,37 +912,32 @@ impl ClusterClient {
             outcome,
         })
     }
+}
 
-    /// One node's page of connections, with their stored keys.
-    fn node_connections(&self, url: &str, params: &[(&str, String)]) -> Result<NodePage, String> {
-        let value: serde_json::Value = self
-            .get(url, "flows", params)?
-            .body_mut()
-            .with_config()
-            .limit(256 << 20)
-            .read_json()
-            .map_err(|e| format!("its answer is not connections: {e}"))?;
-        let bad = || "its answer holds a connection that is not one".to_owned();
-        let unhex = |text: &str| -> Option<Vec<u8>> {
-            (0..text.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-                .collect()
-        };
-        let mut entries = Vec::new();
-        for connection in value["connections"].as_array().into_iter().flatten() {
-            let (key, stored_value) = connection["stored"]
-                .as_str()
-                .and_then(|s| s.split_once('.'))
-                .ok_or_else(bad)?;
-            let (key, stored_value) = (
-                unhex(key).ok_or_else(bad)?,
-                unhex(stored_value).ok_or_else(bad)?,
-            );
-            let entry =
-                hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
-            entries.push((entry.key(), entry));
-        }
-        Ok((entries, value["next"].as_str().map(str::to_owned)))
+/// One node's page of connections, with their stored keys.
+fn node_connections(request: crate::pipeline::Sent) -> Result<NodePage, String> {
+    let (body, _) = request.answer()?;
+    let value: serde_json::Value = serde_json::from_reader(body.take(256 << 20))
+        .map_err(|e| format!("its answer is not connections: {e}"))?;
+    let bad = || "its answer holds a connection that is not one".to_owned();
+    let unhex = |text: &str| -> Option<Vec<u8>> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect()
+    };
+    let mut entries = Vec::new();
+    for connection in value["connections"].as_array().into_iter().flatten() {
+        let (key, stored_value) = connection["stored"]
+            .as_str()
+            .and_then(|s| s.split_once('.'))
+            .ok_or_else(bad)?;
+        let (key, stored_value) = (
+            unhex(key).ok_or_else(bad)?,
+            unhex(stored_value).ok_or_else(bad)?,
+        );
+        let entry = hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
+        entries.push((entry.key(), entry));
     }
+    Ok((entries, value["next"].as_str().map(str::to_owned)))
 }

@@ -12,11 +12,14 @@
 //! - [`index`]: the index node's store of summaries and its routing.
 //! - [`sync`]: the node's side, keeping its index nodes current.
 //! - [`client`]: asking the cluster and merging the answers.
+//! - [`pipeline`]: the nodes' packet and connection answers, asked of all at
+//!   once from the asking thread.
 //! - [`sql`]: SQL over the nodes, partial aggregation on each.
 
 pub mod client;
 pub mod config;
 pub mod index;
+pub mod pipeline;
 pub mod signature;
 pub mod sql;
 pub mod summary;

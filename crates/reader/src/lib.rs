@@ -103,6 +103,10 @@ impl std::fmt::Display for LimitExceeded {
     }
 }
 
+/// Most covering postings a plan may read to count as small
+/// ([`Snapshot::is_small`]): about a millisecond of decoding.
+pub const SMALL_PLAN_ROWS: usize = 4096;
+
 /// The bounds one request carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -341,9 +345,38 @@ impl Snapshot {
         planned: &mut dyn FnMut(&SearchPlan),
         visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     ) -> Result<SearchStats, ReaderError> {
-        let search = self.packet_search();
-        let plan = search.plan(request)?;
+        let plan = self.plan(request)?;
         planned(&plan);
+        self.search_planned(request, &plan, limits, visit)
+    }
+
+    /// The plan of `request` over this snapshot's sealed segments.
+    pub fn plan(&self, request: &SearchRequest) -> Result<SearchPlan, ReaderError> {
+        Ok(self.packet_search().plan(request)?)
+    }
+
+    /// Whether `plan` is answered from covering postings alone, at most
+    /// [`SMALL_PLAN_ROWS`] of them, with no unsealed tail to read: no segment
+    /// file is opened, and the answer takes microseconds.
+    pub fn is_small(&self, plan: &SearchPlan) -> bool {
+        let covered: usize = plan.covered.values().map(Vec::len).sum();
+        plan.stats.segments_planned == plan.stats.segments_covered
+            && covered <= SMALL_PLAN_ROWS
+            && self
+                .tail
+                .as_ref()
+                .is_none_or(|tail| tail.packets.is_empty())
+    }
+
+    /// [`Self::search`] with its plan made.
+    pub fn search_planned(
+        &self,
+        request: &SearchRequest,
+        plan: &SearchPlan,
+        limits: &Limits,
+        visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
+    ) -> Result<SearchStats, ReaderError> {
+        let search = self.packet_search();
         let deadline = limits
             .timeout
             .map(|timeout| (Instant::now() + timeout, timeout));
@@ -370,7 +403,7 @@ impl Snapshot {
             stopped.set(!go_on);
             Ok(go_on)
         };
-        let mut stats = search.execute(request, &plan, &mut bounded)?;
+        let mut stats = search.execute(request, plan, &mut bounded)?;
         // Then the unsealed tail, later in time than every sealed segment.
         if let Some(tail) = &self.tail
             && exceeded.get().is_none()

@@ -530,6 +530,30 @@ async fn query(
         with_data: format.carries_bytes(),
         capture_only: format.is_capture(),
     };
+    if format == Format::Rows {
+        // A node's share of a cluster's answer, asked by the node that merges:
+        // when its plan reads covering postings alone it is answered here, on
+        // the runtime's thread, without the two thread hops of the blocking
+        // pool (docs/ARCHITECTURE.md, "A federated packet answer asks its nodes
+        // from one thread").
+        let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
+        if snapshot.is_small(&plan) {
+            let (bytes, incomplete) =
+                super::cluster::rows_answer(&snapshot, &request, &plan, &limits)
+                    .map_err(ApiError::of_reader)?;
+            drop(permit);
+            let mut response = Body::from(bytes).into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.media_type()),
+            );
+            if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
+                headers.insert(INCOMPLETE_HEADER, value);
+            }
+            return Ok(response);
+        }
+    }
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
     let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     // The runtime's blocking pool (see `blocking`).

@@ -378,29 +378,50 @@ impl hindsight_cluster::LocalNode for LocalArchive {
         let filter =
             hindsight_filter::Filter::parse(filter).map_err(|e| format!("invalid filter:\n{e}"))?;
         let snapshot = self.reader.snapshot().map_err(|e| e.to_string())?;
-        let request = hindsight_query::search::SearchRequest {
-            filter,
-            time,
-            limit,
-            with_data: Format::Rows.carries_bytes(),
-            capture_only: Format::Rows.is_capture(),
-        };
-        let mut bytes = Vec::new();
-        let stats = {
-            let mut sink =
-                hindsight_output::packets::packet_sink(Format::Rows, Box::new(&mut bytes))?;
-            let stats = snapshot
-                .search(&request, &self.limits, &mut |_| {}, &mut |record, data| {
-                    sink.write(record, data).map(|()| true)
-                })
-                .map_err(|e| e.to_string())?;
-            sink.finish()
-                .map_err(|e| format!("cannot write the answer: {e}"))?;
-            stats
-        };
-        let incomplete = crate::api::incomplete_header(&snapshot, &stats.skipped);
-        Ok((bytes, incomplete))
+        let request = rows_request(filter, time, limit);
+        let plan = snapshot.plan(&request).map_err(|e| e.to_string())?;
+        rows_answer(&snapshot, &request, &plan, &self.limits).map_err(|e| e.to_string())
     }
+}
+
+/// A packet question as a node answers it in the rows format.
+pub(crate) fn rows_request(
+    filter: hindsight_filter::Filter,
+    time: TimeRange,
+    limit: Option<u64>,
+) -> hindsight_query::search::SearchRequest {
+    hindsight_query::search::SearchRequest {
+        filter,
+        time,
+        limit,
+        with_data: Format::Rows.carries_bytes(),
+        capture_only: Format::Rows.is_capture(),
+    }
+}
+
+/// A node's rows answer to a planned packet question, whole, and what made it
+/// incomplete (segments it had to skip), if anything.
+pub(crate) fn rows_answer(
+    snapshot: &hindsight_reader::Snapshot,
+    request: &hindsight_query::search::SearchRequest,
+    plan: &hindsight_query::search::SearchPlan,
+    limits: &hindsight_reader::Limits,
+) -> Result<(Vec<u8>, Option<String>), hindsight_reader::ReaderError> {
+    let mut bytes = Vec::new();
+    let mut sink = hindsight_output::packets::packet_sink(Format::Rows, Box::new(&mut bytes))
+        .map_err(hindsight_reader::ReaderError::Request)?;
+    let stats = snapshot.search_planned(request, plan, limits, &mut |record, data| {
+        sink.write(record, data).map(|()| true)
+    })?;
+    sink.finish().map_err(|e| {
+        hindsight_reader::ReaderError::Request(format!("cannot write the answer: {e}"))
+    })?;
+    drop(sink);
+    // The plan's skipped segments are among the execution's.
+    Ok((
+        bytes,
+        crate::api::incomplete_header(snapshot, &stats.skipped),
+    ))
 }
 
 /// `POST /api/v1/cluster/fragment` (the cluster's token): a fragment of a

@@ -1,0 +1,717 @@
+//! The nodes' packet answers, asked of them all at once from the asking thread
+//! and read as the merge needs them: the requests are written first, this
+//! node's own share is read while the others work, and the answers are read
+//! from their sockets in turn. No thread per node is started or woken, and
+//! TCP's flow control bounds what waits unread.
+//!
+//! A small HTTP/1.1 client for this one request: `GET` with the cluster's
+//! token, a response with a length or chunked, connections kept alive and
+//! pooled per node. Nothing a node sends is trusted: the response head is
+//! bounded, chunk sizes are checked, and every read has the cluster's
+//! deadline.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Most bytes of a response's head.
+const MAX_HEAD: usize = 64 << 10;
+/// Most bytes of an error's body that are read for its message.
+const MAX_ERROR_BODY: u64 = 64 << 10;
+/// Most idle connections kept per node.
+const MAX_IDLE: usize = 16;
+/// Most bytes of a chunk's size line (with its extensions).
+const MAX_CHUNK_LINE: u64 = 4 << 10;
+
+/// Idle keep-alive connections, by node address.
+#[derive(Debug, Default)]
+pub(crate) struct Connections {
+    idle: Mutex<HashMap<SocketAddr, Vec<TcpStream>>>,
+}
+
+impl Connections {
+    fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&addr)?
+            .pop()
+    }
+
+    fn put(&self, addr: SocketAddr, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = idle.entry(addr).or_default();
+        if kept.len() < MAX_IDLE {
+            kept.push(stream);
+        }
+    }
+}
+
+/// A request written to a node, its answer not read yet.
+pub(crate) struct Sent {
+    pool: Arc<Connections>,
+    addr: SocketAddr,
+    request: Vec<u8>,
+    reader: BufReader<Timed>,
+    /// Whether the connection was a kept one (which the node may have closed
+    /// meanwhile: then the request is sent once more on a new one).
+    reused: bool,
+    deadline: Instant,
+}
+
+/// Writes `GET url/api/v1/route?params` with `bearer`, to be read by
+/// [`Sent::answer`] before `deadline`.
+pub(crate) fn send(
+    pool: &Arc<Connections>,
+    url: &str,
+    route: &str,
+    params: &[(&str, String)],
+    bearer: &str,
+    deadline: Instant,
+) -> Result<Sent, String> {
+    let host = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("its url {url:?} is not http://"))?;
+    let addr = resolve(host)?;
+    let mut request = format!("GET /api/v1/{route}?").into_bytes();
+    for (at, (key, value)) in params.iter().enumerate() {
+        if at > 0 {
+            request.push(b'&');
+        }
+        percent_encode(key, &mut request);
+        request.push(b'=');
+        percent_encode(value, &mut request);
+    }
+    request.extend_from_slice(
+        format!(" HTTP/1.1\r\nHost: {host}\r\nAuthorization: {bearer}\r\n\r\n").as_bytes(),
+    );
+    let (stream, reused) = match pool.take(addr) {
+        Some(stream) => (stream, true),
+        None => (connect(addr, deadline)?, false),
+    };
+    let mut sent = Sent {
+        pool: Arc::clone(pool),
+        addr,
+        request,
+        reader: BufReader::new(Timed::new(stream, deadline)),
+        reused,
+        deadline,
+    };
+    if let Err(e) = sent.write() {
+        if !sent.reused {
+            return Err(e);
+        }
+        sent.reconnect()?;
+    }
+    Ok(sent)
+}
+
+impl Sent {
+    fn write(&mut self) -> Result<(), String> {
+        let stream = &mut self.reader.get_mut().stream;
+        stream
+            .set_write_timeout(Some(remaining(self.deadline)?))
+            .and_then(|()| stream.write_all(&self.request))
+            .map_err(|e| failure(&e))
+    }
+
+    /// The request once more, on a new connection.
+    fn reconnect(&mut self) -> Result<(), String> {
+        let stream = connect(self.addr, self.deadline)?;
+        self.reader = BufReader::new(Timed::new(stream, self.deadline));
+        self.reused = false;
+        self.write()
+    }
+
+    /// The node's answer: its body if it answered 200 (and what made it
+    /// incomplete, from `hindsight-incomplete`), else why not, in words.
+    pub(crate) fn answer(mut self) -> Result<(Answer, Option<String>), String> {
+        loop {
+            match read_head(&mut self.reader) {
+                Ok(head) => {
+                    let home = Some((Arc::clone(&self.pool), self.addr));
+                    return answered(self.reader, head, home);
+                }
+                // A kept connection the node closed before this request: once
+                // more on a new one (a GET may be asked twice).
+                Err(Head::Closed) if self.reused => self.reconnect()?,
+                Err(Head::Closed) => {
+                    return Err("it closed the connection without an answer".to_owned());
+                }
+                Err(Head::Io(e)) => return Err(failure(&e)),
+                Err(Head::Bad(why)) => return Err(format!("its answer is not HTTP: {why}")),
+            }
+        }
+    }
+}
+
+/// The answer whose head is `head`, its body to come from `reader`: the body
+/// if the status is 200 (and what made the answer incomplete), else why not,
+/// in words. A kept-alive connection goes `home` once its body has been read.
+fn answered<R: Source>(
+    reader: BufReader<R>,
+    head: ResponseHead,
+    home: Option<(Arc<Connections>, SocketAddr)>,
+) -> Result<(Answer<R>, Option<String>), String> {
+    let framing = if head.chunked {
+        Framing::Chunked {
+            left: 0,
+            started: false,
+        }
+    } else if let Some(length) = head.length {
+        Framing::Length(length)
+    } else {
+        Framing::Close
+    };
+    let keep = head.keep_alive && !matches!(framing, Framing::Close);
+    let mut answer = Answer {
+        reader: Some(reader),
+        framing,
+        done: false,
+        home: home.filter(|_| keep),
+    };
+    if head.status == 200 {
+        return Ok((answer, head.incomplete));
+    }
+    let mut text = Vec::new();
+    let _ = (&mut answer).take(MAX_ERROR_BODY).read_to_end(&mut text);
+    let body = String::from_utf8_lossy(&text).into_owned();
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or(body);
+    Err(match head.status {
+        401 => format!("it refused the cluster's token (401): {message}"),
+        status => format!("it answered {status}: {message}"),
+    })
+}
+
+/// Reads `bytes` as the cluster reads a node's answer: what made it
+/// incomplete and its whole body if its status is 200, else why not. For
+/// tests and fuzzing: nothing a node sends is trusted.
+pub fn read_answer(bytes: &[u8]) -> Result<(Option<String>, Vec<u8>), String> {
+    let mut reader = BufReader::new(bytes);
+    let head = read_head(&mut reader).map_err(|e| match e {
+        Head::Closed => "it closed the connection without an answer".to_owned(),
+        Head::Io(e) => failure(&e),
+        Head::Bad(why) => format!("its answer is not HTTP: {why}"),
+    })?;
+    let (mut answer, incomplete) = answered(reader, head, None)?;
+    let mut body = Vec::new();
+    answer
+        .read_to_end(&mut body)
+        .map_err(|e| format!("its answer broke off: {e}"))?;
+    Ok((incomplete, body))
+}
+
+/// A response's body as it arrives; its connection goes back to the pool when
+/// it has been read to its end.
+pub(crate) struct Answer<R: Source = Timed> {
+    /// None once the connection has gone back to the pool.
+    reader: Option<BufReader<R>>,
+    framing: Framing,
+    done: bool,
+    /// Where the connection goes back, if it is kept alive.
+    home: Option<(Arc<Connections>, SocketAddr)>,
+}
+
+enum Framing {
+    /// This many bytes are left.
+    Length(u64),
+    /// `left` bytes of the current chunk are left; `started` once the first
+    /// chunk's size has been read.
+    Chunked { left: u64, started: bool },
+    /// Until the node closes the connection.
+    Close,
+}
+
+/// Where an answer is read from: a node's socket, or bytes (tests, fuzzing).
+pub(crate) trait Source: Read {
+    /// The connection, to keep for the next request.
+    fn into_stream(self) -> Option<TcpStream>;
+}
+
+impl Source for &[u8] {
+    fn into_stream(self) -> Option<TcpStream> {
+        None
+    }
+}
+
+impl<R: Source> Answer<R> {
+    /// The body has ended: the connection goes home if nothing is left over.
+    fn finish(&mut self) {
+        self.done = true;
+        if let Some((pool, addr)) = self.home.take()
+            && self.reader.as_ref().is_some_and(|r| r.buffer().is_empty())
+            && let Some(reader) = self.reader.take()
+            && let Some(stream) = reader.into_inner().into_stream()
+        {
+            pool.put(addr, stream);
+        }
+    }
+
+    /// Reads the next bytes of the body into `buf`: 0 at its end.
+    fn next(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(0);
+        };
+        let cut = |what: &str| std::io::Error::new(ErrorKind::UnexpectedEof, what.to_owned());
+        match self.framing {
+            Framing::Length(0) => Ok(0),
+            Framing::Length(left) => {
+                let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let n = reader.read(&mut buf[..want])?;
+                if n == 0 {
+                    return Err(cut("the node closed the connection inside its answer"));
+                }
+                self.framing = Framing::Length(left - n as u64);
+                Ok(n)
+            }
+            Framing::Chunked { left, started } => {
+                let left = if left > 0 {
+                    left
+                } else {
+                    if started {
+                        expect_crlf(reader)?;
+                    }
+                    let size = chunk_size(reader)?;
+                    if size == 0 {
+                        skip_trailers(reader)?;
+                        return Ok(0);
+                    }
+                    size
+                };
+                let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let n = reader.read(&mut buf[..want])?;
+                if n == 0 {
+                    return Err(cut(
+                        "the node closed the connection inside a chunk of its answer",
+                    ));
+                }
+                self.framing = Framing::Chunked {
+                    left: left - n as u64,
+                    started: true,
+                };
+                Ok(n)
+            }
+            Framing::Close => reader.read(buf),
+        }
+    }
+}
+
+impl<R: Source> Read for Answer<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.next(buf)?;
+        // The end seen as soon as it is reached, so that the connection goes
+        // home even if the reader stops at the rows' own end.
+        if n == 0 || matches!(self.framing, Framing::Length(0)) {
+            self.finish();
+        }
+        Ok(n)
+    }
+}
+
+/// A socket whose every read waits at most until about the deadline.
+pub(crate) struct Timed {
+    stream: TcpStream,
+    deadline: Instant,
+    /// When the socket's read timeout was last set to what was left then.
+    set_at: Option<Instant>,
+}
+
+/// How far past the deadline a read may wait before its timeout is set again
+/// (each setting is a system call).
+const SLACK: Duration = Duration::from_millis(50);
+
+impl Timed {
+    fn new(stream: TcpStream, deadline: Instant) -> Self {
+        Self {
+            stream,
+            deadline,
+            set_at: None,
+        }
+    }
+}
+
+impl Source for Timed {
+    fn into_stream(self) -> Option<TcpStream> {
+        Some(self.stream)
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let now = Instant::now();
+        let left = self
+            .deadline
+            .checked_duration_since(now)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| std::io::Error::from(ErrorKind::TimedOut))?;
+        // A timeout set at `set_at` to what was left then lets a read that
+        // starts now wait `now - set_at` past the deadline.
+        if self.set_at.is_none_or(|at| now.duration_since(at) > SLACK) {
+            self.stream.set_read_timeout(Some(left))?;
+            self.set_at = Some(now);
+        }
+        self.stream.read(buf)
+    }
+}
+
+struct ResponseHead {
+    status: u16,
+    length: Option<u64>,
+    chunked: bool,
+    keep_alive: bool,
+    incomplete: Option<String>,
+}
+
+enum Head {
+    /// The connection ended before any byte of an answer.
+    Closed,
+    Io(std::io::Error),
+    Bad(String),
+}
+
+fn read_head(reader: &mut impl BufRead) -> Result<ResponseHead, Head> {
+    let mut head = Vec::new();
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if head.is_empty() && is_reset(&e) => return Err(Head::Closed),
+            Err(e) => return Err(Head::Io(e)),
+        };
+        if available.is_empty() {
+            return Err(if head.is_empty() {
+                Head::Closed
+            } else {
+                Head::Bad("the connection ended inside its head".to_owned())
+            });
+        }
+        // Where the head ends, counting what came before this read.
+        let before = head.len();
+        head.extend_from_slice(available);
+        let from = before.saturating_sub(3);
+        let end = head[from..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|at| from + at + 4);
+        match end {
+            Some(end) => {
+                reader.consume(end - before);
+                head.truncate(end);
+                break;
+            }
+            None => {
+                let n = available.len();
+                reader.consume(n);
+                if head.len() > MAX_HEAD {
+                    return Err(Head::Bad(format!("a head longer than {MAX_HEAD} bytes")));
+                }
+            }
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(Head::Bad("an incomplete head".to_owned())),
+        Err(e) => return Err(Head::Bad(e.to_string())),
+    }
+    let status = response.code.unwrap_or(0);
+    let mut parsed = ResponseHead {
+        status,
+        length: None,
+        chunked: false,
+        // HTTP/1.1 keeps the connection unless it says close.
+        keep_alive: response.version == Some(1),
+        incomplete: None,
+    };
+    for header in response.headers.iter() {
+        let value = std::str::from_utf8(header.value).unwrap_or("").trim();
+        if header.name.eq_ignore_ascii_case("content-length") {
+            let length = value
+                .parse::<u64>()
+                .map_err(|_| Head::Bad(format!("a content-length of {value:?}")))?;
+            if parsed.length.is_some_and(|seen| seen != length) {
+                return Err(Head::Bad("two different content-lengths".to_owned()));
+            }
+            parsed.length = Some(length);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            // Only chunked is understood (hindsight's nodes send nothing else).
+            if !value.eq_ignore_ascii_case("chunked") {
+                return Err(Head::Bad(format!("a transfer-encoding of {value:?}")));
+            }
+            parsed.chunked = true;
+        } else if header.name.eq_ignore_ascii_case("connection") {
+            if value.eq_ignore_ascii_case("close") {
+                parsed.keep_alive = false;
+            }
+        } else if header.name.eq_ignore_ascii_case("hindsight-incomplete") {
+            parsed.incomplete = Some(value.to_owned());
+        }
+    }
+    Ok(parsed)
+}
+
+/// Reads a chunk's size line.
+fn chunk_size(reader: &mut impl BufRead) -> std::io::Result<u64> {
+    let mut line = Vec::new();
+    reader.take(MAX_CHUNK_LINE).read_until(b'\n', &mut line)?;
+    let bad = |why: &str| std::io::Error::new(ErrorKind::InvalidData, why.to_owned());
+    if line.last() != Some(&b'\n') {
+        return Err(bad("a chunk's size line that does not end"));
+    }
+    match httparse::parse_chunk_size(&line) {
+        Ok(httparse::Status::Complete((_, size))) => Ok(size),
+        _ => Err(bad("a chunk's size that is not one")),
+    }
+}
+
+fn expect_crlf(reader: &mut impl BufRead) -> std::io::Result<()> {
+    let mut crlf = [0u8; 2];
+    reader.read_exact(&mut crlf)?;
+    if &crlf != b"\r\n" {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            "a chunk that does not end where its size says",
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the trailers after the last chunk, to the empty line.
+fn skip_trailers(reader: &mut impl BufRead) -> std::io::Result<()> {
+    for _ in 0..64 {
+        let mut line = Vec::new();
+        reader.take(MAX_CHUNK_LINE).read_until(b'\n', &mut line)?;
+        if line.last() != Some(&b'\n') {
+            break;
+        }
+        if line == b"\r\n" || line == b"\n" {
+            return Ok(());
+        }
+    }
+    Err(std::io::Error::new(
+        ErrorKind::InvalidData,
+        "trailers that do not end",
+    ))
+}
+
+fn resolve(host: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = host.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let with_port = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:80")
+    };
+    with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host} resolves to no address"))
+}
+
+fn connect(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, String> {
+    let timeout = remaining(deadline)?.min(Duration::from_secs(2));
+    let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| failure(&e))?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+fn remaining(deadline: Instant) -> Result<Duration, String> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| "it did not answer within the deadline".to_owned())
+}
+
+fn is_reset(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+    )
+}
+
+/// An I/O error in words, as the cluster names a node's failure.
+fn failure(e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => {
+            "it did not answer within the deadline".to_owned()
+        }
+        _ => format!("cannot reach it: {e}"),
+    }
+}
+
+/// Appends `text` percent-encoded as a query component.
+fn percent_encode(text: &str, out: &mut Vec<u8>) {
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn answers_with_a_length_or_chunked() {
+        let whole = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nhindsight-incomplete: segment 3 skipped\r\n\r\nhello";
+        assert_eq!(
+            read_answer(whole),
+            Ok((Some("segment 3 skipped".to_owned()), b"hello".to_vec()))
+        );
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1\r\n!\r\n0\r\nx-trailer: 1\r\n\r\n";
+        assert_eq!(read_answer(chunked), Ok((None, b"hello!".to_vec())));
+        // Without a length, until the end (HTTP/1.0).
+        assert_eq!(
+            read_answer(b"HTTP/1.0 200 OK\r\n\r\nto the end"),
+            Ok((None, b"to the end".to_vec()))
+        );
+    }
+
+    #[test]
+    fn refusals_are_said_in_words() {
+        let refused = b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 27\r\n\r\n{\"error\":\"a wrong token.\"} ";
+        assert_eq!(
+            read_answer(refused),
+            Err("it refused the cluster's token (401): a wrong token.".to_owned())
+        );
+        assert_eq!(
+            read_answer(b"HTTP/1.1 503 Busy\r\ncontent-length: 4\r\n\r\nbusy"),
+            Err("it answered 503: busy".to_owned())
+        );
+    }
+
+    #[test]
+    fn hostile_answers_are_errors() {
+        let cases: [&[u8]; 9] = [
+            b"",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nfffffffffffffffffff\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel",
+        ];
+        for case in cases {
+            assert!(
+                read_answer(case).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
+        }
+        let mut long = b"HTTP/1.1 200 OK\r\n".to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_HEAD + 10));
+        let error = read_answer(&long).unwrap_err();
+        assert!(error.contains("longer than"), "{error}");
+    }
+
+    /// A node that answers `answers` requests on each connection, then
+    /// closes it; how many connections it accepted.
+    fn node(answers: usize, requests: usize) -> (String, std::thread::JoinHandle<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let thread = std::thread::spawn(move || {
+            let (mut served, mut accepted) = (0, 0);
+            while served < requests {
+                let (stream, _) = listener.accept().unwrap();
+                accepted += 1;
+                let mut reader = BufReader::new(stream);
+                for _ in 0..answers {
+                    let mut line = String::new();
+                    let mut request = String::new();
+                    while reader.read_line(&mut line).unwrap() > 0 {
+                        request.push_str(&line);
+                        if line == "\r\n" {
+                            break;
+                        }
+                        line.clear();
+                    }
+                    assert!(
+                        request.starts_with("GET /api/v1/query?filter=host%2010.0.0.1&limit=2 "),
+                        "{request}"
+                    );
+                    assert!(request.contains("Authorization: Bearer t\r\n"), "{request}");
+                    reader
+                        .get_mut()
+                        .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+                        .unwrap();
+                    served += 1;
+                    if served == requests {
+                        break;
+                    }
+                }
+            }
+            accepted
+        });
+        (url, thread)
+    }
+
+    fn ask(pool: &Arc<Connections>, url: &str) -> Vec<u8> {
+        let params = [
+            ("filter", "host 10.0.0.1".to_owned()),
+            ("limit", "2".to_owned()),
+        ];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let sent = send(pool, url, "query", &params, "Bearer t", deadline).unwrap();
+        let (mut answer, _) = sent.answer().unwrap();
+        let mut body = Vec::new();
+        answer.read_to_end(&mut body).unwrap();
+        body
+    }
+
+    #[test]
+    fn connections_are_kept_and_asked_again_when_closed() {
+        // Kept alive: three requests on one connection.
+        let pool = Arc::default();
+        let (url, node_thread) = node(3, 3);
+        for _ in 0..3 {
+            assert_eq!(ask(&pool, &url), b"ok");
+        }
+        assert_eq!(node_thread.join().unwrap(), 1);
+        // Closed after each answer: the kept connection fails, and the
+        // request is sent again on a new one.
+        let pool = Arc::default();
+        let (url, node_thread) = node(1, 3);
+        for _ in 0..3 {
+            assert_eq!(ask(&pool, &url), b"ok");
+        }
+        assert_eq!(node_thread.join().unwrap(), 3);
+    }
+
+    #[test]
+    fn a_node_that_is_not_there_is_named_as_such() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let error = send(
+            &Arc::default(),
+            &format!("http://127.0.0.1:{port}"),
+            "query",
+            &[],
+            "Bearer t",
+            deadline,
+        )
+        .err()
+        .unwrap();
+        assert!(error.starts_with("cannot reach it: "), "{error}");
+    }
+}
