@@ -1,8 +1,8 @@
 //! Segments copied to S3-compatible object storage (issue 22): a real
 //! SeaweedFS server on 127.0.0.1, started by the test (`scripts/setup` builds
 //! it); an archive with `[archive] object_store` copies every sealed segment
-//! there, byte for byte, and once the local files are gone SQL answers from
-//! the copies as it did from the files.
+//! there, byte for byte, and once the local files are gone (or damaged) SQL
+//! and packet searches answer from the copies as they did from the files.
 
 mod common;
 
@@ -11,6 +11,23 @@ use std::process::Command;
 
 use common::seaweedfs::{list, start_seaweedfs};
 use common::{lan_hour, ok};
+
+/// `hindsight query FILTER` as pcap: its bytes, and its stderr.
+fn query(archive: &Path, filter: &str) -> (Vec<u8>, String) {
+    let out = archive.with_extension(format!("{}.pcap", filter.len()));
+    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["query", filter, "--archive"])
+        .arg(archive)
+        .arg("-o")
+        .arg(&out)
+        .env("AWS_ACCESS_KEY_ID", "hindsight")
+        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{filter}: {stderr}");
+    (std::fs::read(&out).unwrap(), stderr)
+}
 
 fn sql(archive: &Path, statement: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_hindsight"))
@@ -91,8 +108,23 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
         "SELECT state, count(*) AS n, sum(bytes_out) AS b FROM flows GROUP BY state ORDER BY state",
     ];
     let before: Vec<String> = statements.iter().map(|s| ok(&sql(&archive, s))).collect();
+    // Every segment read (tcp), granules of a busy address, covering postings
+    // of a rare one (answered without the files), and a port.
+    let filters = ["tcp", "host 172.30.100.1", "host 10.7.243.1", "udp port 53"];
+    let packets_before: Vec<Vec<u8>> = filters.iter().map(|f| query(&archive, f).0).collect();
+    assert!(packets_before.iter().all(|pcap| pcap.len() > 24));
 
-    // The local copies expire first: SQL reads the copies in the store.
+    // The local copies expire first: SQL and packet searches read the copies
+    // in the store. One file damaged instead (cut short) is read from its
+    // copy too.
+    let (_, damaged) = &files[0];
+    let bytes = std::fs::read(damaged).unwrap();
+    std::fs::write(damaged, &bytes[..bytes.len() / 2]).unwrap();
+    for (filter, expected) in filters.iter().zip(&packets_before) {
+        let (pcap, stderr) = query(&archive, filter);
+        assert!(pcap == *expected, "{filter}: {stderr}");
+        assert!(!stderr.contains("incomplete"), "{filter}: {stderr}");
+    }
     for (_, path) in &files {
         std::fs::remove_file(path).unwrap();
     }
@@ -104,6 +136,28 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
             "{output:?}"
         );
     }
+    for (filter, expected) in filters.iter().zip(&packets_before) {
+        let (pcap, stderr) = query(&archive, filter);
+        assert!(pcap == *expected, "{filter}: {stderr}");
+        assert!(!stderr.contains("incomplete"), "{filter}: {stderr}");
+    }
+    // The fetched copies took disk only while they were read.
+    let fetched = archive.join("fetched");
+    assert_eq!(std::fs::read_dir(&fetched).unwrap().count(), 0);
+    // A copy whose bytes are not the sealed ones is not read: the answer says
+    // it went without the segment.
+    let (key, _) = files
+        .iter()
+        .find(|(key, _)| key.contains("/packets/"))
+        .unwrap();
+    ureq::put(format!("http://127.0.0.1:{s3}/hindsight/{key}"))
+        .send(&b"not the segment"[..])
+        .unwrap();
+    let (_, stderr) = query(&archive, "tcp");
+    assert!(
+        stderr.contains("its copy") && stderr.contains("CRC-32") && stderr.contains("incomplete"),
+        "{stderr}"
+    );
     // Without the store, the same statement says what it went without.
     std::fs::write(archive.join("config.toml"), "").unwrap();
     let output = sql(&archive, statements[0]);

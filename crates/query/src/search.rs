@@ -106,8 +106,23 @@ pub struct SearchPlan {
     /// For segments where every posting of the address ranges is covering: those
     /// postings (encoded rows, one per address), read instead of the segment.
     pub covered: BTreeMap<SegmentId, Vec<Vec<u8>>>,
+    /// Planned segments whose local file is gone or damaged, read from their
+    /// copy in the object store instead.
+    pub remote: BTreeSet<SegmentId>,
     /// Counts of the planning levels (the reading levels are filled by execution).
     pub stats: SearchStats,
+}
+
+/// The copies of sealed segments in object storage (`[archive]
+/// object_store`), read where a segment's local file is gone (the local copy
+/// may expire first) or damaged.
+pub trait RemoteSegments: Send + Sync + std::fmt::Debug {
+    /// Whether `entry` has a copy whole in the store (as the archive's log of
+    /// copies says).
+    fn has_copy(&self, entry: &CatalogEntry) -> bool;
+    /// `entry`'s copy as an open file, its bytes checked against the
+    /// catalog's size and CRC-32 before they are read; or why not.
+    fn fetch(&self, entry: &CatalogEntry) -> Result<std::fs::File, String>;
 }
 
 /// An archive opened for packet queries.
@@ -115,6 +130,7 @@ pub struct SearchPlan {
 pub struct PacketSearch {
     archive: Arc<Archive>,
     index: Option<Arc<AddressIndex>>,
+    remote: Option<Arc<dyn RemoteSegments>>,
 }
 
 /// What a capture file needs of a record besides its bytes.
@@ -166,7 +182,18 @@ impl PacketSearch {
     /// A search over an archive and its address index already open (shared with
     /// the other readers of a long-lived reader).
     pub fn new(archive: Arc<Archive>, index: Option<Arc<AddressIndex>>) -> Self {
-        Self { archive, index }
+        Self {
+            archive,
+            index,
+            remote: None,
+        }
+    }
+
+    /// Reads the segments whose local file is gone or damaged from their
+    /// copies in `remote`, where it has one.
+    pub fn with_remote(mut self, remote: Option<Arc<dyn RemoteSegments>>) -> Self {
+        self.remote = remote;
+        self
     }
 
     /// Returns the archive.
@@ -203,6 +230,7 @@ impl PacketSearch {
         // A file that is gone or not the size it was sealed at is skipped before
         // anything is read (so an API answer can say so in its headers); damage
         // inside a file is found by the pages' checksums while reading.
+        let mut remote = BTreeSet::new();
         segments.retain(|entry| {
             if covered.contains_key(&entry.segment_id()) {
                 return true;
@@ -210,6 +238,12 @@ impl PacketSearch {
             let Some(problem) = self.archive.segment_file_problem(entry) else {
                 return true;
             };
+            if let Some(copies) = &self.remote
+                && copies.has_copy(entry)
+            {
+                remote.insert(entry.segment_id());
+                return true;
+            }
             stats.skipped.push(SkippedSegment {
                 id: entry.segment_id(),
                 file: entry.file.clone(),
@@ -223,6 +257,7 @@ impl PacketSearch {
             address_ranges,
             granules,
             covered,
+            remote,
             stats,
         })
     }
@@ -421,7 +456,18 @@ impl SegmentRead<'_> {
         emit: &mut dyn FnMut(Result<SegmentItem, QueryError>) -> bool,
     ) {
         let opened = (|| {
-            let reader = SegmentReader::open(&self.search.archive.segment_path(entry))?;
+            let path = self.search.archive.segment_path(entry);
+            let reader = match &self.search.remote {
+                Some(copies) if self.plan.remote.contains(&entry.segment_id()) => {
+                    let file = copies
+                        .fetch(entry)
+                        .map_err(|message| QueryError::Execution {
+                            message: format!("its local file is gone and its copy: {message}"),
+                        })?;
+                    SegmentReader::from_file(file, &path)?
+                }
+                _ => SegmentReader::open(&path)?,
+            };
             let groups = reader
                 .matching_row_groups(self.request.time, self.plan.address_ranges.as_deref())?;
             let row_groups_read = groups.len();

@@ -31,9 +31,11 @@ use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_ingest::settings::{ArchiveSettings, SettingsError, archive_settings};
 use hindsight_model::{PacketRecord, SegmentId};
 use hindsight_query::QueryError;
-use hindsight_query::search::{PacketSearch, SearchPlan, SearchRequest, SearchStats};
+use hindsight_query::search::{
+    PacketSearch, RemoteSegments, SearchPlan, SearchRequest, SearchStats,
+};
 use hindsight_sql::{SqlError, SqlSession};
-use hindsight_store::{Archive, StoreError, Tail, TailView};
+use hindsight_store::{Archive, CatalogEntry, StoreError, Tail, TailView};
 
 pub use crate::connections::{ConnQuery, Connections, decode_cursor, encode_cursor};
 pub use crate::summary::{Summary, TableTotals};
@@ -166,7 +168,64 @@ pub struct Snapshot {
     tail: Option<TailView>,
     /// Bytes under the archive directory, counted when first asked.
     disk_bytes: Arc<std::sync::OnceLock<u64>>,
+    /// The copies of its segments in object storage, if it has a store.
+    remote: Option<Arc<dyn RemoteSegments>>,
 }
+
+/// An archive's copies in its object store (`[archive] object_store`), for
+/// packet searches: the store opened and the log of copies read when a
+/// search first needs them (a segment whose local file is gone).
+#[derive(Debug)]
+struct ObjectCopies {
+    root: PathBuf,
+    settings: hindsight_sql::ObjectStoreSettings,
+    objects: std::sync::OnceLock<Result<Arc<hindsight_sql::objects::Objects>, String>>,
+    copied: std::sync::OnceLock<hindsight_store::objects::CopyLog>,
+}
+
+impl RemoteSegments for ObjectCopies {
+    fn has_copy(&self, entry: &CatalogEntry) -> bool {
+        self.copied
+            .get_or_init(|| hindsight_store::objects::read_log(&self.root))
+            .get(&entry.id)
+            == Some(&(entry.size_bytes, entry.crc32))
+    }
+
+    fn fetch(&self, entry: &CatalogEntry) -> Result<std::fs::File, String> {
+        let objects = self
+            .objects
+            .get_or_init(|| {
+                hindsight_sql::objects::Objects::open(&self.settings)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        objects.fetch_to(entry, &self.root.join(FETCH_DIR))
+    }
+}
+
+/// The copies of the archive at `root` in the object store its `config.toml`
+/// names, if it names one: where a packet search reads the segments whose
+/// local file is gone or damaged.
+pub fn remote_segments(root: &Path) -> Result<Option<Arc<dyn RemoteSegments>>, ReaderError> {
+    Ok(settings_remote(root, &archive_settings(root, None)?))
+}
+
+/// The copies of the archive at `root`, if its settings name a store.
+fn settings_remote(root: &Path, settings: &ArchiveSettings) -> Option<Arc<dyn RemoteSegments>> {
+    let copies = ObjectCopies {
+        root: root.to_owned(),
+        settings: settings.objects.clone()?,
+        objects: std::sync::OnceLock::new(),
+        copied: std::sync::OnceLock::new(),
+    };
+    Some(Arc::new(copies))
+}
+
+/// Where copies fetched from the object store are written while they are
+/// read (each file unlinked once open).
+const FETCH_DIR: &str = "fetched";
 
 impl Snapshot {
     fn load(root: &Path, generation: u64) -> Result<Self, ReaderError> {
@@ -204,11 +263,12 @@ impl Snapshot {
             index: index.map(Arc::new),
             connections: connections.map(Arc::new),
             flows_mark,
-            settings,
             summary,
             generation,
             tail: None,
             disk_bytes: Arc::default(),
+            remote: settings_remote(root, &settings),
+            settings,
         })
     }
 
@@ -331,6 +391,7 @@ impl Snapshot {
     /// A packet search over this snapshot (its plan and execution).
     pub fn packet_search(&self) -> PacketSearch {
         PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
+            .with_remote(self.remote.clone())
     }
 
     /// Plans `request` and hands every matching packet to `visit`, in time

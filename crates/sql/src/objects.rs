@@ -133,6 +133,73 @@ impl Objects {
     }
 }
 
+/// Most bytes of a segment's copy fetched for a packet search: the largest a
+/// segment may be sealed at is far below.
+const MAX_FETCH_BYTES: u64 = 4 << 30;
+
+impl Objects {
+    /// `entry`'s copy, written to a new file in `dir` and opened, its bytes
+    /// checked against the catalog's size and CRC-32 first; the file is
+    /// unlinked once open, so it takes disk only while it is read. The fetch
+    /// runs on a thread of its own with its own runtime, so it may be called
+    /// from any thread, a runtime's included.
+    pub fn fetch_to(
+        self: &Arc<Self>,
+        entry: &CatalogEntry,
+        dir: &Path,
+    ) -> std::result::Result<std::fs::File, String> {
+        if entry.size_bytes > MAX_FETCH_BYTES {
+            return Err(format!(
+                "its catalog size, {} bytes, is above the {MAX_FETCH_BYTES} a fetch takes",
+                entry.size_bytes
+            ));
+        }
+        let (objects, path) = (Arc::clone(self), self.object_path(entry));
+        let bytes = std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| format!("cannot start a runtime to fetch it: {e}"))?;
+                    runtime.block_on(async {
+                        let got = objects
+                            .store
+                            .get(&path)
+                            .await
+                            .map_err(|e| format!("cannot fetch {path}: {e}"))?;
+                        got.bytes()
+                            .await
+                            .map_err(|e| format!("cannot fetch {path}: {e}"))
+                    })
+                })
+                .join()
+                .unwrap_or_else(|_| Err("its fetch failed".to_owned()))
+        })?;
+        if bytes.len() as u64 != entry.size_bytes || checksum(&bytes) != entry.crc32 {
+            return Err(format!(
+                "{} bytes whose CRC-32 is not the one the catalog recorded at seal; not read",
+                bytes.len()
+            ));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        static FETCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file_path = dir.join(format!(".fetch-{}-{}-{n}", entry.id, std::process::id()));
+        let write = || -> std::io::Result<std::fs::File> {
+            std::fs::write(&file_path, &bytes)?;
+            let file = std::fs::File::open(&file_path)?;
+            std::fs::remove_file(&file_path)?;
+            Ok(file)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&file_path);
+            format!("cannot keep it in {}: {e}", dir.display())
+        })
+    }
+}
+
 /// Copies the segments of the archive at `root` not yet copied to the store
 /// `settings` names; one line for people saying what it did (and the
 /// problems, one line each).

@@ -120,7 +120,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
     let search = PacketSearch::open(root)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
+        .with_context(|| format!("cannot open archive {}", root.display()))?
+        .with_remote(hindsight_reader::remote_segments(root)?);
     let request = SearchRequest {
         filter,
         time,

@@ -86,6 +86,12 @@ impl SegmentReader {
     /// Opens a segment file and reads its footer.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(StoreError::io("open segment", path))?;
+        Self::from_file(file, path)
+    }
+
+    /// Reads the footer of a segment already open (a copy fetched from
+    /// object storage); `path` names it in errors.
+    pub fn from_file(file: File, path: &Path) -> Result<Self> {
         // The Arrow schema comes from the Parquet schema, not from the footer's
         // embedded IPC schema (`ARROW:schema`): the `arrow-ipc` decoder panics on
         // some damaged ones (found by the `segment_reader` fuzz target), and the
