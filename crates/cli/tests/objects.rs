@@ -141,6 +141,32 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
         assert!(pcap == *expected, "{filter}: {stderr}");
         assert!(!stderr.contains("incomplete"), "{filter}: {stderr}");
     }
+    // `check` counts the copies as the segments' (no damage), and a repair
+    // sets none aside.
+    for repair in [false, true] {
+        let mut args = vec!["check", "--archive", archive.to_str().unwrap()];
+        if repair {
+            args.push("--repair");
+        }
+        let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "{text}");
+        assert_eq!(
+            text.matches("read from its copy in the object store")
+                .count(),
+            files.len(),
+            "{text}"
+        );
+        assert!(!text.contains("(set aside)"), "{text}");
+        assert!(text.contains("flows segments: 6320 record(s)"), "{text}");
+    }
     // The fetched copies took disk only while they were read.
     let fetched = archive.join("fetched");
     assert_eq!(std::fs::read_dir(&fetched).unwrap().count(), 0);

@@ -63,6 +63,10 @@ pub struct CheckReport {
     pub stale_postings: Vec<SegmentId>,
     /// Segment files a repair entered into the catalog again (after a dropped line).
     pub recatalogued: Vec<SegmentId>,
+    /// Segments whose local file is gone or not its sealed size and whose
+    /// copy in the archive's object store (`objects.log`, the catalog's size
+    /// and CRC-32) answers for them: not damage, never set aside.
+    pub from_copies: Vec<SegmentProblem>,
     /// Connection records in the `flows` segments.
     pub flow_records: u64,
     /// Connections (events) in the connection index, if it exists.
@@ -156,8 +160,29 @@ pub fn repair(root: &Path) -> Result<CheckReport, IngestError> {
 fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId, u64)> {
     let mut distinct = Vec::new();
     let entries: Vec<CatalogEntry> = archive.catalog().entries().cloned().collect();
+    // The copies count only while the archive names its store.
+    let copies = match crate::settings::archive_settings(archive.root(), None) {
+        Ok(settings) if settings.objects.is_some() => {
+            hindsight_store::objects::read_log(archive.root())
+        }
+        _ => Default::default(),
+    };
     for entry in &entries {
         report.segments_checked += 1;
+        if let Some(problem) = archive.segment_file_problem(entry)
+            && copies.get(&entry.id) == Some(&(entry.size_bytes, entry.crc32))
+        {
+            if entry.table == Table::Flows.name() {
+                report.flow_records += entry.rows;
+            }
+            report.from_copies.push(SegmentProblem {
+                id: entry.segment_id(),
+                table: entry.table.clone(),
+                file: entry.file.clone(),
+                problem,
+            });
+            continue;
+        }
         let problem = match check_segment(archive, entry) {
             Ok((bytes, addresses)) => {
                 report.bytes_checked += bytes;
@@ -281,6 +306,12 @@ impl CheckReport {
         }
         for path in &self.quarantined {
             lines.push(format!("  moved to {}", path.display()));
+        }
+        for copied in &self.from_copies {
+            lines.push(format!(
+                "segment {} ({}): {}; read from its copy in the object store",
+                copied.id.0, copied.file, copied.problem
+            ));
         }
         for (id, postings, addresses) in &self.wrong_postings {
             lines.push(format!(
