@@ -6,8 +6,11 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::seaweedfs::{list, start_seaweedfs};
 use common::{lan_hour, ok};
@@ -191,5 +194,75 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
     assert!(
         stderr.contains("the file is missing") && stderr.contains("incomplete"),
         "{stderr}"
+    );
+}
+
+/// `hindsight serve` on `archive` (no capture), its stderr lines gathered.
+fn serve(archive: &Path) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--archive"])
+        .arg(archive)
+        .env("AWS_ACCESS_KEY_ID", "hindsight")
+        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
+        .env_remove("HINDSIGHT_API_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (stderr, gathered) = (child.stderr.take().unwrap(), Arc::clone(&lines));
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("serve: {line}");
+            gathered.lock().unwrap().push(line);
+        }
+    });
+    (child, lines)
+}
+
+fn store_config(archive: &Path, port: u16) {
+    std::fs::write(
+        archive.join("config.toml"),
+        format!(
+            "[archive]\nobject_store = \"s3://hindsight/recorder-2\"\nendpoint = \"http://127.0.0.1:{port}\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn serve_copies_every_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    common::ingest(&lan_hour(), &archive);
+
+    // With the store there, every sealed segment is copied.
+    let store_dir = dir.path().join("seaweedfs");
+    std::fs::create_dir_all(&store_dir).unwrap();
+    let (_server, s3) = start_seaweedfs(&store_dir);
+    store_config(&archive, s3);
+    let (mut child, lines) = serve(&archive);
+    let segments = std::fs::read_to_string(archive.join("catalog.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(archive.join("objects.log")).map_or(0, |log| log.lines().count())
+        < segments
+    {
+        assert!(Instant::now() < deadline, "{:#?}", lines.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(list(s3, "recorder-2/").len(), segments);
+    assert!(
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains(&format!("copied {segments} segment(s)"))),
+        "{:#?}",
+        lines.lock().unwrap()
     );
 }

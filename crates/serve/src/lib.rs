@@ -292,13 +292,16 @@ pub fn run(args: Options) -> Result<()> {
         );
     }
     // The last segments sealed go to the object store too.
-    copy_segments(&reader_at_end);
+    copy_segments(&reader_at_end, &mut Said::default());
     served.context("the HTTP server failed")?;
     Ok(())
 }
 
 /// How often sealed segments are copied to the archive's object store.
 const COPY_EVERY: Duration = Duration::from_secs(5);
+
+/// How often a lasting copy failure is said again.
+const SAY_AGAIN_EVERY: Duration = Duration::from_secs(600);
 
 /// The thread that copies sealed segments to the archive's object store
 /// (`[archive] object_store`) every [`COPY_EVERY`], until `stop`.
@@ -307,8 +310,9 @@ fn start_copying(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
+        let mut said = Said::default();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            copy_segments(&reader);
+            copy_segments(&reader, &mut said);
             let until = Instant::now() + COPY_EVERY;
             while Instant::now() < until && !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -317,9 +321,49 @@ fn start_copying(
     })
 }
 
+/// What the copy thread has said: a store that stays down, or a segment
+/// that stays uncopyable, is said when it starts (and a failure again every
+/// [`SAY_AGAIN_EVERY`]), not every round.
+#[derive(Debug, Default)]
+struct Said {
+    /// Since when copies fail, and when that was last said.
+    failing: Option<Instant>,
+    /// The problems said.
+    problems: std::collections::BTreeSet<String>,
+}
+
+impl Said {
+    /// A round failed at `now`: whether to say it.
+    fn failed(&mut self, now: Instant) -> bool {
+        match self.failing {
+            Some(said) if now.duration_since(said) < SAY_AGAIN_EVERY => false,
+            _ => {
+                self.failing = Some(now);
+                true
+            }
+        }
+    }
+
+    /// A round succeeded: whether copies had been failing.
+    fn resumed(&mut self) -> bool {
+        self.failing.take().is_some()
+    }
+
+    /// The problems of a round that are new since the last round.
+    fn new_problems(&mut self, problems: Vec<String>) -> Vec<String> {
+        let new = problems
+            .iter()
+            .filter(|p| !self.problems.contains(*p))
+            .cloned()
+            .collect();
+        self.problems = problems.into_iter().collect();
+        new
+    }
+}
+
 /// Copies the sealed segments not yet copied, if the archive has an object
 /// store; says on stderr what it copied and what failed.
-fn copy_segments(reader: &hindsight_reader::Reader) {
+fn copy_segments(reader: &hindsight_reader::Reader, said: &mut Said) {
     let Ok(snapshot) = reader.snapshot() else {
         return;
     };
@@ -328,17 +372,26 @@ fn copy_segments(reader: &hindsight_reader::Reader) {
     };
     match hindsight_sql::objects::copy_archive(reader.root(), &settings) {
         Ok((copied, line)) => {
+            if said.resumed() {
+                eprintln!("hindsight serve: copies to {} resumed", settings.url);
+            }
             if copied.segments > 0 {
                 eprintln!("hindsight serve: {line}");
             }
-            for problem in copied.problems {
+            for problem in said.new_problems(copied.problems) {
                 eprintln!("hindsight serve: warning: {problem}");
             }
         }
-        Err(error) => eprintln!(
-            "hindsight serve: cannot copy segments to {}: {error}",
-            settings.url
-        ),
+        Err(error) => {
+            if said.failed(Instant::now()) {
+                eprintln!(
+                    "hindsight serve: cannot copy segments to {}: {error} (tried again every {} s, said again every {} s)",
+                    settings.url,
+                    COPY_EVERY.as_secs(),
+                    SAY_AGAIN_EVERY.as_secs()
+                );
+            }
+        }
     }
 }
 
@@ -476,4 +529,30 @@ fn start_capture(
         human_bytes((capture.ring_mib as u64) << 20)
     );
     Ok((recorder, capture.interface.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lasting_copy_failure_is_said_once_then_every_ten_minutes() {
+        let mut said = Said::default();
+        let start = Instant::now();
+        let at = |secs| start + Duration::from_secs(secs);
+        let told: Vec<u64> = (0..300)
+            .map(|round| round * COPY_EVERY.as_secs())
+            .filter(|&secs| said.failed(at(secs)))
+            .collect();
+        assert_eq!(told, [0, 600, 1200]);
+        assert!(said.resumed());
+        assert!(!said.resumed());
+        assert!(said.failed(at(1500)));
+        let problems = |list: &[&str]| list.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
+        assert_eq!(said.new_problems(problems(&["a", "b"])), ["a", "b"]);
+        assert!(said.new_problems(problems(&["a", "b"])).is_empty());
+        assert_eq!(said.new_problems(problems(&["b", "c"])), ["c"]);
+        // One that went away and came back is said again.
+        assert_eq!(said.new_problems(problems(&["a", "b", "c"])), ["a"]);
+    }
 }
