@@ -114,6 +114,7 @@ fn a_ballista_cluster_over_the_copies_in_s3_answers_as_hindsight_sql() {
         url: "s3://hindsight/recorder-1".into(),
         endpoint: Some(endpoint.clone()),
         region: None,
+        local_max_bytes: 0,
     };
     let (copied, _) = hindsight_sql::objects::copy_archive(&root, &settings).unwrap();
     assert!(copied.segments >= 4, "{copied:?}");

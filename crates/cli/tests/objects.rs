@@ -266,3 +266,110 @@ fn serve_copies_every_sealed_segment() {
         lines.lock().unwrap()
     );
 }
+
+/// `hindsight ingest` of lan-hour into `archive` in 5-minute partitions.
+fn ingest_partitioned(archive: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["ingest", "--partition-secs", "300", "--archive"])
+        .arg(archive)
+        .arg(lan_hour())
+        .env("AWS_ACCESS_KEY_ID", "hindsight")
+        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+fn check(archive: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["check", "--archive"])
+        .arg(archive)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    text
+}
+
+#[test]
+fn a_local_bound_removes_the_oldest_copied_files_and_retention_their_postings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("seaweedfs");
+    std::fs::create_dir_all(&store_dir).unwrap();
+    let (_server, s3) = start_seaweedfs(&store_dir);
+    // The same capture without a store: the answers to compare with.
+    let plain = dir.path().join("plain");
+    ingest_partitioned(&plain);
+    let archive = dir.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        format!(
+            "[archive]\nobject_store = \"s3://hindsight/recorder-3\"\nendpoint = \"http://127.0.0.1:{s3}\"\nlocal_max_bytes = 1\n"
+        ),
+    )
+    .unwrap();
+    let stderr = ingest_partitioned(&archive);
+    assert!(stderr.contains("removed the local files of"), "{stderr}");
+
+    // Every copied segment but the newest of each table is held as a copy
+    // alone, and a packets segment's addresses are kept.
+    let catalog = std::fs::read_to_string(archive.join("catalog.jsonl")).unwrap();
+    let entries: Vec<serde_json::Value> = catalog
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let local = entries
+        .iter()
+        .filter(|entry| archive.join(entry["file"].as_str().unwrap()).exists())
+        .count();
+    assert_eq!(local, 2, "{catalog}");
+    let kept = std::fs::read_dir(archive.join("copy-only"))
+        .unwrap()
+        .count();
+    let packets = entries
+        .iter()
+        .filter(|entry| entry["table"] == "packets")
+        .count();
+    assert!(packets >= 3, "{catalog}");
+    assert_eq!(kept, packets - 1);
+    // Answers are the same as from local files.
+    for filter in ["tcp", "host 172.30.100.1", "host 10.7.243.1"] {
+        let (pcap, stderr) = query(&archive, filter);
+        assert!(pcap == query(&plain, filter).0, "{filter}: {stderr}");
+        assert!(!stderr.contains("incomplete"), "{filter}: {stderr}");
+    }
+    let text = check(&archive);
+    assert_eq!(
+        text.matches("read from its copy in the object store")
+            .count(),
+        entries.len() - 2,
+        "{text}"
+    );
+
+    // Retention removes segments held only as copies with their postings
+    // (from the kept addresses), and forgets their addresses.
+    std::fs::write(
+        archive.join("config.toml"),
+        format!(
+            "[archive]\nobject_store = \"s3://hindsight/recorder-3\"\nendpoint = \"http://127.0.0.1:{s3}\"\nlocal_max_bytes = 1\n[packets]\nmax_bytes = 1\n"
+        ),
+    )
+    .unwrap();
+    ingest_partitioned(&archive);
+    let text = check(&archive);
+    assert!(text.contains("the archive is sound"), "{text}");
+    assert!(!text.contains("which the catalog does not list"), "{text}");
+    assert_eq!(
+        std::fs::read_dir(archive.join("copy-only"))
+            .unwrap()
+            .count(),
+        0
+    );
+}

@@ -20,6 +20,8 @@
 //! object_store = "s3://bucket/prefix"     # copy sealed segments there (credentials: AWS_* variables)
 //! endpoint = "http://127.0.0.1:8333"      # an S3-compatible server other than AWS
 //! region = "us-east-1"
+//! local_max_bytes = 0                     # bound of the local segment files; beyond it the oldest
+//!                                         # copied ones are read from their copies (0: none)
 //! ```
 //!
 //! A command-line flag (`--keep-connections`) overrides the file for that run.
@@ -64,6 +66,7 @@ struct ArchiveSection {
     object_store: Option<String>,
     endpoint: Option<String>,
     region: Option<String>,
+    local_max_bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -165,9 +168,12 @@ pub fn archive_settings(
         .collect::<Result<_, _>>()
         .map_err(|reason| error(format!("[network] home: {reason}")))?;
     let section = config.archive;
-    if section.object_store.is_none() && (section.endpoint.is_some() || section.region.is_some()) {
+    if section.object_store.is_none()
+        && (section.endpoint.is_some() || section.region.is_some() || section.local_max_bytes > 0)
+    {
         return Err(error(
-            "[archive] endpoint and region need object_store = \"s3://bucket/prefix\"".to_owned(),
+            "[archive] endpoint, region and local_max_bytes need object_store = \"s3://bucket/prefix\""
+                .to_owned(),
         ));
     }
     let objects = section
@@ -176,6 +182,7 @@ pub fn archive_settings(
             url,
             endpoint: section.endpoint,
             region: section.region,
+            local_max_bytes: section.local_max_bytes,
         });
     Ok(ArchiveSettings {
         expiry,

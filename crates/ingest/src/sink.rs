@@ -376,16 +376,22 @@ fn expire_packets(
         if !too_old && !too_big {
             continue;
         }
-        // The postings to delete are the segment's addresses; a segment that
-        // cannot be read leaves its postings, which no query plans without it.
+        // The postings to delete are the segment's addresses, from its file or,
+        // for a segment held only as a copy, as they were kept when its local
+        // file was removed; a segment that cannot be read leaves its postings,
+        // which no query plans without it.
+        let root = archive.root().to_owned();
         let addresses: Vec<_> = SegmentReader::open(&archive.segment_path(&entry))
             .and_then(|reader| reader.address_postings())
             .map(|postings| postings.into_iter().map(|(address, _)| address).collect())
+            .ok()
+            .or_else(|| hindsight_store::objects::copy_only_addresses(&root, entry.segment_id()))
             .unwrap_or_default();
         archive.remove_segment(entry.segment_id())?;
         indexes
             .addresses
             .remove_segment(entry.segment_id(), &addresses)?;
+        hindsight_store::objects::forget_copy_only(&root, entry.segment_id());
         total -= entry.size_bytes;
     }
     Ok(())

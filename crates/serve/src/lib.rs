@@ -375,7 +375,7 @@ fn copy_segments(reader: &hindsight_reader::Reader, said: &mut Said) {
             if said.resumed() {
                 eprintln!("hindsight serve: copies to {} resumed", settings.url);
             }
-            if copied.segments > 0 {
+            if copied.segments > 0 || copied.local_removed > 0 {
                 eprintln!("hindsight serve: {line}");
             }
             for problem in said.new_problems(copied.problems) {

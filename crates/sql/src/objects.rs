@@ -39,6 +39,9 @@ pub struct Copied {
     /// Segments not copied, and why (a file that fails its CRC-32 is never
     /// copied).
     pub problems: Vec<String>,
+    /// Segments whose local file was then removed, their copies answering
+    /// for them (`[archive] local_max_bytes`).
+    pub local_removed: u64,
 }
 
 impl Objects {
@@ -210,12 +213,22 @@ pub fn copy_archive(root: &Path, settings: &ObjectStoreSettings) -> Result<(Copi
         .enable_all()
         .build()
         .map_err(DataFusionError::IoError)?;
-    let copied = runtime.block_on(objects.copy_new(&archive))?;
-    let line = format!(
+    let mut copied = runtime.block_on(objects.copy_new(&archive))?;
+    let removed = hindsight_store::objects::expire_local(&archive, settings.local_max_bytes)
+        .map_err(|e| DataFusionError::External(e.into()))?;
+    copied.local_removed = removed.len() as u64;
+    let mut line = format!(
         "copied {} segment(s), {:.1} MB, to {}",
         copied.segments,
         copied.bytes as f64 / 1e6,
         settings.url
     );
+    if !removed.is_empty() {
+        line.push_str(&format!(
+            "; removed the local files of {} copied segment(s) (local_max_bytes {})",
+            removed.len(),
+            settings.local_max_bytes
+        ));
+    }
     Ok((copied, line))
 }
