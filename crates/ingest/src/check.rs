@@ -170,7 +170,7 @@ fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId
     for entry in &entries {
         report.segments_checked += 1;
         if let Some(problem) = archive.segment_file_problem(entry)
-            && copies.get(&entry.id) == Some(&(entry.size_bytes, entry.crc32))
+            && hindsight_store::objects::has_copy(&copies, entry)
         {
             if entry.table == Table::Flows.name() {
                 report.flow_records += entry.rows;

@@ -185,10 +185,10 @@ struct ObjectCopies {
 
 impl RemoteSegments for ObjectCopies {
     fn has_copy(&self, entry: &CatalogEntry) -> bool {
-        self.copied
-            .get_or_init(|| hindsight_store::objects::read_log(&self.root))
-            .get(&entry.id)
-            == Some(&(entry.size_bytes, entry.crc32))
+        let log = self
+            .copied
+            .get_or_init(|| hindsight_store::objects::read_log(&self.root));
+        hindsight_store::objects::has_copy(log, entry)
     }
 
     fn fetch(&self, entry: &CatalogEntry) -> Result<std::fs::File, String> {

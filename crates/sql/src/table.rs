@@ -203,7 +203,7 @@ impl SegmentTable {
             };
             // Gone here, kept there: the copy, whose pages' checksums DataFusion checks.
             let copy = scans.remote.as_ref().and_then(|(objects, copied)| {
-                (copied.get(&entry.id) == Some(&(entry.size_bytes, entry.crc32)))
+                hindsight_store::objects::has_copy(copied, &entry)
                     .then(|| objects.object_url(&entry))
             });
             match copy {

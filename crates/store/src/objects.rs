@@ -50,6 +50,11 @@ pub fn read_log(root: &Path) -> CopyLog {
         .collect()
 }
 
+/// Whether `log` lists a copy of `entry` whole: the catalog's size and CRC-32.
+pub fn has_copy(log: &CopyLog, entry: &CatalogEntry) -> bool {
+    log.get(&entry.id) == Some(&(entry.size_bytes, entry.crc32))
+}
+
 /// Enters `entry` in the log of copies, durably.
 pub fn append_log(root: &Path, entry: &CatalogEntry) -> std::io::Result<()> {
     let path = root.join(OBJECTS_LOG);
@@ -127,9 +132,7 @@ pub fn expire_local(archive: &Archive, max_bytes: u64) -> crate::Result<Vec<Segm
         if total <= max_bytes {
             break;
         }
-        if newest.contains(&entry.id)
-            || copied.get(&entry.id) != Some(&(entry.size_bytes, entry.crc32))
-        {
+        if newest.contains(&entry.id) || !has_copy(&copied, entry) {
             continue;
         }
         let path = archive.segment_path(entry);
