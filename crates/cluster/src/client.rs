@@ -301,7 +301,7 @@ impl ClusterClient {
             streams.push(Stream {
                 node: choice.node.clone(),
                 ready: VecDeque::new(),
-                remote: None,
+                unread: None,
             });
             if self.local_node(&choice.node).is_some() {
                 continue;
@@ -328,24 +328,26 @@ impl ClusterClient {
         }
         for stream in &mut streams {
             if let Some(node) = self.local_node(&stream.node) {
-                let ready = &mut stream.ready;
-                let mut deliver = |chunk: Vec<Packet>| {
-                    ready.extend(chunk);
-                    true
-                };
-                if let Err(reason) = local_rows(node, filter, time, limit, &mut deliver) {
-                    outcome.missing.push(Missing {
+                match node.rows(filter, time, limit) {
+                    Ok((bytes, incomplete)) => {
+                        stream.unread = Some(Unread {
+                            body: Box::new(std::io::Cursor::new(bytes)),
+                            incomplete,
+                            rows: 0,
+                        });
+                    }
+                    Err(reason) => outcome.missing.push(Missing {
                         node: stream.node.clone(),
                         reason,
-                    });
+                    }),
                 }
             }
         }
         for (at, request) in sent {
             match request.answer() {
                 Ok((body, incomplete)) => {
-                    streams[at].remote = Some(Remote {
-                        body,
+                    streams[at].unread = Some(Unread {
+                        body: Box::new(body),
                         incomplete,
                         rows: 0,
                     });
@@ -359,47 +361,6 @@ impl ClusterClient {
         merge(&mut streams, limit, &mut outcome.missing, visit)?;
         outcome.missing.sort_by(|a, b| a.node.cmp(&b.node));
         Ok(outcome)
-    }
-}
-
-/// This process's own node's rows answer, handed to `deliver` in chunks.
-fn local_rows(
-    node: &dyn LocalNode,
-    filter: &str,
-    time: TimeRange,
-    limit: Option<u64>,
-    deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
-) -> Result<(), String> {
-    let (bytes, incomplete) = node.rows(filter, time, limit)?;
-    read_rows(std::io::Cursor::new(bytes), incomplete, deliver)
-}
-
-/// Hands the rows of `body` to `deliver` in chunks until it returns false; an
-/// error if they break off or the node said its answer was `incomplete`.
-fn read_rows(
-    mut body: impl Read,
-    incomplete: Option<String>,
-    deliver: &mut dyn FnMut(Vec<Packet>) -> bool,
-) -> Result<(), String> {
-    let mut rows = 0u64;
-    loop {
-        match hindsight_output::packets::read_rows_chunk(&mut body) {
-            Ok(Some(chunk)) => {
-                rows += chunk.len() as u64;
-                if !deliver(chunk) {
-                    // The merge has what it wanted.
-                    return Ok(());
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                return Err(format!("its answer broke off after {rows} packets: {e}"));
-            }
-        }
-    }
-    match incomplete {
-        Some(what) => Err(format!("its answer is incomplete: {what}")),
-        None => Ok(()),
     }
 }
 
@@ -471,27 +432,23 @@ fn answer_of(
         .limit(64 << 10)
         .read_to_string()
         .unwrap_or_default();
-    let message = serde_json::from_str::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_owned))
-        .unwrap_or(body);
-    let why = match status.as_u16() {
-        401 => format!("it refused the cluster's token (401): {message}"),
-        _ => format!("it answered {status}: {message}"),
-    };
-    Err(why)
+    Err(crate::pipeline::refusal(
+        status.as_u16(),
+        &status.to_string(),
+        body,
+    ))
 }
 
 /// One node's answer: the packets read and not merged yet, and the rest of
-/// its answer unread on its connection (none for this node's own share).
+/// its answer unread (on its connection, or this node's own share in memory).
 struct Stream {
     node: String,
     ready: VecDeque<Packet>,
-    remote: Option<Remote>,
+    unread: Option<Unread>,
 }
 
-struct Remote {
-    body: crate::pipeline::Answer,
+struct Unread {
+    body: Box<dyn Read>,
     /// What the node said made its answer incomplete.
     incomplete: Option<String>,
     /// Its packets read so far.
@@ -503,25 +460,25 @@ impl Stream {
     /// a node whose answer breaks off or is incomplete goes to `missing`.
     fn refill(&mut self, missing: &mut Vec<Missing>) -> bool {
         while self.ready.is_empty() {
-            let Some(remote) = self.remote.as_mut() else {
+            let Some(unread) = self.unread.as_mut() else {
                 return false;
             };
-            let reason = match hindsight_output::packets::read_rows_chunk(&mut remote.body) {
+            let reason = match hindsight_output::packets::read_rows_chunk(&mut unread.body) {
                 Ok(Some(chunk)) => {
-                    remote.rows += chunk.len() as u64;
+                    unread.rows += chunk.len() as u64;
                     self.ready.extend(chunk);
                     continue;
                 }
-                Ok(None) => remote
+                Ok(None) => unread
                     .incomplete
                     .take()
                     .map(|what| format!("its answer is incomplete: {what}")),
                 Err(e) => Some(format!(
                     "its answer broke off after {} packets: {e}",
-                    remote.rows
+                    unread.rows
                 )),
             };
-            self.remote = None;
+            self.unread = None;
             missing.extend(reason.map(|reason| Missing {
                 node: self.node.clone(),
                 reason,

@@ -177,15 +177,25 @@ fn answered<R: Source>(
     }
     let mut text = Vec::new();
     let _ = (&mut answer).take(MAX_ERROR_BODY).read_to_end(&mut text);
-    let body = String::from_utf8_lossy(&text).into_owned();
+    let status = head.status.to_string();
+    Err(refusal(
+        head.status,
+        &status,
+        String::from_utf8_lossy(&text).into_owned(),
+    ))
+}
+
+/// A node's answer of status `code` (shown as `status`) other than 200, in
+/// words: the message of its JSON error, else its `body`.
+pub(crate) fn refusal(code: u16, status: &str, body: String) -> String {
     let message = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v["error"].as_str().map(str::to_owned))
         .unwrap_or(body);
-    Err(match head.status {
+    match code {
         401 => format!("it refused the cluster's token (401): {message}"),
-        status => format!("it answered {status}: {message}"),
-    })
+        _ => format!("it answered {status}: {message}"),
+    }
 }
 
 /// Reads `bytes` as the cluster reads a node's answer: what made it
