@@ -542,16 +542,11 @@ async fn query(
                 super::cluster::rows_answer(&snapshot, &request, &plan, &limits)
                     .map_err(ApiError::of_reader)?;
             drop(permit);
-            let mut response = Body::from(bytes).into_response();
-            let headers = response.headers_mut();
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(format.media_type()),
-            );
-            if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
-                headers.insert(INCOMPLETE_HEADER, value);
-            }
-            return Ok(response);
+            return Ok(packet_answer(
+                format,
+                incomplete,
+                Body::from(bytes).into_response(),
+            ));
         }
     }
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
@@ -623,7 +618,7 @@ async fn query(
             "the query ended without an answer",
         )
     };
-    let (incomplete, mut response) = match first {
+    let (incomplete, response) = match first {
         // The plan failed (its error is the answer), or the worker ended.
         Some(None) => {
             return Err(match is_planned.try_recv() {
@@ -652,6 +647,12 @@ async fn query(
             Body::from_stream(piece_stream(None, body)).into_response(),
         ),
     };
+    Ok(packet_answer(format, incomplete, response))
+}
+
+/// A packet answer's headers: its media type, what made it `incomplete`, and
+/// a file name for a capture.
+fn packet_answer(format: Format, incomplete: Option<String>, mut response: Response) -> Response {
     let headers = response.headers_mut();
     if let Some(value) = incomplete.and_then(|text| HeaderValue::from_str(&text).ok()) {
         headers.insert(INCOMPLETE_HEADER, value);
@@ -666,7 +667,7 @@ async fn query(
             headers.insert(header::CONTENT_DISPOSITION, value);
         }
     }
-    Ok(response)
+    response
 }
 
 /// How long a packet answer may take to go out whole (with its length, in one
