@@ -147,7 +147,7 @@ impl Objects {
     /// runs on a thread of its own with its own runtime, so it may be called
     /// from any thread, a runtime's included.
     pub fn fetch_to(
-        self: &Arc<Self>,
+        &self,
         entry: &CatalogEntry,
         dir: &Path,
     ) -> std::result::Result<std::fs::File, String> {
@@ -157,28 +157,18 @@ impl Objects {
                 entry.size_bytes
             ));
         }
-        let (objects, path) = (Arc::clone(self), self.object_path(entry));
-        let bytes = std::thread::scope(|scope| {
-            scope
-                .spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| format!("cannot start a runtime to fetch it: {e}"))?;
-                    runtime.block_on(async {
-                        let got = objects
-                            .store
-                            .get(&path)
-                            .await
-                            .map_err(|e| format!("cannot fetch {path}: {e}"))?;
-                        got.bytes()
-                            .await
-                            .map_err(|e| format!("cannot fetch {path}: {e}"))
-                    })
-                })
-                .join()
-                .unwrap_or_else(|_| Err("its fetch failed".to_owned()))
-        })?;
+        let path = self.object_path(entry);
+        let bytes = on_own_runtime(async {
+            let got = self
+                .store
+                .get(&path)
+                .await
+                .map_err(|e| format!("cannot fetch {path}: {e}"))?;
+            got.bytes()
+                .await
+                .map_err(|e| format!("cannot fetch {path}: {e}"))
+        })
+        .map_err(|e| format!("cannot fetch {path}: {e}"))??;
         if bytes.len() as u64 != entry.size_bytes || checksum(&bytes) != entry.crc32 {
             return Err(format!(
                 "{} bytes whose CRC-32 is not the one the catalog recorded at seal; not read",
@@ -209,11 +199,8 @@ impl Objects {
 pub fn copy_archive(root: &Path, settings: &ObjectStoreSettings) -> Result<(Copied, String)> {
     let archive = Archive::open_reader(root).map_err(|e| DataFusionError::External(e.into()))?;
     let objects = Objects::open(settings)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(DataFusionError::IoError)?;
-    let mut copied = runtime.block_on(objects.copy_new(&archive))?;
+    let mut copied =
+        on_own_runtime(objects.copy_new(&archive)).map_err(DataFusionError::IoError)??;
     let removed = hindsight_store::objects::expire_local(&archive, settings.local_max_bytes)
         .map_err(|e| DataFusionError::External(e.into()))?;
     copied.local_removed = removed.len() as u64;
@@ -231,4 +218,22 @@ pub fn copy_archive(root: &Path, settings: &ObjectStoreSettings) -> Result<(Copi
         ));
     }
     Ok((copied, line))
+}
+
+/// Runs `work` to its end on a thread of its own with a runtime of its own,
+/// so that any thread may wait for it, a runtime's included (a search or a
+/// copy round runs on all kinds); an error if no runtime could be started or
+/// the work panicked.
+fn on_own_runtime<T: Send>(work: impl Future<Output = T> + Send) -> std::io::Result<T> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|runtime| runtime.block_on(work))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("it panicked")))
+    })
 }
