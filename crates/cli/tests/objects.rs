@@ -15,16 +15,43 @@ use std::time::{Duration, Instant};
 use common::seaweedfs::{list, start_seaweedfs};
 use common::{lan_hour, ok};
 
+/// `hindsight` with the test store's credentials.
+fn hindsight_s3() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hindsight"));
+    command
+        .env("AWS_ACCESS_KEY_ID", "hindsight")
+        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret");
+    command
+}
+
+/// A SeaweedFS server in `dir/seaweedfs`, and its S3 port.
+fn start_store(dir: &Path) -> (common::seaweedfs::Reaped, u16) {
+    let store_dir = dir.join("seaweedfs");
+    std::fs::create_dir_all(&store_dir).unwrap();
+    start_seaweedfs(&store_dir)
+}
+
+/// `archive`'s config.toml: its copies at `s3://hindsight/PREFIX` of the
+/// store on `port`, then `more` lines.
+fn store_config(archive: &Path, port: u16, prefix: &str, more: &str) {
+    std::fs::create_dir_all(archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        format!(
+            "[archive]\nobject_store = \"s3://hindsight/{prefix}\"\nendpoint = \"http://127.0.0.1:{port}\"\n{more}"
+        ),
+    )
+    .unwrap();
+}
+
 /// `hindsight query FILTER` as pcap: its bytes, and its stderr.
 fn query(archive: &Path, filter: &str) -> (Vec<u8>, String) {
     let out = archive.with_extension(format!("{}.pcap", filter.len()));
-    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+    let output = hindsight_s3()
         .args(["query", filter, "--archive"])
         .arg(archive)
         .arg("-o")
         .arg(&out)
-        .env("AWS_ACCESS_KEY_ID", "hindsight")
-        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -33,38 +60,43 @@ fn query(archive: &Path, filter: &str) -> (Vec<u8>, String) {
 }
 
 fn sql(archive: &Path, statement: &str) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hindsight"))
+    hindsight_s3()
         .args(["sql", statement, "--archive"])
         .arg(archive)
         .args(["-F", "csv"])
-        .env("AWS_ACCESS_KEY_ID", "hindsight")
-        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
         .output()
         .unwrap()
+}
+
+/// `hindsight check` (with `--repair` if `repair`), which must pass: its
+/// stdout and stderr.
+fn check(archive: &Path, repair: bool) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hindsight"));
+    command.args(["check", "--archive"]).arg(archive);
+    if repair {
+        command.arg("--repair");
+    }
+    let output = command.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    text
 }
 
 #[test]
 fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let store_dir = dir.path().join("seaweedfs");
-    std::fs::create_dir_all(&store_dir).unwrap();
-    let (_server, s3) = start_seaweedfs(&store_dir);
+    let (_server, s3) = start_store(dir.path());
     let archive = dir.path().join("archive");
-    std::fs::create_dir_all(&archive).unwrap();
-    std::fs::write(
-        archive.join("config.toml"),
-        format!(
-            "[archive]\nobject_store = \"s3://hindsight/recorder-1\"\nendpoint = \"http://127.0.0.1:{s3}\"\n"
-        ),
-    )
-    .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+    store_config(&archive, s3, "recorder-1", "");
+    let output = hindsight_s3()
         .args(["ingest"])
         .arg(lan_hour())
         .arg("--archive")
         .arg(&archive)
-        .env("AWS_ACCESS_KEY_ID", "hindsight")
-        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -147,20 +179,7 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
     // `check` counts the copies as the segments' (no damage), and a repair
     // sets none aside.
     for repair in [false, true] {
-        let mut args = vec!["check", "--archive", archive.to_str().unwrap()];
-        if repair {
-            args.push("--repair");
-        }
-        let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
-            .args(&args)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(output.status.success(), "{text}");
+        let text = check(&archive, repair);
         assert_eq!(
             text.matches("read from its copy in the object store")
                 .count(),
@@ -199,11 +218,9 @@ fn sealed_segments_are_copied_to_s3_and_read_there_once_the_local_files_are_gone
 
 /// `hindsight serve` on `archive` (no capture), its stderr lines gathered.
 fn serve(archive: &Path) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+    let mut child = hindsight_s3()
         .args(["serve", "--listen", "127.0.0.1:0", "--archive"])
         .arg(archive)
-        .env("AWS_ACCESS_KEY_ID", "hindsight")
-        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
         .env_remove("HINDSIGHT_API_TOKEN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -220,16 +237,6 @@ fn serve(archive: &Path) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
     (child, lines)
 }
 
-fn store_config(archive: &Path, port: u16) {
-    std::fs::write(
-        archive.join("config.toml"),
-        format!(
-            "[archive]\nobject_store = \"s3://hindsight/recorder-2\"\nendpoint = \"http://127.0.0.1:{port}\"\n"
-        ),
-    )
-    .unwrap();
-}
-
 #[test]
 fn serve_copies_every_sealed_segment() {
     let dir = tempfile::tempdir().unwrap();
@@ -237,10 +244,8 @@ fn serve_copies_every_sealed_segment() {
     common::ingest(&lan_hour(), &archive);
 
     // With the store there, every sealed segment is copied.
-    let store_dir = dir.path().join("seaweedfs");
-    std::fs::create_dir_all(&store_dir).unwrap();
-    let (_server, s3) = start_seaweedfs(&store_dir);
-    store_config(&archive, s3);
+    let (_server, s3) = start_store(dir.path());
+    store_config(&archive, s3, "recorder-2", "");
     let (mut child, lines) = serve(&archive);
     let segments = std::fs::read_to_string(archive.join("catalog.jsonl"))
         .unwrap()
@@ -269,12 +274,10 @@ fn serve_copies_every_sealed_segment() {
 
 /// `hindsight ingest` of lan-hour into `archive` in 5-minute partitions.
 fn ingest_partitioned(archive: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+    let output = hindsight_s3()
         .args(["ingest", "--partition-secs", "300", "--archive"])
         .arg(archive)
         .arg(lan_hour())
-        .env("AWS_ACCESS_KEY_ID", "hindsight")
-        .env("AWS_SECRET_ACCESS_KEY", "hindsight-secret")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -282,39 +285,15 @@ fn ingest_partitioned(archive: &Path) -> String {
     stderr
 }
 
-fn check(archive: &Path) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args(["check", "--archive"])
-        .arg(archive)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "{text}");
-    text
-}
-
 #[test]
 fn a_local_bound_removes_the_oldest_copied_files_and_retention_their_postings() {
     let dir = tempfile::tempdir().unwrap();
-    let store_dir = dir.path().join("seaweedfs");
-    std::fs::create_dir_all(&store_dir).unwrap();
-    let (_server, s3) = start_seaweedfs(&store_dir);
+    let (_server, s3) = start_store(dir.path());
     // The same capture without a store: the answers to compare with.
     let plain = dir.path().join("plain");
     ingest_partitioned(&plain);
     let archive = dir.path().join("archive");
-    std::fs::create_dir_all(&archive).unwrap();
-    std::fs::write(
-        archive.join("config.toml"),
-        format!(
-            "[archive]\nobject_store = \"s3://hindsight/recorder-3\"\nendpoint = \"http://127.0.0.1:{s3}\"\nlocal_max_bytes = 1\n"
-        ),
-    )
-    .unwrap();
+    store_config(&archive, s3, "recorder-3", "local_max_bytes = 1\n");
     let stderr = ingest_partitioned(&archive);
     assert!(stderr.contains("removed the local files of"), "{stderr}");
 
@@ -345,7 +324,7 @@ fn a_local_bound_removes_the_oldest_copied_files_and_retention_their_postings() 
         assert!(pcap == query(&plain, filter).0, "{filter}: {stderr}");
         assert!(!stderr.contains("incomplete"), "{filter}: {stderr}");
     }
-    let text = check(&archive);
+    let text = check(&archive, false);
     assert_eq!(
         text.matches("read from its copy in the object store")
             .count(),
@@ -355,15 +334,14 @@ fn a_local_bound_removes_the_oldest_copied_files_and_retention_their_postings() 
 
     // Retention removes segments held only as copies with their postings
     // (from the kept addresses), and forgets their addresses.
-    std::fs::write(
-        archive.join("config.toml"),
-        format!(
-            "[archive]\nobject_store = \"s3://hindsight/recorder-3\"\nendpoint = \"http://127.0.0.1:{s3}\"\nlocal_max_bytes = 1\n[packets]\nmax_bytes = 1\n"
-        ),
-    )
-    .unwrap();
+    store_config(
+        &archive,
+        s3,
+        "recorder-3",
+        "local_max_bytes = 1\n[packets]\nmax_bytes = 1\n",
+    );
     ingest_partitioned(&archive);
-    let text = check(&archive);
+    let text = check(&archive, false);
     assert!(text.contains("the archive is sound"), "{text}");
     assert!(!text.contains("which the catalog does not list"), "{text}");
     assert_eq!(
