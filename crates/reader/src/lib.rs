@@ -406,7 +406,23 @@ impl Snapshot {
         planned: &mut dyn FnMut(&SearchPlan),
         visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     ) -> Result<SearchStats, ReaderError> {
-        let plan = self.plan(request)?;
+        self.search_with(request, None, limits, planned, visit)
+    }
+
+    /// [`Self::search`] with `plan` if it has been made already (not made
+    /// twice), else planned here.
+    pub fn search_with(
+        &self,
+        request: &SearchRequest,
+        plan: Option<SearchPlan>,
+        limits: &Limits,
+        planned: &mut dyn FnMut(&SearchPlan),
+        visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
+    ) -> Result<SearchStats, ReaderError> {
+        let plan = match plan {
+            Some(plan) => plan,
+            None => self.plan(request)?,
+        };
         planned(&plan);
         self.search_planned(request, &plan, limits, visit)
     }

@@ -530,12 +530,13 @@ async fn query(
         with_data: format.carries_bytes(),
         capture_only: format.is_capture(),
     };
+    // A node's share of a cluster's answer, asked by the node that merges:
+    // when its plan reads covering postings alone it is answered here, on the
+    // runtime's thread, without the two thread hops of the blocking pool
+    // (docs/ARCHITECTURE.md, "A federated packet answer asks its nodes from
+    // one thread"); any other plan is read there, not made again.
+    let mut made = None;
     if format == Format::Rows {
-        // A node's share of a cluster's answer, asked by the node that merges:
-        // when its plan reads covering postings alone it is answered here, on
-        // the runtime's thread, without the two thread hops of the blocking
-        // pool (docs/ARCHITECTURE.md, "A federated packet answer asks its nodes
-        // from one thread").
         let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
         if snapshot.is_small(&plan) {
             let (bytes, incomplete) =
@@ -548,6 +549,7 @@ async fn query(
                 Body::from(bytes).into_response(),
             ));
         }
+        made = Some(plan);
     }
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
     let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
@@ -568,8 +570,9 @@ async fn query(
                 }
             };
             snapshot
-                .search(
+                .search_with(
                     &request,
+                    made,
                     &limits,
                     &mut |plan| {
                         // What the answer goes without, known before reading:
