@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     // The first byte picks a link type: the supported ones, then raw values.
-    let link_type = match selector % 11 {
+    let link_type = match selector % 17 {
         0 => LinkType::ETHERNET,
         1 => LinkType::NULL,
         2 => LinkType::LOOP,
@@ -23,13 +23,19 @@ fuzz_target!(|data: &[u8]| {
         6 => LinkType::LINUX_SLL,
         7 => LinkType::LINUX_SLL2,
         8 => LinkType::IPNET,
+        9 => LinkType::PPP,
+        10 => LinkType::PPP_HDLC,
+        11 => LinkType::PPP_ETHER,
+        12 => LinkType::C_HDLC,
+        13 => LinkType::PPP_WITH_DIR,
+        14 => LinkType::C_HDLC_WITH_DIR,
         _ => LinkType(u16::from(selector)),
     };
     let headers = hindsight_decode::decode(link_type, frame);
     let _ = headers.status.name();
     // The frame as cut by a snap length: the selector also says how many bytes
     // the wire had beyond it (none for most).
-    let wire_len = u32::try_from(frame.len()).unwrap_or(u32::MAX).saturating_add(u32::from(selector / 11));
+    let wire_len = u32::try_from(frame.len()).unwrap_or(u32::MAX).saturating_add(u32::from(selector / 17));
     let record = PacketRecord {
         ts_nanos: 0,
         wire_len,

@@ -134,6 +134,45 @@ pub enum Field {
     Icmpv6Type,
     /// `icmpv6.code`.
     Icmpv6Code,
+    /// `tunnel`: the packet was decoded through an encapsulation.
+    Tunnel,
+    /// `tunnel.type`: the encapsulations (compared by name: `tunnel.type == "gre"`).
+    TunnelType,
+    /// `tunnel.src`: source address of the outermost IP header of a tunnelled packet.
+    TunnelSrc,
+    /// `tunnel.dst`: destination address of the outermost IP header.
+    TunnelDst,
+    /// `tunnel.addr`: either outer address.
+    TunnelAddr,
+    /// `mpls`.
+    Mpls,
+    /// `mpls.label`: the top label.
+    MplsLabel,
+    /// `pppoes`: a PPPoE session.
+    Pppoes,
+    /// `gre`.
+    Gre,
+    /// `gre.key`.
+    GreKey,
+    /// `erspan`.
+    Erspan,
+    /// `vxlan`.
+    Vxlan,
+    /// `vxlan.vni`.
+    VxlanVni,
+    /// `geneve`.
+    Geneve,
+    /// `geneve.vni`.
+    GeneveVni,
+    /// `gtp`: a GTP-U G-PDU.
+    Gtp,
+    /// `gtp.teid`.
+    GtpTeid,
+    /// `cfp`: Cisco FabricPath.
+    Cfp,
+    /// `community_id`: the Community ID (version 1, seed 0) of the innermost
+    /// addresses, protocol and ports, compared with `"1:..."`.
+    CommunityId,
 }
 
 /// The type of a field's values, which decides the literals and operators it accepts.
@@ -154,6 +193,11 @@ pub enum FieldType {
     Ipv6,
     /// A 48-bit MAC address.
     Mac,
+    /// An IPv4 or IPv6 address (an IPv4 literal stands for its IPv4-mapped
+    /// IPv6 form, `::ffff:a.b.c.d`).
+    Addr,
+    /// A Community ID, `"1:"` and 28 base64 characters (compared with `==`, `!=`).
+    CommunityId,
 }
 
 /// Every field with its canonical name, in the order of the documentation table.
@@ -218,6 +262,25 @@ pub const FIELDS: &[(&str, Field)] = &[
     ("icmpv6", Field::Icmpv6),
     ("icmpv6.type", Field::Icmpv6Type),
     ("icmpv6.code", Field::Icmpv6Code),
+    ("tunnel", Field::Tunnel),
+    ("tunnel.type", Field::TunnelType),
+    ("tunnel.src", Field::TunnelSrc),
+    ("tunnel.dst", Field::TunnelDst),
+    ("tunnel.addr", Field::TunnelAddr),
+    ("mpls", Field::Mpls),
+    ("mpls.label", Field::MplsLabel),
+    ("pppoes", Field::Pppoes),
+    ("gre", Field::Gre),
+    ("gre.key", Field::GreKey),
+    ("erspan", Field::Erspan),
+    ("vxlan", Field::Vxlan),
+    ("vxlan.vni", Field::VxlanVni),
+    ("geneve", Field::Geneve),
+    ("geneve.vni", Field::GeneveVni),
+    ("gtp", Field::Gtp),
+    ("gtp.teid", Field::GtpTeid),
+    ("cfp", Field::Cfp),
+    ("community_id", Field::CommunityId),
 ];
 
 /// Other names accepted for a field: older Wireshark names.
@@ -245,9 +308,20 @@ impl Field {
     pub fn field_type(self) -> FieldType {
         use Field::*;
         match self {
-            Frame | Eth | Vlan | Ip | Ipv6 | Arp | Tcp | Udp | Sctp | Icmp | Igmp | Icmpv6 => {
+            Frame | Eth | Vlan | Ip | Ipv6 | Arp | Tcp | Udp | Sctp | Icmp | Igmp | Icmpv6
+            | Tunnel | Mpls | Pppoes | Gre | Erspan | Vxlan | Geneve | Gtp | Cfp => {
                 FieldType::Protocol
             }
+            TunnelType => FieldType::UInt {
+                max: u64::from(u16::MAX),
+            },
+            TunnelSrc | TunnelDst | TunnelAddr => FieldType::Addr,
+            MplsLabel => FieldType::UInt { max: 0xf_ffff },
+            CommunityId => FieldType::CommunityId,
+            VxlanVni | GeneveVni => FieldType::UInt { max: 0xff_ffff },
+            GreKey | GtpTeid => FieldType::UInt {
+                max: u64::from(u32::MAX),
+            },
             FrameLen | FrameCapLen | FrameInterfaceId => FieldType::UInt {
                 max: u64::from(u32::MAX),
             },
@@ -280,6 +354,7 @@ impl Field {
                 | Field::TcpPort
                 | Field::UdpPort
                 | Field::SctpPort
+                | Field::TunnelAddr
         )
     }
 
@@ -328,6 +403,8 @@ pub enum Literal {
     },
     /// A MAC address.
     Mac([u8; 6]),
+    /// A Community ID's hash.
+    CommunityId([u8; 20]),
 }
 
 impl Literal {
@@ -353,6 +430,10 @@ impl Literal {
                 let value = bytes
                     .iter()
                     .fold(0u128, |acc, &byte| (acc << 8) | u128::from(byte));
+                (value, value)
+            }
+            Literal::CommunityId(hash) => {
+                let value = community_value(&hash);
                 (value, value)
             }
         }
@@ -382,8 +463,21 @@ impl fmt::Display for Literal {
                 let [a, b, c, d, e, g] = bytes;
                 write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
             }
+            Literal::CommunityId(hash) => write!(
+                f,
+                "\"{}\"",
+                hindsight_model::community::community_id_text(hash)
+            ),
         }
     }
+}
+
+/// The value a Community ID hash compares as: its first 16 bytes (a collision
+/// of 128 bits of SHA-1 is not a concern).
+pub(crate) fn community_value(hash: &[u8; 20]) -> u128 {
+    let mut first = [0u8; 16];
+    first.copy_from_slice(hash.get(..16).unwrap_or(&[0; 16]));
+    u128::from_be_bytes(first)
 }
 
 /// Returns a mask of the low `bits` bits (all ones from 128 up).
@@ -632,6 +726,15 @@ impl fmt::Display for Expr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Expr::Exists(field) => write!(f, "{field}"),
+            Expr::BitTest(FieldRef {
+                field: Field::TunnelType,
+                mask: Some(mask),
+            }) if let Some((name, _)) = hindsight_model::tunnel::NAMES
+                .iter()
+                .find(|(_, bit)| u64::from(*bit) == *mask) =>
+            {
+                write!(f, "tunnel.type == \"{name}\"")
+            }
             Expr::BitTest(left) => write!(f, "{left}"),
             Expr::Compare(comparison) => {
                 let ordering = !matches!(comparison.op, CmpOp::Eq | CmpOp::Ne);

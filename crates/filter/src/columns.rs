@@ -78,6 +78,22 @@ fn field_columns(field: Field) -> &'static [&'static str] {
         Field::IcmpType | Field::IcmpCode | Field::Icmpv6Type | Field::Icmpv6Code => {
             &[col::ICMP_TYPE, col::ICMP_CODE]
         }
+        Field::Tunnel
+        | Field::TunnelType
+        | Field::Mpls
+        | Field::Pppoes
+        | Field::Gre
+        | Field::Erspan
+        | Field::Vxlan
+        | Field::Geneve
+        | Field::Gtp
+        | Field::Cfp => &[col::TUNNEL],
+        Field::TunnelSrc | Field::TunnelDst | Field::TunnelAddr => {
+            &[col::TUNNEL_SRC, col::TUNNEL_DST]
+        }
+        Field::MplsLabel => &[col::MPLS_LABEL],
+        Field::CommunityId => &[col::SRC_PORT, col::DST_PORT, col::ICMP_TYPE, col::ICMP_CODE],
+        Field::GreKey | Field::VxlanVni | Field::GeneveVni | Field::GtpTeid => &[col::TUNNEL_ID],
     }
 }
 

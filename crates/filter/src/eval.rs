@@ -4,7 +4,9 @@
 //! converted to ([`Literal::value_range`](super::ast::Literal::value_range)), so a
 //! comparison is an integer comparison whatever the field's type.
 
-use hindsight_model::{Addr16, DecodeStatus, PacketRecord, ethertype, ip_proto, tcp_flags};
+use hindsight_model::{
+    Addr16, DecodeStatus, PacketHeaders, PacketRecord, ethertype, ip_proto, tcp_flags, tunnel,
+};
 
 use super::Filter;
 use super::ast::{CmpOp, Expr, Field, FieldRef, Quantifier};
@@ -183,6 +185,15 @@ fn is_present(field: Field, record: &PacketRecord) -> bool {
         Field::Icmp => layers.has_icmp(),
         Field::Igmp => layers.ipv4 && layers.has_transport(ip_proto::IGMP),
         Field::Icmpv6 => layers.has_icmpv6(),
+        Field::Tunnel => has_tunnel(record, u16::MAX),
+        Field::Mpls => has_tunnel(record, tunnel::MPLS),
+        Field::Pppoes => has_tunnel(record, tunnel::PPPOE),
+        Field::Gre => has_tunnel(record, tunnel::GRE),
+        Field::Erspan => has_tunnel(record, tunnel::ERSPAN),
+        Field::Vxlan => has_tunnel(record, tunnel::VXLAN),
+        Field::Geneve => has_tunnel(record, tunnel::GENEVE),
+        Field::Gtp => has_tunnel(record, tunnel::GTP),
+        Field::Cfp => has_tunnel(record, tunnel::FABRICPATH),
         _ => field_values(&FieldRef { field, mask: None }, record).len > 0,
     }
 }
@@ -207,6 +218,21 @@ fn ipv6_value(addr: Option<Addr16>) -> Option<u128> {
 
 fn flag(flags: Option<u16>, bit: u16) -> Option<u128> {
     flags.map(|flags| u128::from(flags & bit != 0))
+}
+
+/// The tunnel identifier of the packet if the encapsulation with `bit` gave it.
+fn tunnel_id(headers: &PacketHeaders, bit: u16) -> Values {
+    Values::one(
+        headers
+            .tunnel_id
+            .filter(|id| id.kind & bit != 0)
+            .map(|id| u128::from(id.id)),
+    )
+}
+
+/// Returns true if the packet went through an encapsulation with one of `bits`.
+fn has_tunnel(record: &PacketRecord, bits: u16) -> bool {
+    record.headers.tunnel.is_some_and(|seen| seen & bits != 0)
 }
 
 /// Returns the occurrences of a field in the packet, masked if the test masks them.
@@ -307,6 +333,32 @@ fn field_values(left: &FieldRef, record: &PacketRecord) -> Values {
         Field::Icmpv6Code => {
             Values::one(on(layers.has_icmpv6(), headers.icmp_code.map(u128::from)))
         }
+        Field::Tunnel
+        | Field::Mpls
+        | Field::Pppoes
+        | Field::Gre
+        | Field::Erspan
+        | Field::Vxlan
+        | Field::Geneve
+        | Field::Gtp
+        | Field::Cfp => Values::NONE,
+        Field::TunnelType => Values::one(headers.tunnel.map(u128::from)),
+        Field::TunnelSrc => Values::one(ipv6_value(headers.tunnel_src)),
+        Field::TunnelDst => Values::one(ipv6_value(headers.tunnel_dst)),
+        Field::TunnelAddr => Values::two(
+            ipv6_value(headers.tunnel_src),
+            ipv6_value(headers.tunnel_dst),
+        ),
+        Field::MplsLabel => Values::one(headers.mpls_label.map(u128::from)),
+        Field::GreKey => tunnel_id(headers, tunnel::GRE),
+        Field::VxlanVni => tunnel_id(headers, tunnel::VXLAN),
+        Field::GeneveVni => tunnel_id(headers, tunnel::GENEVE),
+        Field::GtpTeid => tunnel_id(headers, tunnel::GTP),
+        Field::CommunityId => Values::one(
+            headers
+                .community_id_hash(0)
+                .map(|hash| crate::ast::community_value(&hash)),
+        ),
     };
     values.mask(left.mask)
 }

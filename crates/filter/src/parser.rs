@@ -30,6 +30,7 @@ use super::lexer::{Token, TokenKind};
 use super::value::{IpLiteral, ipv4_network, ipv6_network, parse_ip, parse_mac, parse_uint};
 use super::{BPF_FIRST_KEYWORDS, MAX_NESTING_DEPTH, MAX_SET_ELEMENTS, too_deep};
 use crate::error::ParseError;
+use hindsight_model::tunnel;
 
 /// Parses `tokens` (of `text`) as a Wireshark display filter; `None` for no tokens.
 pub fn parse(text: &str, tokens: &[Token<'_>]) -> Result<Option<Expr>, ParseError> {
@@ -398,6 +399,66 @@ impl<'t, 'a> Parser<'t, 'a> {
         let left = FieldRef { field, mask };
 
         let next = self.peek();
+        if field == Field::CommunityId
+            && let Some(op_token) = next
+            && let Some((op, _)) = comparison_operator(op_token)
+        {
+            self.advance();
+            if !matches!(op, CmpOp::Eq | CmpOp::Ne) {
+                return Err(
+                    self.error_at(op_token, "a Community ID is compared with == or != only")
+                );
+            }
+            let value_token = match self.advance() {
+                Some(token) if matches!(token.kind, TokenKind::Word | TokenKind::Str) => token,
+                other => return Err(self.unexpected(other, "a Community ID such as \"1:...\"")),
+            };
+            let text = value_token.text.trim_matches('"');
+            let hash = hindsight_model::community::parse_community_id(text).ok_or_else(|| {
+                self.error_at(
+                    value_token,
+                    format!("\"{text}\" is not a Community ID (\"1:\" and 28 base64 characters)"),
+                )
+            })?;
+            let quantifier = quantifier.map_or(Quantifier::Any, |(quantifier, _)| quantifier);
+            return Ok(Expr::Compare(Comparison::new(
+                left,
+                quantifier,
+                op,
+                Literal::CommunityId(hash),
+            )));
+        }
+        if field == Field::TunnelType
+            && mask.is_none()
+            && let Some(op_token) = next
+            && let Some((op @ (CmpOp::Eq | CmpOp::Ne), _)) = comparison_operator(op_token)
+        {
+            // `tunnel.type == "gre"`: a test of the encapsulation's bit.
+            self.advance();
+            let name_token = match self.advance() {
+                Some(token) if matches!(token.kind, TokenKind::Word | TokenKind::Str) => token,
+                other => return Err(self.unexpected(other, "a tunnel type such as \"gre\"")),
+            };
+            let name = name_token.text.trim_matches('"');
+            let Some((_, bit)) = tunnel::NAMES.iter().find(|(known, _)| *known == name) else {
+                let known: Vec<&str> = tunnel::NAMES.iter().map(|(known, _)| *known).collect();
+                return Err(self.error_at(
+                    name_token,
+                    format!(
+                        "unknown tunnel type \"{name}\"; the types are {}",
+                        known.join(", ")
+                    ),
+                ));
+            };
+            let test = Expr::BitTest(FieldRef {
+                field,
+                mask: Some(u64::from(*bit)),
+            });
+            return Ok(match op {
+                CmpOp::Ne => Expr::Not(Box::new(test)),
+                _ => test,
+            });
+        }
         if let Some(op_token) = next
             && let Some((op, default_quantifier)) = comparison_operator(op_token)
         {
@@ -719,6 +780,26 @@ pub fn typed_literal(field: Field, text: &str) -> Result<Literal, String> {
                 None => format!("\"{text}\" is an IPv4 address but {field} holds IPv6 addresses"),
             }),
         },
+        FieldType::Addr => match parse_ip(text)? {
+            IpLiteral::V6(addr, prefix_len) => Ok(Literal::Ipv6 {
+                addr: ipv6_network(addr, prefix_len),
+                prefix_len,
+            }),
+            IpLiteral::V4(addr, prefix_len) => {
+                let mapped = ipv4_network(addr, prefix_len).to_ipv6_mapped();
+                Ok(Literal::Ipv6 {
+                    addr: mapped,
+                    prefix_len: prefix_len.saturating_add(96),
+                })
+            }
+        },
+        FieldType::CommunityId => {
+            hindsight_model::community::parse_community_id(text.trim_matches('"'))
+                .map(Literal::CommunityId)
+                .ok_or_else(|| {
+                    format!("\"{text}\" is not a Community ID (\"1:\" and 28 base64 characters)")
+                })
+        }
         FieldType::Mac => parse_mac(text).map(Literal::Mac).ok_or_else(|| {
             format!("\"{text}\" is not a MAC address (write six hex bytes, e.g. aa:bb:cc:dd:ee:ff)")
         }),

@@ -880,6 +880,88 @@ fn evaluation_follows_wireshark_semantics() {
 }
 
 #[test]
+fn tunnel_fields_read_the_encapsulation_and_the_outer_addresses() {
+    use hindsight_model::{TunnelId, tunnel};
+    let mut vxlan = tcp_v4("192.168.7.1", "192.168.7.2", 40000, 443, 0x02);
+    vxlan.headers.tunnel = Some(tunnel::VXLAN | tunnel::GRE);
+    vxlan.headers.tunnel_src = Some(addr("10.0.0.1"));
+    vxlan.headers.tunnel_dst = Some(addr("2001:db8::2"));
+    vxlan.headers.tunnel_id = Some(TunnelId {
+        kind: tunnel::VXLAN,
+        id: 4096,
+    });
+    vxlan.headers.mpls_label = Some(16);
+    let plain = tcp_v4("192.168.7.1", "192.168.7.2", 40000, 443, 0x02);
+    for (text, on_vxlan) in [
+        ("tunnel", true),
+        ("vxlan && gre", true),
+        ("geneve || gtp || cfp || pppoes || erspan", false),
+        ("tunnel.type == \"vxlan\"", true),
+        ("tunnel.type == gre", true),
+        ("tunnel.type != \"ipip\"", true),
+        ("tunnel.type == \"ipip\"", false),
+        ("tunnel.src == 10.0.0.1", true),
+        ("tunnel.src == 10.0.0.0/8", true),
+        ("tunnel.dst == 2001:db8::/32", true),
+        ("tunnel.addr == 2001:db8::2", true),
+        ("tunnel.addr == 10.0.0.2", false),
+        ("vxlan.vni == 4096", true),
+        ("gre.key == 4096", false),
+        ("mpls.label == 16", true),
+        ("ip.addr == 192.168.7.1 && tcp.port == 443", true),
+    ] {
+        let filter = parse(text);
+        assert_eq!(
+            filter.matches(&vxlan),
+            on_vxlan,
+            "{text} on the tunnelled packet"
+        );
+        assert_eq!(
+            parse(&filter.to_string()),
+            filter,
+            "{text} prints as {filter}"
+        );
+        if !text.contains("!=") && !text.contains("ip.addr") {
+            assert!(!filter.matches(&plain), "{text} on a plain packet");
+        }
+    }
+    assert_eq!(printed("tunnel.type == gre"), "tunnel.type == \"gre\"");
+    assert_eq!(
+        printed("tunnel.src == 10.0.0.1"),
+        "tunnel.src == ::ffff:10.0.0.1"
+    );
+    let error = Filter::parse("tunnel.type == vxlan2").unwrap_err();
+    assert!(error.to_string().contains("unknown tunnel type"), "{error}");
+}
+
+#[test]
+fn community_id_compares_the_hash_of_the_innermost_five_tuple() {
+    // The spec's baseline: TCP 128.232.110.120:34855 -> 66.35.250.204:80.
+    let request = tcp_v4("128.232.110.120", "66.35.250.204", 34855, 80, 0x02);
+    let answer = tcp_v4("66.35.250.204", "128.232.110.120", 80, 34855, 0x12);
+    let other = tcp_v4("128.232.110.120", "66.35.250.204", 34856, 80, 0x02);
+    let filter = parse("community_id == \"1:LQU9qZlK+B5F3KDmev6m5PMibrg=\"");
+    assert!(filter.matches(&request) && filter.matches(&answer));
+    assert!(!filter.matches(&other));
+    assert!(parse("community_id != \"1:LQU9qZlK+B5F3KDmev6m5PMibrg=\"").matches(&other));
+    assert_eq!(parse(&filter.to_string()), filter);
+    assert_eq!(
+        filter.to_string(),
+        "community_id == \"1:LQU9qZlK+B5F3KDmev6m5PMibrg=\""
+    );
+    for (text, message) in [
+        ("community_id == \"1:abc\"", "is not a Community ID"),
+        (
+            "community_id > \"1:LQU9qZlK+B5F3KDmev6m5PMibrg=\"",
+            "== or != only",
+        ),
+    ] {
+        let error = Filter::parse(text).unwrap_err();
+        assert!(error.to_string().contains(message), "{text}: {error}");
+    }
+}
+
+#[test]
 fn match_all_matches_everything_and_prints_nothing() {
     let filter = Filter::match_all();
     assert!(filter.is_match_all());
@@ -941,7 +1023,7 @@ fn random_leaf(rng: &mut Rng, bpf: bool) -> String {
     let choice = if bpf {
         *rng.pick(&[11, 12, 13, 14, 15, 19, 20, 22])
     } else {
-        *rng.pick(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17, 18, 21])
+        *rng.pick(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17, 18, 21, 23, 24])
     };
     match choice {
         0 => rng
@@ -1036,6 +1118,21 @@ fn random_leaf(rng: &mut Rng, bpf: bool) -> String {
             "ether {} aa:bb:cc:dd:ee:ff",
             rng.pick(&["src", "dst", "host"])
         ),
+        23 => format!(
+            "{} {eq_op} {}",
+            rng.pick(&["tunnel.src", "tunnel.dst", "tunnel.addr"]),
+            rng.pick(&[v4, v6])
+        ),
+        24 => rng
+            .pick(&[
+                "tunnel",
+                "gre",
+                "vxlan",
+                "mpls",
+                "tunnel.type == \"gtp\"",
+                "tunnel.type != ipip",
+            ])
+            .to_string(),
         _ => format!("all {} {op} {port}", rng.pick(&["tcp.port", "udp.port"])),
     }
 }
@@ -1084,6 +1181,11 @@ fn random_record(rng: &mut Rng) -> PacketRecord {
             record
         }
     };
+    if rng.chance(20) {
+        record.headers.tunnel = Some(1 << rng.below(9));
+        record.headers.tunnel_src = Some(addr(v4(rng)));
+        record.headers.tunnel_dst = Some(addr(v6(rng)));
+    }
     if rng.chance(20) {
         record = vlan_tagged(record, 100, rng.chance(50).then_some(200));
     }

@@ -23,7 +23,7 @@
 //! data           bytes    the stored form, as in the segment's `data` column
 //! ```
 
-use crate::{Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord};
+use crate::{Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord, TunnelId};
 
 /// Version byte of the layout above.
 const VERSION: u8 = 2;
@@ -85,6 +85,11 @@ const DST_PORT: u32 = 1 << 17;
 const TCP_FLAGS: u32 = 1 << 18;
 const ICMP_TYPE: u32 = 1 << 19;
 const ICMP_CODE: u32 = 1 << 20;
+const TUNNEL: u32 = 1 << 21;
+const TUNNEL_SRC: u32 = 1 << 22;
+const TUNNEL_DST: u32 = 1 << 23;
+const TUNNEL_ID: u32 = 1 << 24;
+const MPLS_LABEL: u32 = 1 << 25;
 
 impl CoveredRowsBuilder {
     /// Returns an empty builder.
@@ -151,6 +156,11 @@ impl CoveredRowsBuilder {
             (h.tcp_flags.is_some(), TCP_FLAGS),
             (h.icmp_type.is_some(), ICMP_TYPE),
             (h.icmp_code.is_some(), ICMP_CODE),
+            (h.tunnel.is_some(), TUNNEL),
+            (h.tunnel_src.is_some(), TUNNEL_SRC),
+            (h.tunnel_dst.is_some(), TUNNEL_DST),
+            (h.tunnel_id.is_some(), TUNNEL_ID),
+            (h.mpls_label.is_some(), MPLS_LABEL),
         ];
         for (is_set, bit) in flags {
             if is_set {
@@ -184,6 +194,18 @@ impl CoveredRowsBuilder {
         }
         for value in [h.icmp_type, h.icmp_code].into_iter().flatten() {
             put_varint(out, u64::from(value));
+        }
+        if let Some(bits) = h.tunnel {
+            put_varint(out, u64::from(bits));
+        }
+        for address in [h.tunnel_src, h.tunnel_dst].into_iter().flatten() {
+            out.extend_from_slice(&address.0);
+        }
+        if let Some(id) = h.tunnel_id {
+            put_varint(out, id.to_u64());
+        }
+        if let Some(label) = h.mpls_label {
+            put_varint(out, u64::from(label));
         }
         out.push(form.code());
         put_varint(out, data.len() as u64);
@@ -253,6 +275,17 @@ pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
         h.tcp_flags = optional(cursor, has(TCP_FLAGS))?;
         h.icmp_type = optional(cursor, has(ICMP_TYPE))?;
         h.icmp_code = optional(cursor, has(ICMP_CODE))?;
+        h.tunnel = optional(cursor, has(TUNNEL))?;
+        if has(TUNNEL_SRC) {
+            h.tunnel_src = Some(Addr16(take::<16>(cursor)?));
+        }
+        if has(TUNNEL_DST) {
+            h.tunnel_dst = Some(Addr16(take::<16>(cursor)?));
+        }
+        if has(TUNNEL_ID) {
+            h.tunnel_id = Some(TunnelId::from_u64(varint(cursor)?));
+        }
+        h.mpls_label = optional(cursor, has(MPLS_LABEL))?;
         let form = if version == VERSION_VERBATIM {
             DataForm::VERBATIM
         } else {
@@ -362,6 +395,14 @@ mod tests {
                 tcp_flags: Some(0xfff),
                 icmp_type: Some(3),
                 icmp_code: Some(13),
+                tunnel: Some(crate::tunnel::VXLAN | crate::tunnel::IPIP),
+                tunnel_src: Some(Addr16::from_v4_bytes([172, 16, 0, 1])),
+                tunnel_dst: Some(Addr16::from_v4_bytes([172, 16, 0, 2])),
+                tunnel_id: Some(TunnelId {
+                    kind: crate::tunnel::VXLAN,
+                    id: 0xff_ffff,
+                }),
+                mpls_label: Some(1 << 19),
             }
         } else {
             PacketHeaders {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::Addr16;
+use crate::{Addr16, ip_proto};
 
 /// Where a flow record came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -204,6 +204,18 @@ impl FlowRecord {
         } else {
             std::borrow::Cow::Borrowed(&self.uid)
         }
+    }
+
+    /// The Community ID (version 1, seed `seed`) of the connection. ICMP
+    /// records hold the type and code in the destination port, as NetFlow does.
+    pub fn community_id(&self, seed: u16) -> String {
+        let ports = match self.proto {
+            ip_proto::ICMP | ip_proto::ICMPV6 => Some((self.dst_port >> 8, self.dst_port & 0xff)),
+            ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP => Some((self.src_port, self.dst_port)),
+            _ => None,
+        };
+        let hash = crate::community::community_id_hash(seed, self.src, self.dst, self.proto, ports);
+        crate::community::community_id_text(&hash)
     }
 
     /// A Zeek-style uid derived from the record, so the same input always gives

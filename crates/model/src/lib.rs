@@ -8,6 +8,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub mod community;
 mod covering;
 mod flow;
 pub mod snap;
@@ -40,6 +41,18 @@ impl LinkType {
     pub const IPV6: Self = Self(229);
     /// Linux "cooked" capture, version 2 (20-byte header).
     pub const LINUX_SLL2: Self = Self(276);
+    /// PPP: the protocol field, after an optional `ff 03` address and control (RFC 1661).
+    pub const PPP: Self = Self(9);
+    /// PPP in HDLC-like framing (RFC 1662), or Cisco HDLC framing.
+    pub const PPP_HDLC: Self = Self(50);
+    /// PPPoE session stage: the 6-byte PPPoE header, then PPP (RFC 2516).
+    pub const PPP_ETHER: Self = Self(51);
+    /// Cisco HDLC: address, control and an ethertype.
+    pub const C_HDLC: Self = Self(104);
+    /// PPP after a direction byte.
+    pub const PPP_WITH_DIR: Self = Self(204);
+    /// Cisco HDLC after a direction byte.
+    pub const C_HDLC_WITH_DIR: Self = Self(205);
 
     /// Returns the registry name of the link type (`EN10MB`, `LINUX_SLL`...), as tcpdump prints it.
     pub fn name(self) -> &'static str {
@@ -53,6 +66,12 @@ impl LinkType {
             228 => "IPV4",
             229 => "IPV6",
             276 => "LINUX_SLL2",
+            9 => "PPP",
+            50 => "PPP_HDLC",
+            51 => "PPP_ETHER",
+            104 => "C_HDLC",
+            204 => "PPP_WITH_DIR",
+            205 => "C_HDLC_WITH_DIR",
             _ => "UNKNOWN",
         }
     }
@@ -312,6 +331,17 @@ pub mod col {
     pub const ICMP_TYPE: &str = "icmp_type";
     /// ICMP/ICMPv6 code.
     pub const ICMP_CODE: &str = "icmp_code";
+    /// Encapsulations decoded through (bits of `hindsight_model::tunnel`).
+    pub const TUNNEL: &str = "tunnel";
+    /// Source address of the outermost IP header of a tunnelled packet.
+    pub const TUNNEL_SRC: &str = "tunnel_src";
+    /// Destination address of the outermost IP header of a tunnelled packet.
+    pub const TUNNEL_DST: &str = "tunnel_dst";
+    /// The outermost tunnel identifier: its encapsulation's bit in the high 32
+    /// bits, the identifier (GRE key, VNI, TEID) in the low 32.
+    pub const TUNNEL_ID: &str = "tunnel_id";
+    /// The top (outermost) MPLS label.
+    pub const MPLS_LABEL: &str = "mpls_label";
     /// Which header fields `data` leaves out (a `DataForm` code; absent in
     /// segments written before it: verbatim).
     pub const DATA_FORM: &str = "data_form";
@@ -333,14 +363,69 @@ pub mod ip_proto {
     pub const ICMP: u8 = 1;
     /// Internet Group Management Protocol.
     pub const IGMP: u8 = 2;
+    /// IPv4 encapsulation (IP in IP).
+    pub const IPIP: u8 = 4;
     /// Transmission Control Protocol.
     pub const TCP: u8 = 6;
     /// User Datagram Protocol.
     pub const UDP: u8 = 17;
+    /// IPv6 encapsulation (6in4, 6in6).
+    pub const IPV6: u8 = 41;
+    /// Generic Routing Encapsulation.
+    pub const GRE: u8 = 47;
     /// ICMP for IPv6.
     pub const ICMPV6: u8 = 58;
     /// Stream Control Transmission Protocol (ports decoded like TCP/UDP).
     pub const SCTP: u8 = 132;
+}
+
+/// Encapsulations the decoder sees through, as bits of [`PacketHeaders::tunnel`].
+pub mod tunnel {
+    /// MPLS label stack (ethertype 0x8847/0x8848, PPP 0x0281, UDP port 6635).
+    pub const MPLS: u16 = 1 << 0;
+    /// PPPoE session (ethertype 0x8864).
+    pub const PPPOE: u16 = 1 << 1;
+    /// GRE, versions 0 and 1 (IP protocol 47).
+    pub const GRE: u16 = 1 << 2;
+    /// ERSPAN types I, II and III inside GRE.
+    pub const ERSPAN: u16 = 1 << 3;
+    /// VXLAN (UDP port 4789) and VXLAN-GPE (4790).
+    pub const VXLAN: u16 = 1 << 4;
+    /// Geneve (UDP port 6081).
+    pub const GENEVE: u16 = 1 << 5;
+    /// GTP-U G-PDUs (UDP port 2152).
+    pub const GTP: u16 = 1 << 6;
+    /// IP in IP: 4in4, 6in4, 4in6, 6in6 (IP protocols 4 and 41).
+    pub const IPIP: u16 = 1 << 7;
+    /// Cisco FabricPath (ethertype 0x8903).
+    pub const FABRICPATH: u16 = 1 << 8;
+
+    /// Every encapsulation with the name `tunnel.type` compares with.
+    pub const NAMES: [(&str, u16); 9] = [
+        ("mpls", MPLS),
+        ("pppoe", PPPOE),
+        ("gre", GRE),
+        ("erspan", ERSPAN),
+        ("vxlan", VXLAN),
+        ("geneve", GENEVE),
+        ("gtp", GTP),
+        ("ipip", IPIP),
+        ("fabricpath", FABRICPATH),
+    ];
+
+    /// The names of the bits set in `bits`, joined with `+` (`gre+erspan`).
+    pub fn names(bits: u16) -> String {
+        let mut out = String::new();
+        for (name, bit) in NAMES {
+            if bits & bit != 0 {
+                if !out.is_empty() {
+                    out.push('+');
+                }
+                out.push_str(name);
+            }
+        }
+        out
+    }
 }
 
 /// Ethertypes the decoder understands (IEEE 802 numbers).
@@ -357,6 +442,26 @@ pub mod ethertype {
     pub const QINQ_OLD: u16 = 0x9100;
     /// Internet Protocol version 6.
     pub const IPV6: u16 = 0x86dd;
+    /// Transparent Ethernet Bridging: an Ethernet frame inside GRE or Geneve.
+    pub const TEB: u16 = 0x6558;
+    /// MPLS unicast.
+    pub const MPLS: u16 = 0x8847;
+    /// MPLS multicast.
+    pub const MPLS_MULTICAST: u16 = 0x8848;
+    /// PPPoE discovery stage.
+    pub const PPPOE_DISCOVERY: u16 = 0x8863;
+    /// PPPoE session stage.
+    pub const PPPOE_SESSION: u16 = 0x8864;
+    /// Cisco FabricPath.
+    pub const FABRICPATH: u16 = 0x8903;
+    /// ERSPAN types I and II (GRE protocol).
+    pub const ERSPAN_II: u16 = 0x88be;
+    /// ERSPAN type III (GRE protocol).
+    pub const ERSPAN_III: u16 = 0x22eb;
+    /// PPP inside enhanced GRE (PPTP).
+    pub const PPP: u16 = 0x880b;
+    /// Network Service Header (RFC 8300).
+    pub const NSH: u16 = 0x894f;
 }
 
 /// TCP flag bits as they sit in the low 12 bits of the TCP data-offset/flags word
@@ -404,10 +509,12 @@ pub struct PacketHeaders {
     pub vlan_inner: Option<u16>,
     /// 4 or 6 for IP packets.
     pub ip_version: Option<u8>,
-    /// Source address of the (outermost) IP header; for ARP over IPv4 the sender
-    /// protocol address (with `ip_version` `None`), so `host X` finds ARP as tcpdump does.
+    /// Source address of the innermost IP header decoded (inside any tunnel);
+    /// for ARP over IPv4 the sender protocol address (with `ip_version` `None`),
+    /// so `host X` finds ARP as tcpdump does.
     pub src_addr: Option<Addr16>,
-    /// Destination address of the (outermost) IP header; for ARP the target protocol address.
+    /// Destination address of the innermost IP header decoded; for ARP the
+    /// target protocol address.
     pub dst_addr: Option<Addr16>,
     /// The transport protocol: IPv4 protocol, or the IPv6 next header after the
     /// extension headers (hop-by-hop, routing, fragment, destination options, AH).
@@ -437,6 +544,64 @@ pub struct PacketHeaders {
     pub icmp_type: Option<u8>,
     /// ICMP or ICMPv6 code.
     pub icmp_code: Option<u8>,
+    /// The encapsulations decoded through to reach the fields above (bits of
+    /// [`tunnel`]), `None` for a packet in none.
+    pub tunnel: Option<u16>,
+    /// Source address of the outermost IP header, where a tunnel was decoded
+    /// through an IP header (GRE, IP in IP, the UDP tunnels).
+    pub tunnel_src: Option<Addr16>,
+    /// Destination address of the outermost IP header of a tunnelled packet.
+    pub tunnel_dst: Option<Addr16>,
+    /// The identifier of the outermost encapsulation that has one (GRE key,
+    /// VXLAN or Geneve VNI, GTP-U TEID), with that encapsulation's bit.
+    pub tunnel_id: Option<TunnelId>,
+    /// The top (outermost) MPLS label.
+    pub mpls_label: Option<u32>,
+}
+
+/// A tunnel identifier and the encapsulation it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TunnelId {
+    /// The encapsulation's bit in [`tunnel`].
+    pub kind: u16,
+    /// The GRE key, the VNI or the TEID.
+    pub id: u32,
+}
+
+impl TunnelId {
+    /// The `tunnel_id` column's value: the kind in the high 32 bits.
+    pub fn to_u64(self) -> u64 {
+        (u64::from(self.kind) << 32) | u64::from(self.id)
+    }
+
+    /// The identifier of a `tunnel_id` column value.
+    pub fn from_u64(value: u64) -> Self {
+        Self {
+            kind: (value >> 32) as u16,
+            id: value as u32,
+        }
+    }
+}
+
+impl PacketHeaders {
+    /// The Community ID hash (seed `seed`) of the packet's innermost
+    /// addresses, protocol and ports (ICMP: type and code; none where the
+    /// transport header is not there); `None` for a packet that is not IP.
+    pub fn community_id_hash(&self, seed: u16) -> Option<[u8; 20]> {
+        self.ip_version?;
+        let (src, dst, proto) = (self.src_addr?, self.dst_addr?, self.ip_proto?);
+        let ports = match proto {
+            ip_proto::ICMP | ip_proto::ICMPV6 => self
+                .icmp_type
+                .zip(self.icmp_code)
+                .map(|(kind, code)| (u16::from(kind), u16::from(code))),
+            ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP => self.src_port.zip(self.dst_port),
+            _ => None,
+        };
+        // A non-first fragment or a cut-off transport header hashes without
+        // ports, as the spec's reference and tshark do.
+        Some(community::community_id_hash(seed, src, dst, proto, ports))
+    }
 }
 
 /// Identifies one sealed segment of the archive; ids increase with sealing order

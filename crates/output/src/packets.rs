@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use hindsight_capture::{PcapWriter, PcapngWriter, TimestampPrecision};
-use hindsight_model::{Addr16, DataForm, LinkType, PacketRecord, ip_proto, mac_text};
+use hindsight_model::{Addr16, DataForm, LinkType, PacketRecord, ip_proto, mac_text, tunnel};
 use hindsight_model::{CoveredRow, CoveredRowsBuilder, decode_covered_rows};
 use serde_json::{Map, Value};
 
@@ -227,6 +227,11 @@ const CSV_COLUMNS: &[&str] = &[
     "tcp_flags",
     "icmp_type",
     "icmp_code",
+    "tunnel",
+    "tunnel_src",
+    "tunnel_dst",
+    "tunnel_id",
+    "mpls_label",
 ];
 
 fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
@@ -261,6 +266,15 @@ fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
         ("tcp_flags", some(h.tcp_flags)),
         ("icmp_type", some(h.icmp_type)),
         ("icmp_code", some(h.icmp_code)),
+        ("tunnel", h.tunnel.map(tunnel::names)),
+        ("tunnel_src", some(h.tunnel_src)),
+        ("tunnel_dst", some(h.tunnel_dst)),
+        (
+            "tunnel_id",
+            h.tunnel_id
+                .map(|id| format!("{}:{}", tunnel::names(id.kind), id.id)),
+        ),
+        ("mpls_label", some(h.mpls_label)),
     ]
 }
 

@@ -169,6 +169,11 @@ const RECORD_COLUMNS: &[&str] = &[
     col::TCP_FLAGS,
     col::ICMP_TYPE,
     col::ICMP_CODE,
+    col::TUNNEL,
+    col::TUNNEL_SRC,
+    col::TUNNEL_DST,
+    col::TUNNEL_ID,
+    col::MPLS_LABEL,
 ];
 
 impl PacketSearch {

@@ -9,14 +9,15 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{
     Array, ArrayRef, ArrowPrimitiveType, BinaryArray, BooleanArray, FixedSizeBinaryArray,
     PrimitiveArray, RecordBatch, TimestampNanosecondArray, UInt8Array, UInt16Array, UInt32Array,
+    UInt64Array,
 };
 use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
-    UInt32Type,
+    UInt32Type, UInt64Type,
 };
 use hindsight_model::{
-    Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord, snap,
+    Addr16, DataForm, DecodeStatus, LinkType, PacketHeaders, PacketRecord, TunnelId, snap,
 };
 
 pub use hindsight_model::col;
@@ -54,6 +55,11 @@ static PACKETS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(col::TCP_FLAGS, DataType::UInt16, true),
         Field::new(col::ICMP_TYPE, DataType::UInt8, true),
         Field::new(col::ICMP_CODE, DataType::UInt8, true),
+        Field::new(col::TUNNEL, DataType::UInt16, true),
+        Field::new(col::TUNNEL_SRC, DataType::FixedSizeBinary(ADDR_LEN), true),
+        Field::new(col::TUNNEL_DST, DataType::FixedSizeBinary(ADDR_LEN), true),
+        Field::new(col::TUNNEL_ID, DataType::UInt64, true),
+        Field::new(col::MPLS_LABEL, DataType::UInt32, true),
         // Nullable only so that segments written before it read with this schema.
         Field::new(col::DATA_FORM, DataType::UInt8, true),
         Field::new(col::DATA, DataType::Binary, false),
@@ -221,6 +227,11 @@ pub struct PacketBatchBuilder {
     tcp_flags: Nullable<u16>,
     icmp_type: Nullable<u8>,
     icmp_code: Nullable<u8>,
+    tunnel: Nullable<u16>,
+    tunnel_src: FixedBytes<{ ADDR_LEN as usize }>,
+    tunnel_dst: FixedBytes<{ ADDR_LEN as usize }>,
+    tunnel_id: Nullable<u64>,
+    mpls_label: Nullable<u32>,
     data_form: Vec<u8>,
     data_offsets: Vec<i32>,
     data: Vec<u8>,
@@ -258,6 +269,11 @@ impl PacketBatchBuilder {
             tcp_flags: Nullable::with_capacity(capacity),
             icmp_type: Nullable::with_capacity(capacity),
             icmp_code: Nullable::with_capacity(capacity),
+            tunnel: Nullable::with_capacity(capacity),
+            tunnel_src: FixedBytes::with_capacity(capacity),
+            tunnel_dst: FixedBytes::with_capacity(capacity),
+            tunnel_id: Nullable::with_capacity(capacity),
+            mpls_label: Nullable::with_capacity(capacity),
             data_form: Vec::with_capacity(capacity),
             data_offsets,
             data: Vec::with_capacity(data_capacity),
@@ -304,6 +320,11 @@ impl PacketBatchBuilder {
         self.tcp_flags.push(h.tcp_flags);
         self.icmp_type.push(h.icmp_type);
         self.icmp_code.push(h.icmp_code);
+        self.tunnel.push(h.tunnel);
+        self.tunnel_src.values.push(h.tunnel_src.map(|a| a.0));
+        self.tunnel_dst.values.push(h.tunnel_dst.map(|a| a.0));
+        self.tunnel_id.push(h.tunnel_id.map(TunnelId::to_u64));
+        self.mpls_label.push(h.mpls_label);
         let form = snap::strip(record, data, &mut self.data);
         self.data_form.push(form.code());
         self.data_offsets.push(
@@ -353,6 +374,11 @@ impl PacketBatchBuilder {
         self.tcp_flags.move_last_to(to);
         self.icmp_type.move_last_to(to);
         self.icmp_code.move_last_to(to);
+        self.tunnel.move_last_to(to);
+        self.tunnel_src.values.move_last_to(to);
+        self.tunnel_dst.values.move_last_to(to);
+        self.tunnel_id.move_last_to(to);
+        self.mpls_label.move_last_to(to);
         self.data_form[to..].rotate_right(1);
         // Packet bytes: row i is data[offsets[i]..offsets[i + 1]].
         let offsets = &mut self.data_offsets;
@@ -418,6 +444,11 @@ impl PacketBatchBuilder {
             primitive::<UInt16Type>(self.tcp_flags.take()),
             primitive::<UInt8Type>(self.icmp_type.take()),
             primitive::<UInt8Type>(self.icmp_code.take()),
+            primitive::<UInt16Type>(self.tunnel.take()),
+            self.tunnel_src.array(),
+            self.tunnel_dst.array(),
+            primitive::<UInt64Type>(self.tunnel_id.take()),
+            primitive::<UInt32Type>(self.mpls_label.take()),
             primitive::<UInt8Type>((take_vec(&mut self.data_form), None)),
             Arc::new(data),
         ];
@@ -455,6 +486,11 @@ pub struct PacketBatchView<'a> {
     tcp_flags: Option<&'a UInt16Array>,
     icmp_type: Option<&'a UInt8Array>,
     icmp_code: Option<&'a UInt8Array>,
+    tunnel: Option<&'a UInt16Array>,
+    tunnel_src: Option<&'a FixedSizeBinaryArray>,
+    tunnel_dst: Option<&'a FixedSizeBinaryArray>,
+    tunnel_id: Option<&'a UInt64Array>,
+    mpls_label: Option<&'a UInt32Array>,
     data_form: Option<&'a UInt8Array>,
     data: Option<&'a BinaryArray>,
     rows: usize,
@@ -496,6 +532,7 @@ macro_rules! primitive_accessor {
 primitive_accessor!(UInt8Array, u8);
 primitive_accessor!(UInt16Array, u16);
 primitive_accessor!(UInt32Array, u32);
+primitive_accessor!(UInt64Array, u64);
 primitive_accessor!(TimestampNanosecondArray, i64);
 primitive_accessor!(BooleanArray, bool);
 
@@ -528,6 +565,11 @@ impl<'a> PacketBatchView<'a> {
             tcp_flags: column(batch, col::TCP_FLAGS),
             icmp_type: column(batch, col::ICMP_TYPE),
             icmp_code: column(batch, col::ICMP_CODE),
+            tunnel: column(batch, col::TUNNEL),
+            tunnel_src: column(batch, col::TUNNEL_SRC),
+            tunnel_dst: column(batch, col::TUNNEL_DST),
+            tunnel_id: column(batch, col::TUNNEL_ID),
+            mpls_label: column(batch, col::MPLS_LABEL),
             data_form: column(batch, col::DATA_FORM),
             data: column(batch, col::DATA),
             rows: batch.num_rows(),
@@ -578,6 +620,11 @@ impl<'a> PacketBatchView<'a> {
                 tcp_flags: opt(self.tcp_flags, row),
                 icmp_type: opt(self.icmp_type, row),
                 icmp_code: opt(self.icmp_code, row),
+                tunnel: opt(self.tunnel, row),
+                tunnel_src: fixed(self.tunnel_src, row).map(Addr16),
+                tunnel_dst: fixed(self.tunnel_dst, row).map(Addr16),
+                tunnel_id: opt(self.tunnel_id, row).map(TunnelId::from_u64),
+                mpls_label: opt(self.mpls_label, row),
             },
         }
     }
@@ -638,6 +685,14 @@ mod tests {
                 src_port: Some(443),
                 dst_port: Some(51000),
                 tcp_flags: Some(0x18),
+                tunnel: Some(hindsight_model::tunnel::GRE),
+                tunnel_src: Some(Addr16::from_v4_bytes([172, 16, 0, 1])),
+                tunnel_dst: Some(Addr16::from_v4_bytes([172, 16, 0, 2])),
+                tunnel_id: Some(TunnelId {
+                    kind: hindsight_model::tunnel::GRE,
+                    id: 0xdead_beef,
+                }),
+                mpls_label: Some(0xfffff),
                 ..PacketHeaders::default()
             },
         }
