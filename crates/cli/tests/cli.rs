@@ -1068,3 +1068,92 @@ fn ingest_reads_a_capture_from_standard_input() {
     ]));
     assert!(count.trim().parse::<u64>().unwrap() > 0, "{count}");
 }
+
+/// Byte offsets over the archive: with whole packets kept they select what
+/// tcpdump selects (exported byte for byte); with the default snap length, a
+/// filter that reads past the kept bytes says how many packets it could not
+/// decide, and `--strict` makes that an incomplete answer.
+#[test]
+fn byte_offsets_answer_from_the_archive_and_say_what_the_snap_length_hides() {
+    require_tool("tcpdump");
+    let capture = fixtures_dir().join("ndpi/exe_download.pcap");
+    assert!(
+        capture.exists(),
+        "missing {}: run scripts/fetch-fixtures",
+        capture.display()
+    );
+    let work = tempfile::tempdir().unwrap();
+    let whole = work.path().join("whole");
+    let kept = work.path().join("kept");
+    common::ingest_whole(&capture, &whole, &[]);
+    ingest(&capture, &kept);
+    for filter in [
+        "tcp[((tcp[12] & 0xf0) >> 2):4] = 0x47455420",
+        "tcp[200:4] == 0",
+        "len > 1000 and tcp[13] & 0x10 != 0",
+        "pcap_filter(\"tcp[tcpflags] & tcp-syn != 0\") && ip.addr == 10.0.0.0/8",
+    ] {
+        let out = work.path().join("out.pcap");
+        ok(&hindsight(&[
+            "query",
+            "--archive",
+            whole.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            filter,
+        ]));
+        let tcpdump_filter = filter
+            .strip_prefix("pcap_filter(\"")
+            .map(|rest| rest.replace("\") && ip.addr == 10.0.0.0/8", " and net 10.0.0.0/8"))
+            .unwrap_or_else(|| filter.to_owned());
+        let expected = work.path().join("expected.pcap");
+        let status = Command::new("tcpdump")
+            .args([
+                "-r",
+                capture.to_str().unwrap(),
+                "-w",
+                expected.to_str().unwrap(),
+                "--",
+            ])
+            .arg(&tcpdump_filter)
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "tcpdump {tcpdump_filter}");
+        assert_eq!(read_frames(&out), read_frames(&expected), "{filter}");
+    }
+    let beyond = hindsight(&[
+        "query",
+        "--archive",
+        kept.to_str().unwrap(),
+        "--count",
+        "--strict",
+        "tcp[200:4] == 0",
+    ]);
+    assert_eq!(beyond.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&beyond.stderr);
+    assert!(
+        stderr.contains("packet(s) left out: the filter reads bytes past"),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&beyond.stdout).trim(), "0");
+    let within = hindsight(&[
+        "query",
+        "--archive",
+        kept.to_str().unwrap(),
+        "--count",
+        "--strict",
+        "tcp[tcpflags] & tcp-syn != 0",
+    ]);
+    assert_eq!(ok(&within).trim(), "2");
+    let refused = hindsight(&[
+        "flows",
+        "--archive",
+        kept.to_str().unwrap(),
+        "--ip",
+        "10.0.0.0/8",
+        "tcp[13] & 2 != 0",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("connection records do not have"));
+}

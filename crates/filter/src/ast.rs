@@ -644,6 +644,8 @@ pub enum Expr {
     Compare(Comparison),
     /// A set membership test.
     In(Membership),
+    /// A tcpdump relation over the packet's bytes (`tcp[13] & 2 != 0`).
+    Offsets(Box<crate::offsets::Relation>),
     /// Logical negation.
     Not(Box<Expr>),
     /// All operands are true.
@@ -688,7 +690,11 @@ impl Expr {
     /// Returns the depth of the tree (a leaf has depth 1).
     pub fn depth(&self) -> usize {
         match self {
-            Expr::Exists(_) | Expr::BitTest(_) | Expr::Compare(_) | Expr::In(_) => 1,
+            Expr::Exists(_)
+            | Expr::BitTest(_)
+            | Expr::Compare(_)
+            | Expr::In(_)
+            | Expr::Offsets(_) => 1,
             Expr::Not(inner) => 1 + inner.depth(),
             Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
                 1 + operands.iter().map(Expr::depth).max().unwrap_or(0)
@@ -758,8 +764,14 @@ impl fmt::Display for Expr {
                 }
                 f.write_str("}")
             }
+            Expr::Offsets(relation) => write!(f, "pcap_filter(\"{relation}\")"),
             Expr::Not(inner) => match inner.as_ref() {
-                Expr::Exists(_) | Expr::Not(_) | Expr::And(_) | Expr::Or(_) | Expr::Xor(_) => {
+                Expr::Exists(_)
+                | Expr::Offsets(_)
+                | Expr::Not(_)
+                | Expr::And(_)
+                | Expr::Or(_)
+                | Expr::Xor(_) => {
                     write!(f, "!{inner}")
                 }
                 Expr::BitTest(_) | Expr::Compare(_) | Expr::In(_) => write!(f, "!({inner})"),

@@ -137,7 +137,6 @@ struct Qualifiers {
 const UNSUPPORTED: &[&str] = &[
     "gateway",
     "multicast",
-    "len",
     "inbound",
     "outbound",
     "ifname",
@@ -315,6 +314,14 @@ impl<'t, 'a> Parser<'t, 'a> {
                 Ok((Expr::Not(Box::new(inner)), depth + 1))
             }
             Some(open) if open.kind == TokenKind::LParen => {
+                // `(tcp[13] & 2) != 0`: an expression in parentheses, if it
+                // reads as a relation; else a group of primitives.
+                let position = self.position;
+                if let Ok(expr) = self.relation(open) {
+                    let depth = expr.depth();
+                    return Ok((expr, depth));
+                }
+                self.position = position;
                 self.advance();
                 self.enter(open)?;
                 let inner = self.expr()?;
@@ -338,17 +345,21 @@ impl<'t, 'a> Parser<'t, 'a> {
         let Some(token) = self.peek() else {
             return Err(self.unexpected(None, "a tcpdump primitive"));
         };
-        if self
-            .peek_at(1)
-            .is_some_and(|next| next.kind == TokenKind::LBracket)
+        if token.text == "len"
+            || token.text.starts_with('-')
+            || self
+                .peek_at(1)
+                .is_some_and(|next| next.kind == TokenKind::LBracket)
         {
-            return Err(self.error_at(
-                token,
-                format!(
-                    "packet byte accessors such as {}[...] are not supported; use a field, e.g. tcp.flags.syn == 1",
-                    token.text
-                ),
-            ));
+            return self.relation(token).map_err(|(error, _)| error);
+        }
+        if starts_with_digit(token.text) {
+            // `2 < ip[0]`; else a bare value continuing the previous primitive.
+            let position = self.position;
+            if let Ok(expr) = self.relation(token) {
+                return Ok(expr);
+            }
+            self.position = position;
         }
         match token.text {
             "less" | "greater" => {
@@ -389,6 +400,27 @@ impl<'t, 'a> Parser<'t, 'a> {
             }
             _ => self.continuation(token),
         }
+    }
+
+    /// Parses a relation over the packet's bytes starting at `first`, moving
+    /// past the tokens it spans.
+    fn relation(&mut self, first: Token<'a>) -> Result<Expr, (ParseError, usize)> {
+        let start = byte_of(self.text, first.column);
+        let (relation, end) =
+            crate::offsets::parse_relation(self.text, start).map_err(|(message, at)| {
+                let column = self
+                    .text
+                    .get(..at)
+                    .map_or(1, |before| before.chars().count() + 1);
+                (ParseError::new(self.text, column, "", message), at)
+            })?;
+        while self
+            .peek()
+            .is_some_and(|token| byte_of(self.text, token.column) < end)
+        {
+            self.position += 1;
+        }
+        Ok(Expr::Offsets(Box::new(relation)))
     }
 
     /// Parses `[proto] [dir] [kind] ID`, or a protocol alone.
@@ -873,4 +905,11 @@ fn partial_ipv4(text: &str) -> Option<(Literal, bool)> {
         },
         false,
     ))
+}
+
+/// The byte offset in `text` of the character at 1-based `column`.
+fn byte_of(text: &str, column: usize) -> usize {
+    text.char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(text.len(), |(at, _)| at)
 }

@@ -10,15 +10,98 @@ use hindsight_model::{
 
 use super::Filter;
 use super::ast::{CmpOp, Expr, Field, FieldRef, Quantifier};
+use super::offsets::Abort;
+
+/// What a filter says of a packet whose bytes it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The packet passes.
+    Match,
+    /// The packet does not pass.
+    NoMatch,
+    /// The filter reads bytes the source captured that were not kept (the
+    /// archive's snap length): whether it passes is not known.
+    Unknown,
+}
 
 impl Filter {
-    /// Returns true if `record` passes the filter.
+    /// Returns true if `record` passes the filter. Tests of the packet's bytes
+    /// (tcpdump byte offsets, payload) are false without them: use
+    /// [`test`](Self::test) where the bytes are at hand.
     pub fn matches(&self, record: &PacketRecord) -> bool {
         self.root().is_none_or(|root| root.matches(record))
+    }
+
+    /// Returns true if the filter tests the packet's bytes, not only its fields.
+    pub fn reads_bytes(&self) -> bool {
+        fn reads(expr: &Expr) -> bool {
+            match expr {
+                Expr::Offsets(relation) => relation.reads_bytes(),
+                Expr::Not(inner) => reads(inner),
+                Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
+                    operands.iter().any(reads)
+                }
+                _ => false,
+            }
+        }
+        self.root().is_some_and(reads)
+    }
+
+    /// Returns true if a packet passes, its frame's bytes at hand (a live
+    /// packet's): [`test`](Self::test) if the filter reads them, else
+    /// [`matches`](Self::matches).
+    pub fn passes(&self, record: &PacketRecord, frame: &[u8]) -> bool {
+        match self.reads_bytes() {
+            true => self.test(record, frame) == Verdict::Match,
+            false => self.matches(record),
+        }
+    }
+
+    /// Tests a packet with its frame's bytes (as captured, or as many as the
+    /// archive kept of them, `record.cap_len` telling how many were captured).
+    pub fn test(&self, record: &PacketRecord, frame: &[u8]) -> Verdict {
+        match self.root().map(|root| root.eval(record, frame)) {
+            None | Some(Ok(true)) => Verdict::Match,
+            Some(Ok(false)) | Some(Err(Abort::Reject)) => Verdict::NoMatch,
+            Some(Err(Abort::PastKept)) => Verdict::Unknown,
+        }
     }
 }
 
 impl Expr {
+    /// Evaluates this (sub)filter over a packet and its bytes, left to right
+    /// with short circuits, as BPF does: a rejection ends the whole filter.
+    fn eval(&self, record: &PacketRecord, frame: &[u8]) -> Result<bool, Abort> {
+        Ok(match self {
+            Expr::Offsets(relation) => relation.eval(record, frame)?,
+            Expr::Not(inner) => !inner.eval(record, frame)?,
+            Expr::And(operands) => {
+                for operand in operands {
+                    if !operand.eval(record, frame)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Expr::Or(operands) => {
+                for operand in operands {
+                    if operand.eval(record, frame)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            Expr::Xor(operands) => {
+                let mut odd = false;
+                for operand in operands {
+                    odd ^= operand.eval(record, frame)?;
+                }
+                odd
+            }
+            leaf => leaf.matches(record),
+        })
+    }
+
     /// Returns true if `record` passes this (sub)filter.
     pub fn matches(&self, record: &PacketRecord) -> bool {
         match self {
@@ -48,6 +131,10 @@ impl Expr {
                 quantify(membership.quantifier, values.as_slice(), |value| {
                     in_ranges(&membership.ranges, value)
                 })
+            }
+            // Without the bytes, a test of them is false; `len` needs none.
+            Expr::Offsets(relation) => {
+                !relation.reads_bytes() && relation.eval(record, &[]).unwrap_or(false)
             }
             Expr::Not(inner) => !inner.matches(record),
             Expr::And(operands) => operands.iter().all(|operand| operand.matches(record)),

@@ -22,6 +22,7 @@ mod columns;
 pub mod error;
 mod eval;
 mod lexer;
+pub mod offsets;
 mod parser;
 mod prune;
 mod value;
@@ -30,6 +31,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use ast::{CmpOp, Expr, Field, FieldType, Literal, Quantifier};
+pub use eval::Verdict;
 
 pub use crate::error::ParseError;
 

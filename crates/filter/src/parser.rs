@@ -366,6 +366,13 @@ impl<'t, 'a> Parser<'t, 'a> {
             Some(token) if token.kind == TokenKind::Word => token,
             other => return Err(self.unexpected(other, "a field")),
         };
+        if field_token.text == "pcap_filter"
+            && self
+                .peek()
+                .is_some_and(|token| token.kind == TokenKind::LParen)
+        {
+            return self.pcap_filter(field_token);
+        }
         let field = self.resolve_field(field_token)?;
         if self
             .peek()
@@ -528,6 +535,29 @@ impl<'t, 'a> Parser<'t, 'a> {
             Some(_) => Expr::BitTest(left),
             None => Expr::Exists(field),
         })
+    }
+
+    /// `pcap_filter("TCPDUMP FILTER")`: a tcpdump filter inside a Wireshark one,
+    /// how byte offsets print.
+    fn pcap_filter(&mut self, name: Token<'_>) -> Result<Expr, ParseError> {
+        self.advance();
+        let string = match self.advance() {
+            Some(token) if token.kind == TokenKind::Str => token,
+            other => return Err(self.unexpected(other, "a quoted tcpdump filter")),
+        };
+        match self.advance() {
+            Some(token) if token.kind == TokenKind::RParen => {}
+            other => return Err(self.unexpected(other, "\")\" after the tcpdump filter")),
+        }
+        let inner = unquote(string.text);
+        let tokens = super::lexer::tokenize(&inner);
+        match super::bpf::parse(&inner, &tokens) {
+            Ok(Some(expr)) => Ok(expr),
+            Ok(None) => Err(self.error_at(string, "pcap_filter needs a tcpdump filter")),
+            Err(error) => {
+                Err(self.error_at(string, format!("in {}: {}", name.text, error.message)))
+            }
+        }
     }
 
     fn check_comparable(&self, field_token: Token<'_>, field: Field) -> Result<(), ParseError> {
@@ -804,6 +834,24 @@ pub fn typed_literal(field: Field, text: &str) -> Result<Literal, String> {
             format!("\"{text}\" is not a MAC address (write six hex bytes, e.g. aa:bb:cc:dd:ee:ff)")
         }),
     }
+}
+
+/// The text of a quoted string token: without its quotes, `\"` and `\\`
+/// read as the characters they escape.
+fn unquote(token: &str) -> String {
+    let inner = token
+        .strip_prefix('"')
+        .map(|rest| rest.strip_suffix('"').unwrap_or(rest))
+        .unwrap_or(token);
+    let mut out = String::with_capacity(inner.len());
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Returns the known field name closest to `name` by edit distance, if it is

@@ -477,17 +477,25 @@ fn invalid_filters_report_column_and_reason() {
             "is an IPv4 address; it goes with ip or arp",
         ),
         (
-            Auto,
-            "tcp[13] & 2 != 0",
-            1,
-            "slices such as tcp[0:2] are not supported",
+            Bpf,
+            "tcp[13:3] == 1",
+            8,
+            "the size of a load is 1, 2 or 4 bytes",
         ),
         (
             Bpf,
-            "tcp[13] & 2 != 0",
-            1,
-            "packet byte accessors such as tcp[...] are not supported",
+            "tcp[tcp-bogus] == 1",
+            5,
+            "\"tcp-bogus\" is not a number",
         ),
+        (
+            Bpf,
+            "tcp[13] == ",
+            12,
+            "expected a number, len or proto[offset]",
+        ),
+        (Bpf, "tcp[13] & 2", 12, "expected a comparison"),
+        (Bpf, "tcp[13 == 2", 8, "expected \"]\""),
         (
             Auto,
             "gateway snup",
@@ -959,6 +967,96 @@ fn community_id_compares_the_hash_of_the_innermost_five_tuple() {
         let error = Filter::parse(text).unwrap_err();
         assert!(error.to_string().contains(message), "{text}: {error}");
     }
+}
+
+#[test]
+fn byte_offsets_parse_with_libpcaps_precedence_and_print_back() {
+    for (text, printed_as) in [
+        (
+            "tcp[tcpflags] & tcp-syn != 0",
+            "pcap_filter(\"tcp[0xd] & 2 != 0\")",
+        ),
+        (
+            "tcp[13] & (tcp-syn|tcp-ack) == tcp-syn",
+            "pcap_filter(\"tcp[0xd] & (2 | 0x10) == 2\")",
+        ),
+        (
+            "ip[2:2] - ((ip[0] & 0xf) << 2) > 40",
+            "pcap_filter(\"ip[2:2] - ((ip[0] & 0xf) << 2) > 0x28\")",
+        ),
+        (
+            "ip[0] % 7 + 2 == 1",
+            "pcap_filter(\"ip[0] % (7 + 2) == 1\")",
+        ),
+        (
+            "ip[0] & 7 % 2 == 1",
+            "pcap_filter(\"ip[0] & (7 % 2) == 1\")",
+        ),
+        (
+            "ip[0] | 1 ^ 3 & 4 == 1",
+            "pcap_filter(\"ip[0] | (1 ^ (3 & 4)) == 1\")",
+        ),
+        (
+            "ip[0] - 1 - 2 == 1",
+            "pcap_filter(\"(ip[0] - 1) - 2 == 1\")",
+        ),
+        ("(tcp[13] & 2) != 0 and port 80", ""),
+        ("icmp[icmptype] != icmp-echo and len > 100", ""),
+        (
+            "ether[12:2] = 0x0800",
+            "pcap_filter(\"ether[0xc:2] == 0x800\")",
+        ),
+    ] {
+        let filter = Filter::parse_with(text, FilterSyntax::Bpf).unwrap();
+        if !printed_as.is_empty() {
+            assert_eq!(filter.to_string(), printed_as, "{text}");
+        }
+        assert_eq!(
+            parse(&filter.to_string()),
+            filter,
+            "{text} prints as {filter}"
+        );
+        assert_eq!(
+            Filter::parse(text).unwrap(),
+            filter,
+            "{text} in auto syntax"
+        );
+    }
+    // `tcp[13] & 2 != 0` on a SYN, an ACK, a UDP packet, and a frame cut short.
+    let syn = tcp_v4("10.0.0.1", "10.0.0.2", 1000, 80, 0x02);
+    let frame = |flags: u8| {
+        let mut frame = vec![0u8; 54];
+        frame[12..14].copy_from_slice(&[0x08, 0x00]);
+        frame[14] = 0x45;
+        frame[23] = 6;
+        frame[14 + 20 + 13] = flags;
+        frame
+    };
+    let filter = Filter::parse_with("tcp[13] & 2 != 0", FilterSyntax::Bpf).unwrap();
+    assert!(filter.reads_bytes());
+    assert_eq!(filter.test(&syn, &frame(0x02)), Verdict::Match);
+    assert_eq!(filter.test(&syn, &frame(0x10)), Verdict::NoMatch);
+    assert!(
+        !filter.matches(&syn),
+        "without the bytes, a byte test is false"
+    );
+    let mut udp = frame(0x02);
+    udp[23] = 17;
+    assert_eq!(filter.test(&syn, &udp), Verdict::NoMatch);
+    let negated = Filter::parse_with("not tcp[13] & 2 != 0", FilterSyntax::Bpf).unwrap();
+    assert_eq!(
+        negated.test(&syn, &udp),
+        Verdict::Match,
+        "no TCP layer: the relation is false"
+    );
+    // Cut short: captured with 40 bytes, rejected even under `not`.
+    let cut = PacketRecord { cap_len: 40, ..syn };
+    assert_eq!(negated.test(&cut, &frame(0x02)[..40]), Verdict::NoMatch);
+    // Captured whole but kept only 40 bytes: not known.
+    let kept = PacketRecord { cap_len: 54, ..syn };
+    assert_eq!(negated.test(&kept, &frame(0x02)[..40]), Verdict::Unknown);
+    // `len` needs no bytes.
+    assert!(Filter::parse("len >= 60").unwrap().matches(&syn));
 }
 
 #[test]

@@ -252,7 +252,14 @@ mod tests {
 
     /// The spec's baseline (`baseline/baseline_*.json`): protocol, source,
     /// destination, ports (ICMP: type and code), the ID with seed 0 and seed 1.
-    type Case = (u8, &'static str, &'static str, Option<(u16, u16)>, &'static str, &'static str);
+    type Case = (
+        u8,
+        &'static str,
+        &'static str,
+        Option<(u16, u16)>,
+        &'static str,
+        &'static str,
+    );
     const BASELINE: &[Case] = &[
         (
             58,

@@ -24,7 +24,7 @@ use hindsight_store::schema::{PacketBatchView, col};
 use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
 use crate::error::QueryError;
-use crate::filter::Filter;
+use crate::filter::{Filter, Verdict};
 
 /// A packet query: a filter, a time window and an optional row limit.
 #[derive(Debug)]
@@ -65,6 +65,9 @@ pub struct SearchStats {
     pub rows_read: u64,
     /// Rows that matched (and were handed to the visitor).
     pub rows_matched: u64,
+    /// Rows left out because the filter reads bytes the source captured but
+    /// the archive did not keep (its snap length): whether they match is not known.
+    pub rows_unknown: u64,
     /// Segments that could not be read (missing, cut short, a page whose bytes
     /// fail their checksum): skipped, so the answer is incomplete. Rows of a
     /// damaged segment read before its damage was met are in the answer (they
@@ -323,6 +326,7 @@ impl PacketSearch {
             limit,
             segment: SegmentId(0),
             frame: Vec::new(),
+            reads_bytes: request.filter.reads_bytes(),
         };
         // Without a row limit every planned segment is read to its end, so
         // several are decoded at once; with one, reading ahead would be wasted.
@@ -415,6 +419,7 @@ impl PacketSearch {
             limit,
             segment: SegmentId(0),
             frame: Vec::new(),
+            reads_bytes: request.filter.reads_bytes(),
         };
         for (id, batch) in batches {
             visitor.segment = *id;
@@ -541,6 +546,8 @@ struct Visitor<'a, 'v> {
     segment: SegmentId,
     /// The bytes of the frame handed on, put back together from its stored form.
     frame: Vec<u8>,
+    /// The filter tests the frame's bytes (byte offsets, payload).
+    reads_bytes: bool,
 }
 
 impl Visitor<'_, '_> {
@@ -617,11 +624,15 @@ impl Visitor<'_, '_> {
         form: Option<DataForm>,
         stored: &[u8],
     ) -> Result<bool, QueryError> {
-        if !self.request.time.contains(record.ts_nanos) || !self.request.filter.matches(record) {
+        if !self.request.time.contains(record.ts_nanos) {
             return Ok(true);
         }
-        self.stats.rows_matched += 1;
-        let data = if self.request.with_data {
+        let reads_bytes = self.reads_bytes;
+        if !reads_bytes && !self.request.filter.matches(record) {
+            return Ok(true);
+        }
+        let restore = self.request.with_data || reads_bytes;
+        if restore {
             self.frame.clear();
             let restored =
                 form.is_some_and(|form| snap::restore(form, record, stored, &mut self.frame));
@@ -634,6 +645,19 @@ impl Visitor<'_, '_> {
                     ),
                 });
             }
+        }
+        if reads_bytes {
+            match self.request.filter.test(record, &self.frame) {
+                Verdict::Match => {}
+                Verdict::NoMatch => return Ok(true),
+                Verdict::Unknown => {
+                    self.stats.rows_unknown += 1;
+                    return Ok(true);
+                }
+            }
+        }
+        self.stats.rows_matched += 1;
+        let data = if restore {
             self.frame.as_slice()
         } else {
             stored
@@ -676,6 +700,19 @@ impl SearchStats {
             seconds * 1e3
         )
     }
+}
+
+/// What an answer says of the packets the filter could not decide, because it
+/// reads bytes the archive did not keep; `None` if there were none.
+pub fn unknown_line(stats: &SearchStats) -> Option<String> {
+    (stats.rows_unknown > 0).then(|| {
+        format!(
+            "{} packet(s) left out: the filter reads bytes past those the archive kept of \
+             them (their snap length: `ingest --snaplen`, 128 bytes by default), so whether they \
+             match is not known",
+            stats.rows_unknown
+        )
+    })
 }
 
 /// The warnings of an answer that went without damaged catalog lines and

@@ -35,6 +35,13 @@ impl ConnQuery {
         ip: Option<&str>,
         filter: Option<&Filter>,
     ) -> Result<Vec<(Addr16, Addr16)>, ReaderError> {
+        if filter.is_some_and(Filter::reads_bytes) {
+            return Err(ReaderError::Request(
+                "the filter reads the packets' bytes (byte offsets, payload), which connection \
+                 records do not have: ask `query` for the packets"
+                    .to_owned(),
+            ));
+        }
         match (ip, filter) {
             (Some(ip), _) => Ok(vec![network_range(ip).map_err(ReaderError::Request)?]),
             (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {

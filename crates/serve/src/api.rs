@@ -606,6 +606,7 @@ async fn query(
             Ok(stats) => out.finish(Ok(stats.skipped[skipped_before.min(stats.skipped.len())..]
                 .iter()
                 .map(ToString::to_string)
+                .chain(hindsight_query::search::unknown_line(&stats))
                 .collect())),
             Err(error) => out.finish(Err(ApiError::of_reader(error))),
         }

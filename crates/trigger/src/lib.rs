@@ -295,7 +295,7 @@ impl Analyzer {
             };
             for packet in chunk.iter() {
                 let record = decoded(&packet, self.link_type);
-                if !self.filter.matches(&record) {
+                if !self.filter.passes(&record, packet.data) {
                     continue;
                 }
                 let held_off = self
@@ -439,7 +439,10 @@ pub fn dump(
             if packet.ts_ns < from || packet.ts_ns > to {
                 continue;
             }
-            if !request.filter.matches(&decoded(&packet, request.link_type)) {
+            if !request
+                .filter
+                .passes(&decoded(&packet, request.link_type), packet.data)
+            {
                 continue;
             }
             if bytes + packet.data.len() as u64 > limits.max_bytes {

@@ -149,7 +149,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.explain {
         eprintln!("{}", stats.explain(started.elapsed().as_secs_f64()));
     }
-    let lines = hindsight_query::search::incomplete_lines(search.archive(), &stats.skipped);
+    let mut lines = hindsight_query::search::incomplete_lines(search.archive(), &stats.skipped);
+    lines.extend(
+        hindsight_query::search::unknown_line(&stats).map(|line| format!("warning: {line}")),
+    );
     // The process ends here: closing the read-only index would only free memory
     // (about a millisecond, a tenth of a query the index answers alone).
     std::mem::forget(search);

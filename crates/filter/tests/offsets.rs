@@ -1,0 +1,235 @@
+//! Oracle test of tcpdump byte offsets: a table of filters reading the
+//! packet's bytes (`proto[expr:size]`, `len`, named constants, every operator)
+//! selects, on each of many real captures (the LAN capture beside the
+//! repository, and tcpdump's and nDPI's test captures fetched by
+//! `scripts/fetch-fixtures`: Ethernet and Linux cooked captures, IPv4 and IPv6,
+//! fragments, VLAN tags, tunnels, short snap lengths), exactly the packets
+//! `tcpdump -r` selects.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hindsight_capture::CaptureReader;
+use hindsight_filter::{Filter, FilterSyntax, Verdict};
+use hindsight_model::PacketRecord;
+
+fn fixtures_dir() -> PathBuf {
+    std::env::var_os("HINDSIGHT_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+                .join("../../.fixtures")
+        })
+}
+
+fn lan_hour() -> PathBuf {
+    std::env::var_os("HINDSIGHT_TEST_PCAP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
+                .join("../../../shared/data/lan-hour-2012.pcap")
+        })
+}
+
+/// The filters, each a relation tcpdump users write (or a combination).
+pub const FILTERS: &[&str] = &[
+    "tcp[tcpflags] & tcp-syn != 0",
+    "tcp[13] & (tcp-syn|tcp-ack) == tcp-syn",
+    "tcp[tcpflags] & (tcp-fin|tcp-rst) != 0",
+    "tcp[13] == 0x18",
+    "tcp[tcpflags] & (tcp-ece|tcp-cwr) != 0",
+    "tcp[0:2] == 443 or tcp[2:2] == 443",
+    "tcp[2:2] > 1023 and tcp[0:2] > 1023",
+    "(tcp[12] & 0xf0) >> 2 > 20",
+    "ip[2:2] - ((ip[0] & 0xf) << 2) - ((tcp[12] & 0xf0) >> 2) > 0",
+    "tcp[((tcp[12:1] & 0xf0) >> 2):4] = 0x47455420",
+    "tcp[((tcp[12] & 0xf0) >> 2):4] = 0x48545450",
+    "tcp[((tcp[12] & 0xf0) >> 2):2] = 0x1603",
+    "tcp[4:4] & 0xff == 0 and tcp[14:2] < 1024",
+    "ip[0] & 0xf > 5",
+    "ip[1] & 0xfc != 0",
+    "ip[6] & 0x20 != 0",
+    "ip[6:2] & 0x1fff != 0",
+    "ip[6] & 0x40 != 0",
+    "ip[8] < 5",
+    "ip[8] == 64 or ip[8] == 128",
+    "ip[9] == 17",
+    "ip[12:4] == ip[16:4]",
+    "ip[16] >= 224",
+    "ip[2:2] > 1000",
+    "ip[2:2] + 14 < len",
+    "ip[0] >> 4 == 4 and ip[0] << 28 == 0x50000000",
+    "ip[0] ^ 0x45 == 0",
+    "ip[0] * 2 / 3 == 46",
+    "ip[4:2] % 7 == 3",
+    "-ip[0] == 0xffffffbb",
+    "ip[40:4] > 0",
+    "udp[0:2] == 53 or udp[2:2] == 53",
+    "udp[4:2] > 512",
+    "udp[2:2] == 443 and udp[8] & 0x80 != 0",
+    "udp[12:4] == 0x2112a442",
+    "icmp[icmptype] == icmp-echo",
+    "icmp[icmptype] != icmp-echo and icmp[icmptype] != icmp-echoreply",
+    "icmp[0] == 3 and icmp[1] == 3",
+    "ip6[6] == 58",
+    "ip6[6] == 17 and ip6[42:2] == 53",
+    "icmp6[icmp6type] == icmp6-echo",
+    "icmp6[icmp6type] == icmp6-neighborsolicit or icmp6[icmp6type] == icmp6-neighboradvert",
+    "icmp6[0] >= 128",
+    "ip6[0] & 0x0f != 0 or ip6[1] != 0",
+    "ether[0] & 1 != 0",
+    "ether[12:2] == 0x86dd",
+    "ether[12:2] == 0x8100",
+    "ether[0:4] == 0xffffffff",
+    "arp[6:2] == 1",
+    "arp[7] == 2",
+    "len > 1000",
+    "len <= 64",
+    "not tcp[13] & 2 != 0",
+    "tcp[13] & 2 != 0 or udp[0:2] == 53",
+    "tcp[20:4] == 0",
+    "tcp[13] % 3 == 1",
+    "igmp[0] == 0x16",
+    "port 80 and tcp[13] & 8 != 0",
+    "host 192.168.1.1 or ip[9] == 1",
+];
+
+/// The captures: the LAN hour and fixtures of every layout.
+fn captures() -> Vec<PathBuf> {
+    let dir = fixtures_dir();
+    let mut paths = vec![lan_hour()];
+    for name in [
+        "tcpdump/print-flags.pcap",
+        "tcpdump/icmpv6.pcap",
+        "tcpdump/QinQpacket.pcap",
+        "tcpdump/resp_3_malicious.pcap",
+        "tcpdump/spb.pcap",
+        "ndpi/http_ipv6.pcap",
+        "ndpi/dnscrypt-v1-and-resolver-pings.pcap",
+        "ndpi/synscan.pcap",
+        "ndpi/4in4tunnel.pcap",
+        "ndpi/quic_q39.pcap",
+        "ndpi/443-git.pcap",
+        "ndpi/smtp.pcap",
+        "ndpi/modbus.pcap",
+        "ndpi/sip.pcap",
+        "ndpi/ssh.pcap",
+        "ndpi/http-manipulated.pcap",
+        "ndpi/android.pcap",
+        "ndpi/rtsp.pcap",
+        "ndpi/exe_download.pcap",
+        "ndpi/1kxun.pcap",
+        "ndpi/tor.pcap",
+        "ndpi/anydesk.pcap",
+    ] {
+        paths.push(dir.join(name));
+    }
+    paths
+}
+
+/// One packet of a capture.
+struct Packet {
+    record: PacketRecord,
+    frame: Vec<u8>,
+}
+
+fn read(path: &Path) -> Vec<Packet> {
+    let mut reader =
+        CaptureReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut packets = Vec::new();
+    while let Some(frame) = reader.next_frame() {
+        let frame = frame.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        packets.push(Packet {
+            record: hindsight_decode::record(&frame),
+            frame: frame.data.to_vec(),
+        });
+    }
+    packets
+}
+
+/// The indices of the packets tcpdump selects: it writes them to a file, which
+/// is read back and matched in order against the capture.
+fn tcpdump(path: &Path, filter: &str, packets: &[Packet], scratch: &Path) -> BTreeSet<usize> {
+    let out = scratch.join("selected.pcap");
+    let status = Command::new("tcpdump")
+        .args(["-n", "-r"])
+        .arg(path)
+        .arg("-w")
+        .arg(&out)
+        .arg("--")
+        .arg(filter)
+        .output()
+        .expect("run tcpdump (scripts/setup installs it)");
+    assert!(
+        status.status.success(),
+        "tcpdump rejects {filter:?}: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let selected = read(&out);
+    let mut indices = BTreeSet::new();
+    let mut next = 0;
+    for packet in &selected {
+        while next < packets.len()
+            && (packets[next].frame != packet.frame
+                || packets[next].record.ts_nanos != packet.record.ts_nanos)
+        {
+            next += 1;
+        }
+        assert!(
+            next < packets.len(),
+            "tcpdump wrote a packet not in {}",
+            path.display()
+        );
+        indices.insert(next);
+        next += 1;
+    }
+    indices
+}
+
+#[test]
+fn byte_offset_filters_select_what_tcpdump_selects() {
+    let scratch = std::env::temp_dir().join(format!("hindsight-offsets-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut failures = Vec::new();
+    let mut compared = 0usize;
+    let captures = captures();
+    for path in &captures {
+        assert!(
+            path.exists(),
+            "missing {}: run scripts/fetch-fixtures",
+            path.display()
+        );
+        let packets = read(path);
+        for text in FILTERS {
+            let filter = Filter::parse_with(text, FilterSyntax::Bpf)
+                .unwrap_or_else(|error| panic!("{text}: {error}"));
+            let ours: BTreeSet<usize> = packets
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| filter.test(&p.record, &p.frame) == Verdict::Match)
+                .map(|(i, _)| i)
+                .collect();
+            let theirs = tcpdump(path, text, &packets, &scratch);
+            compared += 1;
+            if ours != theirs {
+                let only_ours: Vec<_> = ours.difference(&theirs).take(5).map(|i| i + 1).collect();
+                let only_theirs: Vec<_> = theirs.difference(&ours).take(5).map(|i| i + 1).collect();
+                failures.push(format!(
+                    "{} {text:?}: ours {} tcpdump {}; frames only ours {only_ours:?}, only tcpdump {only_theirs:?}",
+                    path.file_name().unwrap().to_string_lossy(),
+                    ours.len(),
+                    theirs.len()
+                ));
+            }
+        }
+    }
+    std::fs::remove_dir_all(&scratch).unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} (capture, filter) pairs differ from tcpdump:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(captures.len() >= 20 && FILTERS.len() >= 40);
+}
