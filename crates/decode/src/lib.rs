@@ -117,29 +117,86 @@ pub fn record(frame: &Frame<'_>) -> PacketRecord {
 
 /// Decodes the headers of one frame of link type `link_type`.
 pub fn decode(link_type: LinkType, data: &[u8]) -> PacketHeaders {
-    let mut headers = PacketHeaders::default();
-    match link_type.0 {
-        1 => ethernet(data, &mut headers),
-        // DLT_RAW is 12 on some BSDs and 14 on OpenBSD; LINKTYPE_RAW is 101.
-        12 | 14 | 101 => raw_ip(data, &mut headers),
-        228 => network(ethertype::IPV4, data, &mut headers, 0),
-        229 => network(ethertype::IPV6, data, &mut headers, 0),
-        0 => loopback(data, false, &mut headers),
-        108 => loopback(data, true, &mut headers),
-        113 => sll(data, &mut headers),
-        226 => ipnet(data, &mut headers),
-        276 => sll2(data, &mut headers),
-        9 | 50 => ppp(data, &mut headers, 0),
-        51 => pppoe(data, &mut headers, 0),
-        104 => chdlc(data, &mut headers),
-        204 => ppp(data.get(1..).unwrap_or_default(), &mut headers, 0),
-        205 => chdlc(data.get(1..).unwrap_or_default(), &mut headers),
-        _ => headers.status = DecodeStatus::UnsupportedLinkType,
-    }
-    headers
+    layout(link_type, data).0
 }
 
-fn ethernet(data: &[u8], h: &mut PacketHeaders) {
+/// Where the innermost decoded packet's layers lie in a frame, as byte ranges
+/// of it: what tests of a packet's bytes (`ip contains ...`, `tcp.payload[0:3]`)
+/// read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The IP header's first byte, and the end of the IP packet (its length
+    /// field's, within the captured bytes).
+    pub network: Option<(usize, usize)>,
+    /// The TCP, UDP or SCTP header's first byte, and the end of the IP payload
+    /// (for UDP, of its length field's datagram).
+    pub transport: Option<(usize, usize)>,
+    /// The first byte of the TCP or UDP payload.
+    pub payload: Option<usize>,
+}
+
+/// The decoded headers and where the innermost packet's layers lie.
+pub fn layout(link_type: LinkType, data: &[u8]) -> (PacketHeaders, Layout) {
+    let mut headers = PacketHeaders::default();
+    let mut out = Out {
+        h: &mut headers,
+        base: data.as_ptr() as usize,
+        layout: Layout::default(),
+    };
+    let h = &mut out;
+    match link_type.0 {
+        1 => ethernet(data, h),
+        // DLT_RAW is 12 on some BSDs and 14 on OpenBSD; LINKTYPE_RAW is 101.
+        12 | 14 | 101 => raw_ip(data, h),
+        228 => network(ethertype::IPV4, data, h, 0),
+        229 => network(ethertype::IPV6, data, h, 0),
+        0 => loopback(data, false, h),
+        108 => loopback(data, true, h),
+        113 => sll(data, h),
+        226 => ipnet(data, h),
+        276 => sll2(data, h),
+        9 | 50 => ppp(data, h, 0),
+        51 => pppoe(data, h, 0),
+        104 => chdlc(data, h),
+        204 => ppp(data.get(1..).unwrap_or_default(), h, 0),
+        205 => chdlc(data.get(1..).unwrap_or_default(), h),
+        _ => h.status = DecodeStatus::UnsupportedLinkType,
+    }
+    let layout = out.layout;
+    (headers, layout)
+}
+
+/// The record being decoded into, and where in the frame (whose first byte is
+/// at address `base`) the layers decoded so far lie.
+struct Out<'h> {
+    h: &'h mut PacketHeaders,
+    base: usize,
+    layout: Layout,
+}
+
+impl std::ops::Deref for Out<'_> {
+    type Target = PacketHeaders;
+
+    fn deref(&self) -> &PacketHeaders {
+        self.h
+    }
+}
+
+impl std::ops::DerefMut for Out<'_> {
+    fn deref_mut(&mut self) -> &mut PacketHeaders {
+        self.h
+    }
+}
+
+impl Out<'_> {
+    /// The offset in the frame of a slice of it.
+    #[inline]
+    fn offset(&self, part: &[u8]) -> usize {
+        (part.as_ptr() as usize).wrapping_sub(self.base)
+    }
+}
+
+fn ethernet(data: &[u8], h: &mut Out<'_>) {
     let (Some(dst), Some(src), Some(mut kind)) =
         (array::<6>(data, 0), array::<6>(data, 6), be16(data, 12))
     else {
@@ -176,7 +233,7 @@ fn ethernet(data: &[u8], h: &mut PacketHeaders) {
     network(kind, data.get(at..).unwrap_or_default(), h, 0);
 }
 
-fn sll(data: &[u8], h: &mut PacketHeaders) {
+fn sll(data: &[u8], h: &mut Out<'_>) {
     // packet type 2, ARPHRD 2, address length 2, address 8, protocol 2.
     let (Some(addr_len), Some(kind)) = (be16(data, 4), be16(data, 14)) else {
         h.status = DecodeStatus::Truncated;
@@ -188,7 +245,7 @@ fn sll(data: &[u8], h: &mut PacketHeaders) {
     network(kind, data.get(16..).unwrap_or_default(), h, 0);
 }
 
-fn sll2(data: &[u8], h: &mut PacketHeaders) {
+fn sll2(data: &[u8], h: &mut Out<'_>) {
     // protocol 2, reserved 2, ifindex 4, ARPHRD 2, packet type 1, address length 1, address 8.
     let (Some(kind), Some(&addr_len)) = (be16(data, 0), data.get(11)) else {
         h.status = DecodeStatus::Truncated;
@@ -204,7 +261,7 @@ fn sll2(data: &[u8], h: &mut PacketHeaders) {
     network(kind, data.get(20..).unwrap_or_default(), h, 0);
 }
 
-fn raw_ip(data: &[u8], h: &mut PacketHeaders) {
+fn raw_ip(data: &[u8], h: &mut Out<'_>) {
     match data.first().map(|b| b >> 4) {
         Some(4) => network(ethertype::IPV4, data, h, 0),
         Some(6) => network(ethertype::IPV6, data, h, 0),
@@ -213,7 +270,7 @@ fn raw_ip(data: &[u8], h: &mut PacketHeaders) {
     }
 }
 
-fn ipnet(data: &[u8], h: &mut PacketHeaders) {
+fn ipnet(data: &[u8], h: &mut Out<'_>) {
     // version 1, family 1 (IPH_AF_INET 2, IPH_AF_INET6 26), htype 2, pktlen 4,
     // ifindex 4, grifindex 4, zsrc 4, zdst 4.
     const IPNET_HEADER: usize = 24;
@@ -228,7 +285,7 @@ fn ipnet(data: &[u8], h: &mut PacketHeaders) {
     }
 }
 
-fn loopback(data: &[u8], network_order: bool, h: &mut PacketHeaders) {
+fn loopback(data: &[u8], network_order: bool, h: &mut Out<'_>) {
     let Some(raw) = array::<4>(data, 0) else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -254,7 +311,7 @@ fn loopback(data: &[u8], network_order: bool, h: &mut PacketHeaders) {
     }
 }
 
-fn network(kind: u16, data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn network(kind: u16, data: &[u8], h: &mut Out<'_>, depth: u8) {
     h.eth_type = Some(kind);
     match kind {
         ethertype::IPV4 => ipv4(data, h, depth),
@@ -276,7 +333,7 @@ fn network(kind: u16, data: &[u8], h: &mut PacketHeaders, depth: u8) {
 
 /// Adds encapsulation `bit` to the record, returning the depth of what it holds,
 /// or `None` (the record `Malformed`) past [`MAX_ENCAPSULATIONS`].
-fn deeper(h: &mut PacketHeaders, bit: u16, depth: u8) -> Option<u8> {
+fn deeper(h: &mut Out<'_>, bit: u16, depth: u8) -> Option<u8> {
     h.tunnel = Some(h.tunnel.unwrap_or(0) | bit);
     if depth >= MAX_ENCAPSULATIONS {
         h.status = DecodeStatus::Malformed;
@@ -286,7 +343,7 @@ fn deeper(h: &mut PacketHeaders, bit: u16, depth: u8) -> Option<u8> {
 }
 
 /// Records `id` as the tunnel identifier unless an outer encapsulation gave one.
-fn identify(h: &mut PacketHeaders, kind: u16, id: u32) {
+fn identify(h: &mut Out<'_>, kind: u16, id: u32) {
     if h.tunnel_id.is_none() {
         h.tunnel_id = Some(TunnelId { kind, id });
     }
@@ -294,7 +351,7 @@ fn identify(h: &mut PacketHeaders, kind: u16, id: u32) {
 
 /// An Ethernet frame inside a tunnel: its tags are skipped, its MAC addresses
 /// left out (the record keeps the outermost frame's), its payload decoded.
-fn inner_ethernet(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn inner_ethernet(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let Some(mut kind) = be16(data, 12) else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -320,7 +377,7 @@ fn inner_ethernet(data: &[u8], h: &mut PacketHeaders, depth: u8) {
 
 /// An MPLS label stack (RFC 3032) and what follows its bottom: IPv4 or IPv6 by
 /// the first nibble, or a pseudowire control word (first nibble 0) and Ethernet.
-fn mpls(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn mpls(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let Some(next) = deeper(h, tunnel::MPLS, depth) else {
         return;
     };
@@ -351,7 +408,7 @@ fn mpls(data: &[u8], h: &mut PacketHeaders, depth: u8) {
 
 /// A Network Service Header (RFC 8300): its length in 4-byte words, then
 /// what its next protocol field names.
-fn nsh(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn nsh(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let (Some(word), Some(&next)) = (be16(data, 0), data.get(3)) else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -372,7 +429,7 @@ fn nsh(data: &[u8], h: &mut PacketHeaders, depth: u8) {
 }
 
 /// A PPPoE session header (RFC 2516: version/type, code, session, length), then PPP.
-fn pppoe(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn pppoe(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let Some(next) = deeper(h, tunnel::PPPOE, depth) else {
         return;
     };
@@ -407,7 +464,7 @@ fn ppp_protocol(data: &[u8]) -> Option<(u16, &[u8])> {
 
 /// A PPP frame (RFC 1661). HDLC-framed captures may hold Cisco HDLC instead
 /// (first byte 0x0f or 0x8f).
-fn ppp(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn ppp(data: &[u8], h: &mut Out<'_>, depth: u8) {
     if let [0x0f | 0x8f, ..] = data {
         return chdlc(data, h);
     }
@@ -419,7 +476,7 @@ fn ppp(data: &[u8], h: &mut PacketHeaders, depth: u8) {
 }
 
 /// Cisco HDLC: address, control, then an ethertype.
-fn chdlc(data: &[u8], h: &mut PacketHeaders) {
+fn chdlc(data: &[u8], h: &mut Out<'_>) {
     let Some(kind) = be16(data, 2) else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -432,8 +489,13 @@ fn chdlc(data: &[u8], h: &mut PacketHeaders) {
 /// addresses kept as the tunnel's. If it yields no network address (not
 /// captured, not IP or ARP), the outer packet's fields stay, with the tunnel's
 /// bits and identifier added and a truncation noted.
-fn over_ip(kind: u16, data: &[u8], h: &mut PacketHeaders, depth: u8, bit: u16, id: Option<u32>) {
-    let mut inner = *h;
+fn over_ip(kind: u16, data: &[u8], h: &mut Out<'_>, depth: u8, bit: u16, id: Option<u32>) {
+    let mut inner_headers = **h;
+    let mut inner = Out {
+        h: &mut inner_headers,
+        base: h.base,
+        layout: h.layout,
+    };
     if inner.tunnel_src.is_none() {
         inner.tunnel_src = h.src_addr;
         inner.tunnel_dst = h.dst_addr;
@@ -469,7 +531,9 @@ fn over_ip(kind: u16, data: &[u8], h: &mut PacketHeaders, depth: u8, bit: u16, i
         _ => network(kind, data, &mut inner, next),
     }
     if inner.src_addr.is_some() {
-        *h = inner;
+        let layout = inner.layout;
+        **h = inner_headers;
+        h.layout = layout;
     } else {
         h.tunnel = inner.tunnel;
         h.tunnel_src = inner.tunnel_src;
@@ -486,7 +550,7 @@ fn over_ip(kind: u16, data: &[u8], h: &mut PacketHeaders, depth: u8, bit: u16, i
 }
 
 /// GRE (RFC 2784, RFC 2890; version 1 is PPTP's, RFC 2637) and what it carries.
-fn gre(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn gre(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let (Some(flags), Some(protocol)) = (be16(data, 0), be16(data, 2)) else {
         h.tunnel = Some(h.tunnel.unwrap_or(0) | tunnel::GRE);
         h.status = DecodeStatus::Truncated;
@@ -551,7 +615,7 @@ fn gre(data: &[u8], h: &mut PacketHeaders, depth: u8) {
 }
 
 /// The tunnels carried on UDP, found by either port (as Wireshark tries both).
-fn over_udp(port: u16, data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn over_udp(port: u16, data: &[u8], h: &mut Out<'_>, depth: u8) {
     // The 24-bit VNI of VXLAN (RFC 7348), VXLAN-GPE and Geneve (RFC 8926).
     let vni = be32(data, 4).map(|word| word >> 8);
     match port {
@@ -587,7 +651,7 @@ fn over_udp(port: u16, data: &[u8], h: &mut PacketHeaders, depth: u8) {
 }
 
 /// GTP-U (3GPP TS 29.281): only a G-PDU (message type 255) carries a packet.
-fn gtp_u(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn gtp_u(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let (Some(&flags), Some(&message), Some(teid)) = (data.first(), data.get(1), be32(data, 4))
     else {
         return;
@@ -625,7 +689,7 @@ fn gtp_u(data: &[u8], h: &mut PacketHeaders, depth: u8) {
     over_ip(kind, payload, h, depth, tunnel::GTP, Some(teid));
 }
 
-fn arp(data: &[u8], h: &mut PacketHeaders) {
+fn arp(data: &[u8], h: &mut Out<'_>) {
     h.status = DecodeStatus::NonIp;
     let (Some(ptype), Some(&hlen), Some(&plen)) = (be16(data, 2), data.get(4), data.get(5)) else {
         return;
@@ -640,7 +704,7 @@ fn arp(data: &[u8], h: &mut PacketHeaders) {
     h.dst_addr = array::<4>(data, target).map(Addr16::from_v4_bytes);
 }
 
-fn ipv4(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn ipv4(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let Some(&version_ihl) = data.first() else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -693,6 +757,11 @@ fn ipv4(data: &[u8], h: &mut PacketHeaders, depth: u8) {
     } else {
         data.len()
     };
+    let start = h.offset(data);
+    h.layout = Layout {
+        network: Some((start, start.wrapping_add(end))),
+        ..Layout::default()
+    };
     if flags_offset & 0x1fff != 0 {
         h.status = DecodeStatus::Fragment;
         return;
@@ -703,7 +772,7 @@ fn ipv4(data: &[u8], h: &mut PacketHeaders, depth: u8) {
     }
 }
 
-fn ipv6(data: &[u8], h: &mut PacketHeaders, depth: u8) {
+fn ipv6(data: &[u8], h: &mut Out<'_>, depth: u8) {
     let Some(&first) = data.first() else {
         h.status = DecodeStatus::Truncated;
         return;
@@ -734,6 +803,11 @@ fn ipv6(data: &[u8], h: &mut PacketHeaders, depth: u8) {
         40usize.saturating_add(payload_len).min(data.len())
     } else {
         data.len()
+    };
+    let start = h.offset(data);
+    h.layout = Layout {
+        network: Some((start, start.wrapping_add(end))),
+        ..Layout::default()
     };
     let payload = data.get(40..end).unwrap_or_default();
     let mut next = next;
@@ -787,7 +861,7 @@ fn ipv6(data: &[u8], h: &mut PacketHeaders, depth: u8) {
     }
 }
 
-fn transport(proto: u8, data: &[u8], ip_version: u8, h: &mut PacketHeaders, depth: u8) {
+fn transport(proto: u8, data: &[u8], ip_version: u8, h: &mut Out<'_>, depth: u8) {
     match proto {
         ip_proto::IPIP => over_ip(ethertype::IPV4, data, h, depth, tunnel::IPIP, None),
         ip_proto::IPV6 => over_ip(ethertype::IPV6, data, h, depth, tunnel::IPIP, None),
@@ -799,14 +873,28 @@ fn transport(proto: u8, data: &[u8], ip_version: u8, h: &mut PacketHeaders, dept
             };
             h.src_port = Some(src);
             h.dst_port = Some(dst);
+            let start = h.offset(data);
+            h.layout.transport = Some((start, start.wrapping_add(data.len())));
             if proto == ip_proto::TCP {
                 match be16(data, 12) {
-                    Some(word) => h.tcp_flags = Some(word & 0x0fff),
+                    Some(word) => {
+                        h.tcp_flags = Some(word & 0x0fff);
+                        let header = usize::from(word >> 12).saturating_mul(4);
+                        if header >= 20 && header <= data.len() {
+                            h.layout.payload = Some(start.wrapping_add(header));
+                        }
+                    }
                     None => h.status = DecodeStatus::Truncated,
                 }
             } else if proto == ip_proto::UDP && data.len() < 8 {
                 h.status = DecodeStatus::Truncated;
             } else if proto == ip_proto::UDP {
+                // The datagram ends where its length says, within the IP payload.
+                let length = be16(data, 4).map_or(0, usize::from);
+                if length >= 8 && length <= data.len() {
+                    h.layout.transport = Some((start, start.wrapping_add(length)));
+                }
+                h.layout.payload = Some(start.wrapping_add(8));
                 let payload = data.get(8..).unwrap_or_default();
                 if is_tunnel_port(dst) {
                     over_udp(dst, payload, h, depth);
@@ -828,7 +916,7 @@ fn is_tunnel_port(port: u16) -> bool {
     )
 }
 
-fn icmp(data: &[u8], h: &mut PacketHeaders) {
+fn icmp(data: &[u8], h: &mut Out<'_>) {
     match (data.first(), data.get(1)) {
         (Some(&kind), Some(&code)) => {
             h.icmp_type = Some(kind);

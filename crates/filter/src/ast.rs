@@ -646,6 +646,8 @@ pub enum Expr {
     In(Membership),
     /// A tcpdump relation over the packet's bytes (`tcp[13] & 2 != 0`).
     Offsets(Box<crate::offsets::Relation>),
+    /// A test of bytes (`tcp.payload contains "GET"`, `frame[12:2] == 81:00`).
+    Bytes(Box<crate::payload::BytesTest>),
     /// Logical negation.
     Not(Box<Expr>),
     /// All operands are true.
@@ -694,7 +696,8 @@ impl Expr {
             | Expr::BitTest(_)
             | Expr::Compare(_)
             | Expr::In(_)
-            | Expr::Offsets(_) => 1,
+            | Expr::Offsets(_)
+            | Expr::Bytes(_) => 1,
             Expr::Not(inner) => 1 + inner.depth(),
             Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
                 1 + operands.iter().map(Expr::depth).max().unwrap_or(0)
@@ -765,6 +768,7 @@ impl fmt::Display for Expr {
                 f.write_str("}")
             }
             Expr::Offsets(relation) => write!(f, "pcap_filter(\"{relation}\")"),
+            Expr::Bytes(test) => write!(f, "{test}"),
             Expr::Not(inner) => match inner.as_ref() {
                 Expr::Exists(_)
                 | Expr::Offsets(_)
@@ -774,7 +778,9 @@ impl fmt::Display for Expr {
                 | Expr::Xor(_) => {
                     write!(f, "!{inner}")
                 }
-                Expr::BitTest(_) | Expr::Compare(_) | Expr::In(_) => write!(f, "!({inner})"),
+                Expr::BitTest(_) | Expr::Compare(_) | Expr::In(_) | Expr::Bytes(_) => {
+                    write!(f, "!({inner})")
+                }
             },
             Expr::And(operands) => write_joined(f, operands, " && "),
             Expr::Or(operands) => write_joined(f, operands, " || "),

@@ -103,7 +103,7 @@ fn collect(expr: &Expr, into: &mut BTreeSet<&'static str>) {
         Expr::BitTest(field) => into.extend(field_columns(field.field)),
         Expr::Compare(comparison) => into.extend(field_columns(comparison.left.field)),
         Expr::In(membership) => into.extend(field_columns(membership.left.field)),
-        Expr::Offsets(_) => {
+        Expr::Offsets(_) | Expr::Bytes(_) => {
             into.extend(col::FRAME);
             into.extend([col::LINK_TYPE, col::CAP_LEN, col::WIRE_LEN]);
         }

@@ -37,6 +37,7 @@ impl Filter {
         fn reads(expr: &Expr) -> bool {
             match expr {
                 Expr::Offsets(relation) => relation.reads_bytes(),
+                Expr::Bytes(_) => true,
                 Expr::Not(inner) => reads(inner),
                 Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
                     operands.iter().any(reads)
@@ -74,6 +75,7 @@ impl Expr {
     fn eval(&self, record: &PacketRecord, frame: &[u8]) -> Result<bool, Abort> {
         Ok(match self {
             Expr::Offsets(relation) => relation.eval(record, frame)?,
+            Expr::Bytes(test) => test.eval(record, frame)?,
             Expr::Not(inner) => !inner.eval(record, frame)?,
             Expr::And(operands) => {
                 for operand in operands {
@@ -136,6 +138,7 @@ impl Expr {
             Expr::Offsets(relation) => {
                 !relation.reads_bytes() && relation.eval(record, &[]).unwrap_or(false)
             }
+            Expr::Bytes(_) => false,
             Expr::Not(inner) => !inner.matches(record),
             Expr::And(operands) => operands.iter().all(|operand| operand.matches(record)),
             Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record)),

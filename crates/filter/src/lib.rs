@@ -24,6 +24,7 @@ mod eval;
 mod lexer;
 pub mod offsets;
 mod parser;
+pub mod payload;
 mod prune;
 mod value;
 

@@ -32,6 +32,8 @@ use super::{BPF_FIRST_KEYWORDS, MAX_NESTING_DEPTH, MAX_SET_ELEMENTS, too_deep};
 use crate::error::ParseError;
 use hindsight_model::tunnel;
 
+use super::payload::{BytesField, BytesOp, BytesTest, Pattern, Slice, parse_bytes};
+
 /// Parses `tokens` (of `text`) as a Wireshark display filter; `None` for no tokens.
 pub fn parse(text: &str, tokens: &[Token<'_>]) -> Result<Option<Expr>, ParseError> {
     if tokens.is_empty() {
@@ -373,6 +375,16 @@ impl<'t, 'a> Parser<'t, 'a> {
         {
             return self.pcap_filter(field_token);
         }
+        if let Some(bytes_field) = BytesField::from_name(field_token.text) {
+            let next = self.peek();
+            let payload = matches!(bytes_field, BytesField::TcpPayload | BytesField::UdpPayload);
+            let slice = next.is_some_and(|token| token.kind == TokenKind::LBracket);
+            let search =
+                next.is_some_and(|token| is_word(token, "contains") || is_word(token, "matches"));
+            if payload || slice || search {
+                return self.bytes_test(bytes_field, field_token);
+            }
+        }
         let field = self.resolve_field(field_token)?;
         if self
             .peek()
@@ -380,7 +392,11 @@ impl<'t, 'a> Parser<'t, 'a> {
         {
             return Err(self.error_at(
                 field_token,
-                format!("slices such as {}[0:2] are not supported", field_token.text),
+                format!(
+                    "slices apply to frame, eth, ip, ipv6, tcp, udp, tcp.payload, udp.payload and \
+                     eth.src/dst/addr, not to {}",
+                    field_token.text
+                ),
             ));
         }
         let mut mask = None;
@@ -517,7 +533,8 @@ impl<'t, 'a> Parser<'t, 'a> {
             return Err(self.error_at(
                 token,
                 format!(
-                    "\"{}\" is not supported: hindsight keeps header fields, not payload strings",
+                    "\"{}\" searches bytes: frame, eth, ip, ipv6, tcp, udp, tcp.payload, \
+                     udp.payload and eth.src/dst/addr hold them, not {field}",
                     token.text
                 ),
             ));
@@ -535,6 +552,94 @@ impl<'t, 'a> Parser<'t, 'a> {
             Some(_) => Expr::BitTest(left),
             None => Expr::Exists(field),
         })
+    }
+
+    /// A test of a byte field, its name already read: an optional slice, then
+    /// `==`/`!=` bytes, `contains` bytes, `matches` "regex", or nothing
+    /// (`tcp.payload` alone: the segment has a payload).
+    fn bytes_test(&mut self, field: BytesField, name: Token<'_>) -> Result<Expr, ParseError> {
+        let mut slice = None;
+        if let Some(open) = self
+            .peek()
+            .filter(|token| token.kind == TokenKind::LBracket)
+        {
+            let start = byte_of(self.text, open.column) + 1;
+            let Some(close) = self.text.get(start..).and_then(|rest| rest.find(']')) else {
+                return Err(self.error_at(open, "unclosed \"[\""));
+            };
+            let inside = &self.text[start..start + close];
+            slice = Some(Slice::parse(inside).map_err(|message| self.error_at(open, message))?);
+            while self
+                .peek()
+                .is_some_and(|token| byte_of(self.text, token.column) <= start + close)
+            {
+                self.position += 1;
+            }
+        }
+        let op_token = self.peek();
+        let value_token = |parser: &mut Self, what: &str| match parser.advance() {
+            Some(token) if matches!(token.kind, TokenKind::Word | TokenKind::Str) => Ok(token),
+            other => Err(parser.unexpected(other, what)),
+        };
+        let bytes_of = |parser: &Self, token: Token<'_>| {
+            let quoted = token.kind == TokenKind::Str;
+            let text = if quoted {
+                strip_quotes(token.text)
+            } else {
+                token.text
+            };
+            parse_bytes(text, quoted).map_err(|message| parser.error_at(token, message))
+        };
+        let op = match op_token {
+            Some(token) if is_word(token, "contains") => {
+                self.advance();
+                let value = value_token(self, "bytes to search for (a quoted string or 16:03:01)")?;
+                BytesOp::Contains(bytes_of(self, value)?)
+            }
+            Some(token) if is_word(token, "matches") => {
+                self.advance();
+                let value = match self.advance() {
+                    Some(token) if token.kind == TokenKind::Str => token,
+                    other => return Err(self.unexpected(other, "a quoted regular expression")),
+                };
+                let source = parse_bytes(strip_quotes(value.text), true)
+                    .map_err(|message| self.error_at(value, message))?;
+                let source = String::from_utf8(source)
+                    .map_err(|_| self.error_at(value, "a regular expression is text (UTF-8)"))?;
+                BytesOp::Matches(
+                    Pattern::new(&source).map_err(|message| self.error_at(value, message))?,
+                )
+            }
+            Some(token) if comparison_operator(token).is_some() => {
+                let (op, _) = comparison_operator(token).unwrap_or((CmpOp::Eq, Quantifier::Any));
+                self.advance();
+                let value = value_token(self, "bytes (a quoted string or hex such as 16:03:01)")?;
+                let bytes = bytes_of(self, value)?;
+                match op {
+                    CmpOp::Eq => BytesOp::Eq(bytes),
+                    CmpOp::Ne => BytesOp::Ne(bytes),
+                    _ => {
+                        return Err(self.error_at(
+                            token,
+                            "bytes are compared with ==, != , contains or matches only",
+                        ));
+                    }
+                }
+            }
+            _ if matches!(field, BytesField::TcpPayload | BytesField::UdpPayload)
+                && slice.is_none() =>
+            {
+                BytesOp::Exists
+            }
+            _ if slice.is_some() => BytesOp::Exists,
+            other => {
+                return Err(self.unexpected(
+                    other,
+                    &format!("==, !=, contains or matches after {}", name.text),
+                ));
+            }
+        };
+        Ok(Expr::Bytes(Box::new(BytesTest { field, slice, op })))
     }
 
     /// `pcap_filter("TCPDUMP FILTER")`: a tcpdump filter inside a Wireshark one,
@@ -834,6 +939,19 @@ pub fn typed_literal(field: Field, text: &str) -> Result<Literal, String> {
             format!("\"{text}\" is not a MAC address (write six hex bytes, e.g. aa:bb:cc:dd:ee:ff)")
         }),
     }
+}
+
+/// A quoted string token's text inside its quotes, escapes left as written.
+fn strip_quotes(token: &str) -> &str {
+    let inner = token.strip_prefix('"').unwrap_or(token);
+    inner.strip_suffix('"').unwrap_or(inner)
+}
+
+/// The byte offset in `text` of the character at 1-based `column`.
+fn byte_of(text: &str, column: usize) -> usize {
+    text.char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(text.len(), |(at, _)| at)
 }
 
 /// The text of a quoted string token: without its quotes, `\"` and `\\`

@@ -388,16 +388,28 @@ fn invalid_filters_report_column_and_reason() {
         (Auto, "ip.flags.mf & 1", 13, "\"&\" needs an integer field"),
         (
             Auto,
-            "frame contains \"x\"",
-            7,
-            "\"contains\" is not supported",
+            "ip.addr contains \"x\"",
+            9,
+            "\"contains\" searches bytes",
+        ),
+        (Auto, "frame[0:2] == 1x", 15, "is not a byte string"),
+        (Auto, "frame[0:0] == 01", 6, "is not a slice length"),
+        (Auto, "frame[a] == 01", 6, "is not a byte offset"),
+        (Auto, "frame[0:2 == 01", 6, "unclosed \"[\""),
+        (Auto, "frame[0:2] > 01", 12, "bytes are compared with"),
+        (
+            Auto,
+            "tcp.payload matches \"(\"",
+            21,
+            "not a regular expression",
         ),
         (
             Auto,
-            "frame[0:2] == 1",
-            1,
-            "slices such as frame[0:2] are not supported",
+            "tcp.payload matches abc",
+            21,
+            "a quoted regular expression",
         ),
+        (Auto, "ip.ttl[0] == 01", 1, "slices apply to"),
         (Auto, "ip.addr = 10.0.0.1", 9, "\"=\" was unexpected here"),
         (
             Auto,
@@ -1121,7 +1133,7 @@ fn random_leaf(rng: &mut Rng, bpf: bool) -> String {
     let choice = if bpf {
         *rng.pick(&[11, 12, 13, 14, 15, 19, 20, 22])
     } else {
-        *rng.pick(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17, 18, 21, 23, 24])
+        *rng.pick(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 17, 18, 21, 23, 24, 25])
     };
     match choice {
         0 => rng
@@ -1229,6 +1241,20 @@ fn random_leaf(rng: &mut Rng, bpf: bool) -> String {
                 "mpls",
                 "tunnel.type == \"gtp\"",
                 "tunnel.type != ipip",
+            ])
+            .to_string(),
+        25 => rng
+            .pick(&[
+                "frame contains \"GET \"",
+                "tcp.payload[0:3] == 16:03:01",
+                "tcp.payload",
+                "udp.payload matches \"^\\\\x00[a-z]+\"",
+                "eth.addr[0:3] == 00:1b:21",
+                "frame[-4:] != 00:00:00:00",
+                "ip[12-15] == 0a:00:00:01",
+                "tcp contains 00",
+                "frame[12:2] == \"\\x81\\0\"",
+                "pcap_filter(\"tcp[13] & 2 != 0\")",
             ])
             .to_string(),
         _ => format!("all {} {op} {port}", rng.pick(&["tcp.port", "udp.port"])),
