@@ -1157,3 +1157,115 @@ fn byte_offsets_answer_from_the_archive_and_say_what_the_snap_length_hides() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("connection records do not have"));
 }
+
+/// A Community ID (tshark's, for a connection of the LAN capture) finds that
+/// connection's packets (the ones tshark selects by it, byte for byte) through
+/// the connection index's Community ID keys, reading fewer segments than a
+/// scan, and `flows` finds its record.
+#[test]
+fn a_community_id_finds_its_packets_and_its_connection() {
+    require_tool("tshark");
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    // Small segments, so that the index has something to skip.
+    common::ingest_whole(&lan_hour(), &archive, &["--segment-packets", "5000"]);
+    let ids = Command::new("tshark")
+        .args(["-n", "--enable-protocol", "communityid", "-r"])
+        .arg(lan_hour())
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "communityid",
+            "-e",
+            "ip.src",
+            "-e",
+            "ip.dst",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&ids.stdout);
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
+    let mut ends = std::collections::BTreeMap::<&str, (&str, &str)>::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        let [id, src, dst] = fields[..] else { continue };
+        // Not ICMP errors, whose quoted headers tshark lists too.
+        if id.is_empty() || src.contains(',') {
+            continue;
+        }
+        *counts.entry(id).or_default() += 1;
+        *seen.entry(src).or_default() += 1;
+        *seen.entry(dst).or_default() += 1;
+        ends.insert(id, (src, dst));
+    }
+    // A connection of 4 to 40 packets with an endpoint seen in few packets.
+    let (id, packets) = counts
+        .iter()
+        .filter(|(_, n)| (4..=40).contains(*n))
+        .min_by_key(|(id, _)| {
+            let (src, dst) = ends[**id];
+            seen[src].min(seen[dst])
+        })
+        .map(|(id, n)| (id.to_string(), *n))
+        .expect("a connection of 4 to 40 packets");
+    let filter = format!("community_id == \"{id}\"");
+    let out = work.path().join("conn.pcap");
+    let explain = hindsight(&[
+        "query",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--explain",
+        "-o",
+        out.to_str().unwrap(),
+        &filter,
+    ]);
+    ok(&explain);
+    let expected = work.path().join("expected.pcap");
+    let status = Command::new("tshark")
+        .args(["-n", "--enable-protocol", "communityid", "-r"])
+        .arg(lan_hour())
+        .args(["-Y", &format!("communityid == \"{id}\""), "-w"])
+        .arg(&expected)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let frames = read_frames(&out);
+    assert_eq!(frames.len(), packets);
+    assert_eq!(frames, read_frames(&expected));
+    let stderr = String::from_utf8_lossy(&explain.stderr);
+    let planned: usize = stderr
+        .split(" after address index")
+        .next()
+        .and_then(|before| before.rsplit(", ").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no plan in {stderr}"));
+    let total: usize = stderr
+        .split("segments: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(planned < total, "{stderr}");
+    let flows = ok(&hindsight(&[
+        "flows",
+        "--archive",
+        archive.to_str().unwrap(),
+        "-F",
+        "jsonl",
+        &filter,
+    ]));
+    let records: Vec<serde_json::Value> = flows
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(!records.is_empty(), "{flows}");
+    assert!(
+        records
+            .iter()
+            .all(|record| record["community_id"] == id.as_str()),
+        "{flows}"
+    );
+}

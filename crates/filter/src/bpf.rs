@@ -414,10 +414,26 @@ impl<'t, 'a> Parser<'t, 'a> {
                     .map_or(1, |before| before.chars().count() + 1);
                 (ParseError::new(self.text, column, "", message), at)
             })?;
-        while self
+        while let Some(token) = self
             .peek()
-            .is_some_and(|token| byte_of(self.text, token.column) < end)
+            .filter(|token| byte_of(self.text, token.column) < end)
         {
+            if byte_of(self.text, token.column) + token.text.len() > end {
+                // A word the relation ends inside of (`udp[0:2] == 00:35`).
+                let column = self
+                    .text
+                    .get(..end)
+                    .map_or(1, |before| before.chars().count() + 1);
+                return Err((
+                    ParseError::new(
+                        self.text,
+                        column,
+                        "",
+                        "unexpected text after the comparison's value",
+                    ),
+                    end,
+                ));
+            }
             self.position += 1;
         }
         Ok(Expr::Offsets(Box::new(relation)))

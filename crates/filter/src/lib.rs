@@ -94,6 +94,10 @@ pub(crate) const BPF_FIRST_KEYWORDS: &[&str] = &[
     "multicast",
 ];
 
+/// Protocols whose `proto[...]` both syntaxes read: a filter starting with one
+/// is tried as tcpdump first in [`FilterSyntax::Auto`].
+const BPF_BYTE_PROTOCOLS: &[&str] = &["ip", "tcp", "udp", "icmp", "arp", "igmp", "sctp"];
+
 /// A parsed, type-checked packet filter.
 ///
 /// `Display` prints the canonical fully parenthesised Wireshark form, which
@@ -162,6 +166,16 @@ impl Filter {
                 let starts_like_bpf = tokens.first().is_some_and(|token| {
                     token.kind == lexer::TokenKind::Word && BPF_FIRST_KEYWORDS.contains(&token.text)
                 });
+                // `tcp[13] == 18`: tcpdump's byte offset (decimal 18) before
+                // Wireshark's slice (the byte 0x18), when both read it.
+                let byte_offset = tokens.first().is_some_and(|token| {
+                    token.kind == lexer::TokenKind::Word && BPF_BYTE_PROTOCOLS.contains(&token.text)
+                }) && tokens
+                    .get(1)
+                    .is_some_and(|token| token.kind == lexer::TokenKind::LBracket);
+                if byte_offset && let Ok(filter) = bpf(&tokens) {
+                    return Ok(filter);
+                }
                 if starts_like_bpf {
                     return bpf(&tokens);
                 }

@@ -276,8 +276,11 @@ fn write_bytes(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
     if bytes.is_empty() {
         return f.write_str("\"\"");
     }
-    if !bytes.is_empty() && bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
         write_quoted(f, bytes.iter().map(|&b| char::from(b)))
+    } else if let [byte] = bytes {
+        // Quoted, so that `tcp[13] == "\x12"` cannot read as tcpdump's `tcp[13] == 12`.
+        write!(f, "\"\\x{byte:02x}\"")
     } else {
         for (i, b) in bytes.iter().enumerate() {
             if i > 0 {
@@ -474,6 +477,27 @@ fn values<'f>(
     }
 }
 
+/// Whether a test reads its protocol as searched (to the end of its packet).
+fn searched_of(test: &BytesTest) -> bool {
+    test.slice.is_none() && matches!(test.op, BytesOp::Contains(_) | BytesOp::Matches(_))
+}
+
+/// Whether the record's decoded headers say the packet has the field's layer.
+fn present(field: BytesField, record: &PacketRecord) -> bool {
+    let h = &record.headers;
+    let transport = |proto: u8| h.ip_proto == Some(proto) && h.status != DecodeStatus::Fragment;
+    match field {
+        BytesField::Frame => true,
+        BytesField::Eth | BytesField::EthSrc | BytesField::EthDst | BytesField::EthAddr => {
+            record.link_type == LinkType::ETHERNET
+        }
+        BytesField::Ip => h.ip_version == Some(4),
+        BytesField::Ipv6 => h.ip_version == Some(6),
+        BytesField::Tcp | BytesField::TcpPayload => transport(ip_proto::TCP),
+        BytesField::Udp | BytesField::UdpPayload => transport(ip_proto::UDP),
+    }
+}
+
 impl BytesTest {
     /// Evaluates the test over a packet and its (kept) bytes.
     pub fn eval(&self, record: &PacketRecord, frame: &[u8]) -> Result<bool, Abort> {
@@ -484,12 +508,15 @@ impl BytesTest {
         let mut seen = 0usize;
         let mut unknown = false;
         let mut all_differ = true;
-        let searched =
-            self.slice.is_none() && matches!(self.op, BytesOp::Contains(_) | BytesOp::Matches(_));
-        for (value, partial) in values(self.field, record, frame, &macs, searched)
-            .into_iter()
-            .flatten()
+        let occurrences = values(self.field, record, frame, &macs, searched_of(self));
+        if occurrences.iter().all(Option::is_none)
+            && (frame.len() as u64) < u64::from(record.cap_len)
+            && present(self.field, record)
         {
+            // The layer is in the packet but not in the bytes kept of it.
+            return Err(Abort::PastKept);
+        }
+        for (value, partial) in occurrences.into_iter().flatten() {
             let value = match &self.slice {
                 None => Some(value),
                 Some(slice) => match slice.of(value, partial) {

@@ -19,6 +19,37 @@ struct Placement {
     max: u128,
 }
 
+impl Filter {
+    /// The Community IDs (their hashes) one of which every matching packet
+    /// must have (`community_id == "1:..."`, alone, in a conjunction, or in a
+    /// disjunction of such); `None` if the filter does not say.
+    pub fn community_ids(&self) -> Option<Vec<[u8; 20]>> {
+        fn ids(expr: &Expr) -> Option<Vec<[u8; 20]>> {
+            match expr {
+                Expr::Compare(comparison)
+                    if comparison.left.field == Field::CommunityId
+                        && comparison.op == CmpOp::Eq =>
+                {
+                    match comparison.value {
+                        crate::Literal::CommunityId(hash) => Some(vec![hash]),
+                        _ => None,
+                    }
+                }
+                Expr::And(operands) => operands.iter().find_map(ids),
+                Expr::Or(operands) => {
+                    let mut all = Vec::new();
+                    for operand in operands {
+                        all.extend(ids(operand)?);
+                    }
+                    Some(all)
+                }
+                _ => None,
+            }
+        }
+        self.root().and_then(ids)
+    }
+}
+
 /// The offset of the IPv4-mapped block `::ffff:0:0/96` in the 16-byte address space.
 const IPV4_MAPPED_OFFSET: u128 = 0xffff_u128 << 32;
 

@@ -1069,6 +1069,23 @@ fn byte_offsets_parse_with_libpcaps_precedence_and_print_back() {
     assert_eq!(negated.test(&kept, &frame(0x02)[..40]), Verdict::Unknown);
     // `len` needs no bytes.
     assert!(Filter::parse("len >= 60").unwrap().matches(&syn));
+    // Read by both syntaxes: tcpdump's (decimal 18) first; Wireshark's bytes
+    // print quoted so that they cannot.
+    assert_eq!(
+        Filter::parse("tcp[13] == 18").unwrap().syntax(),
+        FilterSyntax::Bpf
+    );
+    assert_eq!(
+        Filter::parse("tcp[2:2] == 00:50").unwrap().syntax(),
+        FilterSyntax::Wireshark
+    );
+    assert_eq!(
+        Filter::parse("frame[12:2] == 81:00").unwrap().syntax(),
+        FilterSyntax::Wireshark
+    );
+    let slice = Filter::parse_with("tcp[13] == 12", FilterSyntax::Wireshark).unwrap();
+    assert_eq!(slice.to_string(), "tcp[13] == \"\\x12\"");
+    assert_eq!(Filter::parse(&slice.to_string()).unwrap(), slice);
 }
 
 #[test]

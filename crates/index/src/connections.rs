@@ -40,6 +40,16 @@ const CF_CONNECTIONS: &str = "connections";
 /// (i64, big-endian, sign bit flipped), value the event count (u64 little-endian,
 /// summed by an associative merge operator so each write batch adds its counts).
 const CF_HISTOGRAM: &str = "histogram";
+/// Column family of the Community ID keys: key `hash (8) | ts (8) | the
+/// originator's connection key (46)`, the first 8 bytes of the connection's
+/// Community ID hash (seed 0), value its summary; one per connection.
+const CF_COMMUNITY: &str = "community";
+/// Bytes of the Community ID hash a key starts with.
+const COMMUNITY_PREFIX: usize = 8;
+/// Length of a Community ID key.
+const COMMUNITY_KEY_LEN: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
+/// The Community ID seed the keys are hashed with.
+pub const COMMUNITY_SEED: u16 = 0;
 /// Column family of settings that must survive a restart: key `cutoff`, value the
 /// expiration cutoff (i64 big-endian nanoseconds).
 const CF_META: &str = "meta";
@@ -355,11 +365,17 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
 /// current when the compaction started.
 struct ExpireFilter {
     cutoff: i64,
+    /// Where in the key the timestamp starts (16: connections; 8: community).
+    ts_at: usize,
 }
 
 impl CompactionFilter for ExpireFilter {
     fn filter(&mut self, _level: u32, key: &[u8], _value: &[u8]) -> Decision {
-        match key_ts(key) {
+        let ts = key
+            .get(self.ts_at..self.ts_at + 8)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(ts_from_bytes);
+        match ts {
             Some(ts) if ts < self.cutoff => Decision::Remove,
             _ => Decision::Keep,
         }
@@ -373,6 +389,7 @@ impl CompactionFilter for ExpireFilter {
 /// Makes one [`ExpireFilter`] per compaction with the cutoff of that moment.
 struct ExpireFilterFactory {
     cutoff: Arc<AtomicI64>,
+    ts_at: usize,
 }
 
 impl CompactionFilterFactory for ExpireFilterFactory {
@@ -381,6 +398,7 @@ impl CompactionFilterFactory for ExpireFilterFactory {
     fn create(&mut self, _context: CompactionFilterContext) -> ExpireFilter {
         ExpireFilter {
             cutoff: self.cutoff.load(Ordering::Acquire),
+            ts_at: self.ts_at,
         }
     }
 
@@ -443,6 +461,8 @@ pub struct ConnectionIndex {
 #[derive(Debug, Default)]
 struct Staged {
     keys: Vec<[u8; KEY_LEN]>,
+    /// Each record's Community ID hash prefix.
+    community: Vec<[u8; COMMUNITY_PREFIX]>,
     /// Each record's summary, as (start, length) in `values`.
     spans: Vec<(u32, u8)>,
     values: Vec<u8>,
@@ -451,7 +471,33 @@ struct Staged {
 
 impl Staged {
     fn bytes(&self) -> usize {
-        self.keys.len() * (KEY_LEN + std::mem::size_of::<(u32, u8)>()) + self.values.len()
+        self.keys.len() * (KEY_LEN + COMMUNITY_PREFIX + std::mem::size_of::<(u32, u8)>())
+            + self.values.len()
+    }
+
+    /// Calls `f` with the Community ID keys in key order (one per record), each
+    /// key once, the last staged winning.
+    fn for_each_community<E>(
+        &self,
+        mut f: impl FnMut(&[u8; COMMUNITY_KEY_LEN], &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut order: Vec<([u8; COMMUNITY_KEY_LEN], u32)> = self
+            .keys
+            .iter()
+            .zip(&self.community)
+            .enumerate()
+            .map(|(i, (key, hash))| (community_key(hash, key), i as u32))
+            .collect();
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        order.dedup_by(|next, kept| next.0 == kept.0);
+        for (key, i) in &order {
+            let (start, len) = self.spans[*i as usize];
+            f(
+                key,
+                &self.values[start as usize..start as usize + usize::from(len)],
+            )?;
+        }
+        Ok(())
     }
 
     /// The key of entry `e`.
@@ -546,6 +592,12 @@ impl ConnectionIndex {
         let mut connections = table_options();
         connections.set_compaction_filter_factory(ExpireFilterFactory {
             cutoff: Arc::clone(&cutoff),
+            ts_at: 16,
+        });
+        let mut community = table_options();
+        community.set_compaction_filter_factory(ExpireFilterFactory {
+            cutoff: Arc::clone(&cutoff),
+            ts_at: COMMUNITY_PREFIX,
         });
         let mut histogram_options = Options::default();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
@@ -553,6 +605,7 @@ impl ConnectionIndex {
             ColumnFamilyDescriptor::new(CF_CONNECTIONS, connections),
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
+            ColumnFamilyDescriptor::new(CF_COMMUNITY, community),
         ];
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
         // Table files of a commit that did not finish (their entries are staged
@@ -589,11 +642,19 @@ impl ConnectionIndex {
         }
         let mut histogram_options = Options::default();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
-        let families = [
+        let mut families = vec![
             ColumnFamilyDescriptor::new(CF_CONNECTIONS, Options::default()),
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
         ];
+        // Indexes written before Community IDs were keys have no such family.
+        let existing = DB::list_cf(&Options::default(), dir).unwrap_or_default();
+        if existing.iter().any(|name| name == CF_COMMUNITY) {
+            families.push(ColumnFamilyDescriptor::new(
+                CF_COMMUNITY,
+                Options::default(),
+            ));
+        }
         let db =
             DB::open_cf_descriptors_read_only(&crate::read_only_options(), dir, families, false)
                 .map_err(rocks(dir))?;
@@ -694,6 +755,7 @@ impl ConnectionIndex {
         let mut staged = self.lock_staged();
         let staged = &mut *staged;
         staged.keys.reserve(records.len());
+        staged.community.reserve(records.len());
         staged.spans.reserve(records.len());
         for record in records {
             let start = staged.values.len();
@@ -705,6 +767,10 @@ impl ConnectionIndex {
                 (staged.values.len() - start) as u8,
             );
             staged.keys.push(encode_key(record));
+            let hash = record.community_id_hash(COMMUNITY_SEED);
+            staged
+                .community
+                .push(hash[..COMMUNITY_PREFIX].try_into().unwrap_or_default());
             staged.spans.push(span);
             *staged
                 .counts
@@ -746,6 +812,13 @@ impl ConnectionIndex {
                     Ok::<(), Infallible>(())
                 })
                 .unwrap_or_else(|never| match never {});
+            let community = self.family(CF_COMMUNITY)?;
+            staged
+                .for_each_community(|key, value| {
+                    batch.put_cf(community, key, value);
+                    Ok::<(), Infallible>(())
+                })
+                .unwrap_or_else(|never| match never {});
         }
         let meta = self.family(CF_META)?;
         let histogram_family = self.family(CF_HISTOGRAM)?;
@@ -773,8 +846,26 @@ impl ConnectionIndex {
         Ok(())
     }
 
-    /// Writes `staged`'s entries, in key order, to a table file and ingests it.
+    /// Writes `staged`'s entries, in key order, to a table file and ingests it
+    /// into the connections, then its Community ID keys into theirs.
     fn write_table(&self, staged: &Staged) -> Result<()> {
+        self.ingest_table(CF_CONNECTIONS, |writer| {
+            staged.for_each_in_key_order(|key, value| {
+                writer.put(key, value).map_err(rocks(&self.path))
+            })
+        })?;
+        self.ingest_table(CF_COMMUNITY, |writer| {
+            staged
+                .for_each_community(|key, value| writer.put(key, value).map_err(rocks(&self.path)))
+        })
+    }
+
+    /// Writes a table file with `fill` and ingests it into `family`.
+    fn ingest_table(
+        &self,
+        family: &'static str,
+        fill: impl FnOnce(&mut SstFileWriter<'_>) -> Result<()>,
+    ) -> Result<()> {
         let file = self.path.join(format!(
             "{TABLE_PREFIX}{}-{}.sst",
             std::process::id(),
@@ -786,13 +877,11 @@ impl ConnectionIndex {
         options.set_bottommost_compression_type(rocksdb::DBCompressionType::Lz4);
         let mut writer = SstFileWriter::create(&options);
         writer.open(&file).map_err(rocks(&self.path))?;
-        staged.for_each_in_key_order(|key, value| {
-            writer.put(key, value).map_err(rocks(&self.path))
-        })?;
+        fill(&mut writer)?;
         writer.finish().map_err(rocks(&self.path))?;
         let mut ingest = IngestExternalFileOptions::default();
         ingest.set_move_files(true);
-        let ingested = self.family(CF_CONNECTIONS).and_then(|family| {
+        let ingested = self.family(family).and_then(|family| {
             self.db
                 .ingest_external_file_cf_opts(family, &ingest, vec![&file])
                 .map_err(rocks(&self.path))
@@ -867,11 +956,13 @@ impl ConnectionIndex {
     /// filter (the paper's periodic compaction, run on our own schedule: see
     /// [`ExpiryClock`]).
     pub fn compact(&self) -> Result<()> {
-        let connections = self.family(CF_CONNECTIONS)?;
         let mut options = rocksdb::CompactOptions::default();
         options.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
-        self.db
-            .compact_range_cf_opt(connections, None::<&[u8]>, None::<&[u8]>, &options);
+        for name in [CF_CONNECTIONS, CF_COMMUNITY] {
+            let family = self.family(name)?;
+            self.db
+                .compact_range_cf_opt(family, None::<&[u8]>, None::<&[u8]>, &options);
+        }
         Ok(())
     }
 
@@ -879,7 +970,7 @@ impl ConnectionIndex {
     /// writes durable anyway, but every read-only open would replay it).
     pub fn flush(&self) -> Result<()> {
         // Every family, so that no reader has to replay the write-ahead log.
-        for name in [CF_CONNECTIONS, CF_HISTOGRAM, CF_META] {
+        for name in [CF_CONNECTIONS, CF_HISTOGRAM, CF_META, CF_COMMUNITY] {
             let family = self.family(name)?;
             self.db.flush_cf(family).map_err(rocks(&self.path))?;
         }
@@ -960,6 +1051,71 @@ impl ConnectionIndex {
         Ok(page)
     }
 
+    /// Returns the connections whose Community ID (seed [`COMMUNITY_SEED`]) has
+    /// hash `hash` and that start in `[start_ns, end_ns]`, at most `limit`, as
+    /// their originator's entries; empty for an index written before Community
+    /// IDs were keys ([`has_community_keys`](Self::has_community_keys) says).
+    pub fn community(
+        &self,
+        hash: &[u8; 20],
+        start_ns: i64,
+        end_ns: i64,
+        limit: usize,
+    ) -> Result<Vec<ConnEntry>> {
+        let Some(family) = self.db.cf_handle(CF_COMMUNITY) else {
+            return Ok(Vec::new());
+        };
+        let start_ns = start_ns.max(self.cutoff.load(Ordering::Acquire));
+        let mut found = Vec::new();
+        if start_ns > end_ns {
+            return Ok(found);
+        }
+        let prefix = &hash[..COMMUNITY_PREFIX];
+        let mut seek = [0u8; COMMUNITY_PREFIX + 8];
+        seek[..COMMUNITY_PREFIX].copy_from_slice(prefix);
+        seek[COMMUNITY_PREFIX..].copy_from_slice(&ts_bytes(start_ns));
+        let mut iter = self.db.raw_iterator_cf(family);
+        iter.seek(seek);
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            if key.get(..COMMUNITY_PREFIX) != Some(prefix) {
+                break;
+            }
+            let (Some(entry), COMMUNITY_KEY_LEN) =
+                (decode_entry(&key[COMMUNITY_PREFIX + 8..], value), key.len())
+            else {
+                return Err(
+                    self.corrupt(CF_COMMUNITY, format!("entry with a {}-byte key", key.len()))
+                );
+            };
+            if entry.ts_ns > end_ns || found.len() >= limit {
+                break;
+            }
+            // The whole hash, against the prefix's collisions.
+            let (src, src_port, dst, dst_port) = entry.oriented();
+            let record = FlowRecord {
+                src,
+                dst,
+                src_port,
+                dst_port,
+                proto: entry.proto,
+                ..FlowRecord::default()
+            };
+            if record.community_id_hash(COMMUNITY_SEED) == *hash {
+                found.push(entry);
+            }
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(found)
+    }
+
+    /// Returns true if the index holds Community ID keys (indexes written
+    /// before they were have none, and answer [`community`](Self::community)
+    /// with nothing).
+    pub fn has_community_keys(&self) -> bool {
+        self.db.cf_handle(CF_COMMUNITY).is_some()
+    }
+
     /// Counts the events (forward entries) and all entries in the index, reading
     /// every key. For tests and `stats`; a full scan.
     pub fn count(&self) -> Result<(u64, u64)> {
@@ -993,6 +1149,15 @@ impl ConnectionIndex {
         }
         Ok(times)
     }
+}
+
+/// The Community ID key of a record: its hash prefix, its start, its key.
+fn community_key(hash: &[u8; COMMUNITY_PREFIX], key: &[u8; KEY_LEN]) -> [u8; COMMUNITY_KEY_LEN] {
+    let mut out = [0u8; COMMUNITY_KEY_LEN];
+    out[..COMMUNITY_PREFIX].copy_from_slice(hash);
+    out[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8].copy_from_slice(&key[16..24]);
+    out[COMMUNITY_PREFIX + 8..].copy_from_slice(key);
+    out
 }
 
 /// Returns the key of a histogram interval starting at `start_ns`.

@@ -299,3 +299,90 @@ fn a_large_commit_goes_in_as_a_table_file_and_reads_like_a_small_one() {
     }
     assert_eq!(staged_files(&dir.path().join("large")), 0);
 }
+
+/// A connection is found by its Community ID (the spec's baseline value for
+/// 128.232.110.120:34855 -> 66.35.250.204:80), from either direction's record,
+/// in a small commit and a table-file commit alike, within its window only, and
+/// not once the cutoff expires it.
+#[test]
+fn a_community_id_finds_its_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hash = hindsight_model::community::parse_community_id("1:LQU9qZlK+B5F3KDmev6m5PMibrg=")
+        .expect("a Community ID");
+    let client = v4(128, 232, 110, 120);
+    let server = v4(66, 35, 250, 204);
+    let mut records: Vec<FlowRecord> = (0..60_000u32)
+        .map(|i| {
+            conn(
+                i64::from(i),
+                v4(10, 1, (i % 250) as u8, 1),
+                40_000 + (i % 1000) as u16,
+                v4(192, 0, 2, 1),
+                443,
+            )
+        })
+        .collect();
+    records.push(conn(100, client, 34855, server, 80));
+    records.push(conn(200, server, 80, client, 34855));
+    records.push(conn(300, client, 34856, server, 80));
+    for (name, table) in [("small", false), ("large", true)] {
+        let index = ConnectionIndex::open(&dir.path().join(name), Expiry::OFF).expect("open");
+        if table {
+            index.stage(&records);
+            assert!(index.staged_bytes() >= hindsight_index::connections::TABLE_COMMIT_BYTES);
+            index.commit(None).expect("commit");
+        } else {
+            for chunk in records.chunks(1_000) {
+                index.insert(chunk).expect("insert");
+            }
+        }
+        assert!(index.has_community_keys());
+        let found = index.community(&hash, 0, i64::MAX, 10).expect("lookup");
+        let starts: Vec<i64> = found.iter().map(|entry| entry.ts_ns / SEC).collect();
+        assert_eq!(starts, [100, 200], "{name}");
+        assert_eq!(found[0].oriented(), (client, 34855, server, 80));
+        assert_eq!(found[1].oriented(), (server, 80, client, 34855));
+        let window = index
+            .community(&hash, 150 * SEC, 250 * SEC, 10)
+            .expect("lookup");
+        assert_eq!(window.len(), 1, "{name}");
+        assert_eq!(
+            index
+                .community(&hash, 0, i64::MAX, 1)
+                .expect("lookup")
+                .len(),
+            1
+        );
+        index.flush().expect("flush");
+        drop(index);
+        let reader = ConnectionIndex::open_read_only(&dir.path().join(name))
+            .expect("open")
+            .expect("an index");
+        assert_eq!(
+            reader
+                .community(&hash, 0, i64::MAX, 10)
+                .expect("lookup")
+                .len(),
+            2
+        );
+    }
+    // Expired by the cutoff: gone from lookups, then from the keys.
+    let expiring = ConnectionIndex::open(
+        &dir.path().join("expiring"),
+        Expiry {
+            keep_events: 2,
+            ..Expiry::OFF
+        },
+    )
+    .expect("open");
+    expiring
+        .insert(&records[records.len() - 3..])
+        .expect("insert");
+    expiring.update_cutoff().expect("cutoff");
+    expiring.compact().expect("compact");
+    let left = expiring.community(&hash, 0, i64::MAX, 10).expect("lookup");
+    assert!(
+        left.iter().all(|entry| entry.ts_ns >= 200 * SEC),
+        "{left:?}"
+    );
+}

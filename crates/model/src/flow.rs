@@ -209,13 +209,17 @@ impl FlowRecord {
     /// The Community ID (version 1, seed `seed`) of the connection. ICMP
     /// records hold the type and code in the destination port, as NetFlow does.
     pub fn community_id(&self, seed: u16) -> String {
+        crate::community::community_id_text(&self.community_id_hash(seed))
+    }
+
+    /// The hash of [`community_id`](Self::community_id).
+    pub fn community_id_hash(&self, seed: u16) -> [u8; 20] {
         let ports = match self.proto {
             ip_proto::ICMP | ip_proto::ICMPV6 => Some((self.dst_port >> 8, self.dst_port & 0xff)),
             ip_proto::TCP | ip_proto::UDP | ip_proto::SCTP => Some((self.src_port, self.dst_port)),
             _ => None,
         };
-        let hash = crate::community::community_id_hash(seed, self.src, self.dst, self.proto, ports);
-        crate::community::community_id_text(&hash)
+        crate::community::community_id_hash(seed, self.src, self.dst, self.proto, ports)
     }
 
     /// A Zeek-style uid derived from the record, so the same input always gives

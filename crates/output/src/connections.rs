@@ -22,6 +22,20 @@ fn range_text(scale: u8) -> String {
     }
 }
 
+/// The Community ID (version 1, seed 0) of a connection.
+pub fn community_id(e: &ConnEntry) -> String {
+    let (src, src_port, dst, dst_port) = e.oriented();
+    hindsight_model::FlowRecord {
+        src,
+        dst,
+        src_port,
+        dst_port,
+        proto: e.proto,
+        ..hindsight_model::FlowRecord::default()
+    }
+    .community_id(hindsight_index::connections::COMMUNITY_SEED)
+}
+
 /// A connection as one JSON object (`--format jsonl`, `GET /api/v1/flows`).
 pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
     let (orig, orig_port, resp, resp_port) = e.oriented();
@@ -52,6 +66,7 @@ pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
         "bytes_out": range(s.bytes_out_scale),
         "bytes_in": range(s.bytes_in_scale),
         "source": s.source.name(),
+        "community_id": community_id(e),
     })
 }
 
@@ -169,13 +184,13 @@ impl ConnWriter {
                 if self.rows == 0 {
                     writeln!(
                         out,
-                        "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source"
+                        "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source,community_id"
                     )?;
                 }
                 node_cell(out, Format::Csv)?;
                 writeln!(
                     out,
-                    "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     format_nanos(e.ts_ns),
                     duration,
                     proto_name(e.proto),
@@ -190,7 +205,8 @@ impl ConnWriter {
                     range_text(s.packets_in_scale),
                     range_text(s.bytes_out_scale),
                     range_text(s.bytes_in_scale),
-                    s.source.name()
+                    s.source.name(),
+                    community_id(e)
                 )?;
             }
             Format::Jsonl => {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 
-use hindsight_index::AddressIndex;
+use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::{
     Addr16, CoveredRow, DataForm, GranuleSet, PacketRecord, SegmentId, decode_covered_rows, snap,
 };
@@ -134,6 +134,8 @@ pub struct PacketSearch {
     archive: Arc<Archive>,
     index: Option<Arc<AddressIndex>>,
     remote: Option<Arc<dyn RemoteSegments>>,
+    /// The connection index, opened when a filter names a Community ID.
+    connections: std::sync::OnceLock<Option<Arc<ConnectionIndex>>>,
 }
 
 /// What a capture file needs of a record besides its bytes.
@@ -194,7 +196,67 @@ impl PacketSearch {
             archive,
             index,
             remote: None,
+            connections: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Finds Community IDs in `connections` (a long-lived reader's), instead of
+    /// opening the archive's connection index when a filter names one.
+    pub fn with_connections(self, connections: Option<Arc<ConnectionIndex>>) -> Self {
+        let _ = self.connections.set(connections);
+        self
+    }
+
+    /// The connection index, opened read-only on first use.
+    fn connections(&self) -> Result<Option<&Arc<ConnectionIndex>>, QueryError> {
+        if let Some(connections) = self.connections.get() {
+            return Ok(connections.as_ref());
+        }
+        let opened =
+            ConnectionIndex::open_read_only(&self.archive.connections_dir())?.map(Arc::new);
+        Ok(self.connections.get_or_init(|| opened).as_ref())
+    }
+
+    /// Address ranges that every packet of the filter's Community IDs has: for
+    /// each ID, the rarer of its connection's two addresses (a Community ID is
+    /// a hash of both addresses, so every packet with it has both). `None` if
+    /// the filter names none, or one is not in the connection index.
+    fn community_ranges(
+        &self,
+        filter: &Filter,
+    ) -> Result<Option<Vec<(Addr16, Addr16)>>, QueryError> {
+        let Some(ids) = filter.community_ids() else {
+            return Ok(None);
+        };
+        let Some(connections) = self.connections()? else {
+            return Ok(None);
+        };
+        let mut ranges = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(entry) = connections.community(&id, i64::MIN, i64::MAX, 1)?.pop() else {
+                return Ok(None);
+            };
+            let pick = match &self.index {
+                Some(index) => {
+                    let weight = |addr: Addr16| -> Result<usize, QueryError> {
+                        let (granules, covered) = index.lookup(&[(addr, addr)])?.into_parts();
+                        Ok(granules
+                            .values()
+                            .map(|set| set.granules().len())
+                            .sum::<usize>()
+                            + covered.len())
+                    };
+                    if weight(entry.addr)? <= weight(entry.peer)? {
+                        entry.addr
+                    } else {
+                        entry.peer
+                    }
+                }
+                None => entry.addr,
+            };
+            ranges.push((pick, pick));
+        }
+        Ok(Some(ranges))
     }
 
     /// Reads the segments whose local file is gone or damaged from their
@@ -222,7 +284,10 @@ impl PacketSearch {
             .cloned()
             .collect();
         stats.segments_in_time = segments.len();
-        let address_ranges = request.filter.address_ranges();
+        let address_ranges = match self.community_ranges(&request.filter)? {
+            Some(ranges) => Some(ranges),
+            None => request.filter.address_ranges(),
+        };
         let mut granules = BTreeMap::new();
         let mut covered = BTreeMap::new();
         if let (Some(ranges), Some(index)) = (&address_ranges, &self.index) {

@@ -44,6 +44,8 @@ impl ConnQuery {
         }
         match (ip, filter) {
             (Some(ip), _) => Ok(vec![network_range(ip).map_err(ReaderError::Request)?]),
+            // Found by the Community ID keys at lookup.
+            (None, Some(filter)) if filter.community_ids().is_some() => Ok(Vec::new()),
             (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {
                 ReaderError::Request(
                     "the connection index is keyed by address: give an ip, or a filter that \
@@ -82,6 +84,30 @@ pub(crate) fn lookup(
             .filter
             .as_ref()
             .is_none_or(|f| f.matches(&as_packet(entry)))
+    };
+    // A filter of Community IDs with no addresses: each ID's originator's
+    // address, from the index's Community ID keys.
+    let mut found;
+    let query = match (&query.filter, index) {
+        (Some(filter), Some(index)) if query.ranges.is_empty() => {
+            found = query.clone();
+            for id in filter.community_ids().unwrap_or_default() {
+                let entries = index
+                    .community(&id, i64::MIN, i64::MAX, 1)
+                    .map_err(|source| ReaderError::Index {
+                        which: "connection index",
+                        root: index.path().to_owned(),
+                        source,
+                    })?;
+                found
+                    .ranges
+                    .extend(entries.iter().map(|entry| (entry.addr, entry.addr)));
+            }
+            found.ranges.sort_unstable();
+            found.ranges.dedup();
+            &found
+        }
+        _ => query,
     };
     let page = match index {
         Some(index) => lookup_index(index, query, &keep)?,

@@ -391,6 +391,7 @@ impl Snapshot {
     /// A packet search over this snapshot (its plan and execution).
     pub fn packet_search(&self) -> PacketSearch {
         PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
+            .with_connections(self.connections.clone())
             .with_remote(self.remote.clone())
     }
 
