@@ -202,6 +202,15 @@ impl Filter {
         }
     }
 
+    /// The filter of a tree built by hindsight itself (not parsed), printed in
+    /// the Wireshark syntax.
+    pub(crate) fn from_root(root: Option<Expr>) -> Self {
+        Self {
+            root,
+            syntax: FilterSyntax::Wireshark,
+        }
+    }
+
     /// Returns the tree, or `None` for the filter that matches everything.
     pub fn root(&self) -> Option<&Expr> {
         self.root.as_ref()

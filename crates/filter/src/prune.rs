@@ -20,6 +20,55 @@ struct Placement {
 }
 
 impl Filter {
+    /// The filter of packets of one of `connections` (addresses, ports,
+    /// protocol; either direction; for ICMP the addresses and protocol): what
+    /// every packet of a connection has, tested with integer comparisons, so a
+    /// search tries it before a costlier test (a Community ID's hash).
+    pub fn between(connections: &[(Addr16, u16, Addr16, u16, u8)]) -> Filter {
+        let side = |addr: Addr16| {
+            let field = if addr.is_v4() {
+                Field::IpAddr
+            } else {
+                Field::Ipv6Addr
+            };
+            let value = match addr.to_ip() {
+                std::net::IpAddr::V4(addr) => crate::Literal::Ipv4 {
+                    addr,
+                    prefix_len: 32,
+                },
+                std::net::IpAddr::V6(addr) => crate::Literal::Ipv6 {
+                    addr,
+                    prefix_len: 128,
+                },
+            };
+            Expr::eq(field, value)
+        };
+        let operands = connections
+            .iter()
+            .map(|&(a, a_port, b, b_port, proto)| {
+                let mut all = vec![side(a), side(b)];
+                let family = if a.is_v4() {
+                    Field::IpProto
+                } else {
+                    Field::Ipv6Nxt
+                };
+                all.push(Expr::eq(family, crate::Literal::UInt(u64::from(proto))));
+                let port = match proto {
+                    6 => Some(Field::TcpPort),
+                    17 => Some(Field::UdpPort),
+                    132 => Some(Field::SctpPort),
+                    _ => None,
+                };
+                if let Some(port) = port {
+                    all.push(Expr::eq(port, crate::Literal::UInt(u64::from(a_port))));
+                    all.push(Expr::eq(port, crate::Literal::UInt(u64::from(b_port))));
+                }
+                Expr::and(all)
+            })
+            .collect();
+        Filter::from_root(Some(Expr::Or(operands)))
+    }
+
     /// The Community IDs (their hashes) one of which every matching packet
     /// must have (`community_id == "1:..."`, alone, in a conjunction, or in a
     /// disjunction of such); `None` if the filter does not say.

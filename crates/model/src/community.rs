@@ -181,13 +181,21 @@ fn sha1(message: &[u8]) -> [u8; 20] {
         0xc3d2_e1f0,
     ];
     let bits = (message.len() as u64).wrapping_mul(8);
-    let mut padded = Vec::with_capacity(message.len() + 72);
-    padded.extend_from_slice(message);
-    padded.push(0x80);
-    while padded.len() % 64 != 56 {
-        padded.push(0);
-    }
-    padded.extend_from_slice(&bits.to_be_bytes());
+    // The message, a 1 bit, zeros, and its length in bits, in whole blocks:
+    // on the stack for the spec's inputs (at most 40 bytes, one block).
+    let blocks = (message.len() + 8) / 64 + 1;
+    let mut stack = [0u8; 128];
+    let mut heap = Vec::new();
+    let padded: &mut [u8] = if blocks * 64 <= stack.len() {
+        &mut stack[..blocks * 64]
+    } else {
+        heap.resize(blocks * 64, 0);
+        &mut heap
+    };
+    padded[..message.len()].copy_from_slice(message);
+    padded[message.len()] = 0x80;
+    let end = padded.len();
+    padded[end - 8..].copy_from_slice(&bits.to_be_bytes());
     for block in padded.chunks_exact(64) {
         let mut w = [0u32; 80];
         for (i, word) in block.chunks_exact(4).enumerate() {

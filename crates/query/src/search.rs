@@ -112,6 +112,9 @@ pub struct SearchPlan {
     /// Planned segments whose local file is gone or damaged, read from their
     /// copy in the object store instead.
     pub remote: BTreeSet<SegmentId>,
+    /// A cheaper test every match passes, tried first: the addresses of the
+    /// connections of a filter's Community IDs.
+    pub prefilter: Option<Filter>,
     /// Counts of the planning levels (the reading levels are filled by execution).
     pub stats: SearchStats,
 }
@@ -181,6 +184,10 @@ const RECORD_COLUMNS: &[&str] = &[
     col::MPLS_LABEL,
 ];
 
+/// What a filter's Community IDs give the planner: address ranges every match
+/// lies in, and a cheaper test every match passes.
+type CommunityPlan = (Vec<(Addr16, Addr16)>, Filter);
+
 impl PacketSearch {
     /// Opens the archive at `root` for reading, with its address index if it has one.
     pub fn open(root: &Path) -> Result<Self, QueryError> {
@@ -224,7 +231,7 @@ impl PacketSearch {
     fn community_ranges(
         &self,
         filter: &Filter,
-    ) -> Result<Option<Vec<(Addr16, Addr16)>>, QueryError> {
+    ) -> Result<Option<CommunityPlan>, QueryError> {
         let Some(ids) = filter.community_ids() else {
             return Ok(None);
         };
@@ -232,6 +239,7 @@ impl PacketSearch {
             return Ok(None);
         };
         let mut ranges = Vec::with_capacity(ids.len());
+        let mut pairs = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(entry) = connections.community(&id, i64::MIN, i64::MAX, 1)?.pop() else {
                 return Ok(None);
@@ -255,8 +263,15 @@ impl PacketSearch {
                 None => entry.addr,
             };
             ranges.push((pick, pick));
+            pairs.push((
+                entry.addr,
+                entry.port,
+                entry.peer,
+                entry.peer_port,
+                entry.proto,
+            ));
         }
-        Ok(Some(ranges))
+        Ok(Some((ranges, Filter::between(&pairs))))
     }
 
     /// Reads the segments whose local file is gone or damaged from their
@@ -284,9 +299,9 @@ impl PacketSearch {
             .cloned()
             .collect();
         stats.segments_in_time = segments.len();
-        let address_ranges = match self.community_ranges(&request.filter)? {
-            Some(ranges) => Some(ranges),
-            None => request.filter.address_ranges(),
+        let (address_ranges, prefilter) = match self.community_ranges(&request.filter)? {
+            Some((ranges, prefilter)) => (Some(ranges), Some(prefilter)),
+            None => (request.filter.address_ranges(), None),
         };
         let mut granules = BTreeMap::new();
         let mut covered = BTreeMap::new();
@@ -327,6 +342,7 @@ impl PacketSearch {
         stats.segments_covered = covered.len();
         Ok(SearchPlan {
             segments,
+            prefilter,
             address_ranges,
             granules,
             covered,
@@ -392,6 +408,7 @@ impl PacketSearch {
             segment: SegmentId(0),
             frame: Vec::new(),
             reads_bytes: request.filter.reads_bytes(),
+            prefilter: plan.prefilter.as_ref(),
         };
         // Without a row limit every planned segment is read to its end, so
         // several are decoded at once; with one, reading ahead would be wasted.
@@ -485,6 +502,7 @@ impl PacketSearch {
             segment: SegmentId(0),
             frame: Vec::new(),
             reads_bytes: request.filter.reads_bytes(),
+            prefilter: None,
         };
         for (id, batch) in batches {
             visitor.segment = *id;
@@ -613,6 +631,8 @@ struct Visitor<'a, 'v> {
     frame: Vec<u8>,
     /// The filter tests the frame's bytes (byte offsets, payload).
     reads_bytes: bool,
+    /// A cheaper test every match passes, tried first.
+    prefilter: Option<&'a Filter>,
 }
 
 impl Visitor<'_, '_> {
@@ -689,7 +709,9 @@ impl Visitor<'_, '_> {
         form: Option<DataForm>,
         stored: &[u8],
     ) -> Result<bool, QueryError> {
-        if !self.request.time.contains(record.ts_nanos) {
+        if !self.request.time.contains(record.ts_nanos)
+            || self.prefilter.is_some_and(|pre| !pre.matches(record))
+        {
             return Ok(true);
         }
         let reads_bytes = self.reads_bytes;

@@ -1,0 +1,238 @@
+//! Community ID lookup benchmark (issue 23): packets of one connection, named by
+//! its Community ID, from an archive of at least 50 M packets, side by side with
+//! `tshark -Y 'communityid == "..."'` over the same pcap, in one run.
+//!
+//! The input is lan-hour-2012.pcap replicated with timestamps shifted by one hour
+//! and hosts changed per copy (so every copy's connections are new ones, as in a
+//! month of traffic), ingested by the release `hindsight` binary. The lookups are
+//! connections picked at random among the copies: each answered in process, as
+//! `serve`'s API answers (archive and indexes open once), and as a `hindsight
+//! query` process. Run with
+//! `cargo build --release -p hindsight && cargo run --release -p hindsight-bench --bin community_bench -- [--packets N] [--lookups N] [--work DIR]`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hindsight_bench::{hindsight_binary, median, read_frames, run_quiet, shift_hosts};
+use hindsight_capture::{PcapWriter, TimestampPrecision};
+use hindsight_model::LinkType;
+use hindsight_model::community::community_id_text;
+use hindsight_query::filter::Filter;
+use hindsight_query::search::{PacketSearch, SearchRequest};
+use hindsight_store::TimeRange;
+
+const NANOS: i64 = 1_000_000_000;
+
+struct Args {
+    packets: u64,
+    lookups: usize,
+    work: PathBuf,
+    source: PathBuf,
+    tshark: bool,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        packets: 50_000_000,
+        lookups: 200,
+        work: std::env::temp_dir().join("hindsight-bench"),
+        source: hindsight_bench::default_source(),
+        tshark: true,
+    };
+    let mut flags = hindsight_bench::Flags::new(
+        "community_bench",
+        "[--packets N] [--lookups N] [--work DIR] [--source PCAP] [--no-tshark]",
+    );
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
+            "--packets" => args.packets = flags.value(&flag),
+            "--lookups" => args.lookups = flags.value(&flag),
+            "--work" => args.work = flags.value(&flag),
+            "--source" => args.source = flags.value(&flag),
+            "--no-tshark" => args.tshark = false,
+            other => flags.unknown(other),
+        }
+    }
+    args
+}
+
+/// Writes the source repeated, each copy an hour later with other hosts, until
+/// at least `packets`; returns the path and the number of copies.
+fn replicate_hosts(frames: &[(i64, u32, Vec<u8>)], packets: u64, work: &Path) -> (PathBuf, u64) {
+    let copies = packets.div_ceil(frames.len() as u64);
+    let path = work.join(format!("hosts-replicated-{packets}.pcap"));
+    if !path.exists() {
+        let partial = path.with_extension("partial");
+        let file = std::fs::File::create(&partial).expect("create the replicated capture");
+        let out = std::io::BufWriter::with_capacity(1 << 22, file);
+        let mut writer =
+            PcapWriter::new(out, LinkType::ETHERNET, 65_535, TimestampPrecision::Micros)
+                .expect("pcap header");
+        let mut data = Vec::new();
+        for copy in 0..copies {
+            for (ts, wire_len, frame) in frames {
+                data.clear();
+                data.extend_from_slice(frame);
+                shift_hosts(&mut data, copy as usize);
+                writer
+                    .write_frame(ts + copy as i64 * 3600 * NANOS, *wire_len, &data)
+                    .expect("write a frame");
+            }
+        }
+        writer.flush().expect("flush the replicated capture");
+        std::fs::rename(&partial, &path).expect("rename the replicated capture");
+    }
+    (path, copies)
+}
+
+/// A small deterministic generator (xorshift), so runs pick the same lookups.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort_unstable();
+    let rank = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.work).expect("work directory");
+    let frames = read_frames(&args.source);
+    let (pcap, copies) = replicate_hosts(&frames, args.packets, &args.work);
+    let total = copies * frames.len() as u64;
+    let archive = args
+        .work
+        .join(format!("community-archive-{}", args.packets));
+    if !archive.join("HINDSIGHT").exists() {
+        let _ = std::fs::remove_dir_all(&archive);
+        let started = Instant::now();
+        run_quiet(
+            Command::new(hindsight_binary())
+                .arg("ingest")
+                .arg("--quiet")
+                .arg("--archive")
+                .arg(&archive)
+                .arg(&pcap),
+        );
+        println!(
+            "ingested {total} packets ({copies} copies of {}) in {:.1} s",
+            args.source.display(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    // Connections picked at random: a TCP or UDP packet of a random copy, its
+    // hosts changed as that copy's were.
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut lookups = Vec::new();
+    while lookups.len() < args.lookups {
+        let (_, _, frame) = &frames[rng.below(frames.len() as u64) as usize];
+        let copy = rng.below(copies);
+        let mut data = frame.clone();
+        shift_hosts(&mut data, copy as usize);
+        let headers = hindsight_decode::decode(LinkType::ETHERNET, &data);
+        if !matches!(headers.ip_proto, Some(6 | 17)) || headers.src_port.is_none() {
+            continue;
+        }
+        let Some(hash) = headers.community_id_hash(0) else {
+            continue;
+        };
+        lookups.push(community_id_text(&hash));
+    }
+    let search = PacketSearch::open(&archive).expect("open the archive");
+    let mut latencies = Vec::with_capacity(lookups.len());
+    let mut matched = Vec::with_capacity(lookups.len());
+    for id in &lookups {
+        let request = SearchRequest {
+            filter: Filter::parse(&format!("community_id == \"{id}\"")).expect("a filter"),
+            time: TimeRange::ALL,
+            limit: None,
+            with_data: true,
+            capture_only: true,
+        };
+        let started = Instant::now();
+        let plan = search.plan(&request).expect("plan");
+        let mut packets = 0u64;
+        search
+            .execute(&request, &plan, &mut |_, _| {
+                packets += 1;
+                Ok(true)
+            })
+            .expect("execute");
+        latencies.push(started.elapsed());
+        matched.push(packets);
+    }
+    assert!(matched.iter().all(|&n| n > 0), "a lookup found no packets");
+    let p50 = percentile(latencies.clone(), 0.5);
+    let p99 = percentile(latencies.clone(), 0.99);
+    let max = percentile(latencies, 1.0);
+    let mut sorted = matched.clone();
+    sorted.sort_unstable();
+    println!(
+        "archive: {total} packets; {} Community ID lookups (packets per answer: median {}, max {})",
+        lookups.len(),
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+    println!(
+        "hindsight in process: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        max.as_secs_f64() * 1e3
+    );
+    // As a process, as a user at the command line runs it.
+    let mut process = Vec::new();
+    for id in lookups.iter().take(11) {
+        let started = Instant::now();
+        let output = Command::new(hindsight_binary())
+            .args(["query", "--count", "--archive"])
+            .arg(&archive)
+            .arg(format!("community_id == \"{id}\""))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run hindsight query");
+        assert!(output.status.success());
+        process.push(started.elapsed());
+    }
+    let process = median(process);
+    println!(
+        "hindsight query process: median {:.1} ms (11 lookups)",
+        process.as_secs_f64() * 1e3
+    );
+    if args.tshark {
+        let id = &lookups[0];
+        let started = Instant::now();
+        let output = Command::new("tshark")
+            .args(["-n", "--enable-protocol", "communityid", "-r"])
+            .arg(&pcap)
+            .args([
+                "-Y",
+                &format!("communityid == \"{id}\""),
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            ])
+            .stderr(Stdio::null())
+            .output()
+            .expect("run tshark");
+        let tshark = started.elapsed();
+        let found = String::from_utf8_lossy(&output.stdout).lines().count() as u64;
+        assert_eq!(found, matched[0], "tshark and hindsight disagree on {id}");
+        println!(
+            "tshark -Y over the pcap: {:.1} s ({found} packets, as hindsight); hindsight p99 is {:.0}x faster, its process {:.0}x",
+            tshark.as_secs_f64(),
+            tshark.as_secs_f64() / p99.as_secs_f64(),
+            tshark.as_secs_f64() / process.as_secs_f64()
+        );
+    }
+}
