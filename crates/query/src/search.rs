@@ -228,10 +228,7 @@ impl PacketSearch {
     /// each ID, the rarer of its connection's two addresses (a Community ID is
     /// a hash of both addresses, so every packet with it has both). `None` if
     /// the filter names none, or one is not in the connection index.
-    fn community_ranges(
-        &self,
-        filter: &Filter,
-    ) -> Result<Option<CommunityPlan>, QueryError> {
+    fn community_ranges(&self, filter: &Filter) -> Result<Option<CommunityPlan>, QueryError> {
         let Some(ids) = filter.community_ids() else {
             return Ok(None);
         };
