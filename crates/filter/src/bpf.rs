@@ -25,7 +25,7 @@ use std::net::Ipv4Addr;
 use super::ast::{
     CmpOp, Comparison, Expr, Field, FieldRef, Literal, Membership, Quantifier, SetElement,
 };
-use super::lexer::{Token, TokenKind};
+use super::lexer::{Token, TokenKind, byte_of, column_of};
 use super::value::{IpLiteral, ipv4_network, ipv6_network, parse_ip, parse_mac, parse_uint};
 use super::{MAX_NESTING_DEPTH, too_deep};
 use crate::error::ParseError;
@@ -408,10 +408,7 @@ impl<'t, 'a> Parser<'t, 'a> {
         let start = byte_of(self.text, first.column);
         let (relation, end) =
             crate::offsets::parse_relation(self.text, start).map_err(|(message, at)| {
-                let column = self
-                    .text
-                    .get(..at)
-                    .map_or(1, |before| before.chars().count() + 1);
+                let column = column_of(self.text, at);
                 (ParseError::new(self.text, column, "", message), at)
             })?;
         while let Some(token) = self
@@ -420,10 +417,7 @@ impl<'t, 'a> Parser<'t, 'a> {
         {
             if byte_of(self.text, token.column) + token.text.len() > end {
                 // A word the relation ends inside of (`udp[0:2] == 00:35`).
-                let column = self
-                    .text
-                    .get(..end)
-                    .map_or(1, |before| before.chars().count() + 1);
+                let column = column_of(self.text, end);
                 return Err((
                     ParseError::new(
                         self.text,
@@ -921,11 +915,4 @@ fn partial_ipv4(text: &str) -> Option<(Literal, bool)> {
         },
         false,
     ))
-}
-
-/// The byte offset in `text` of the character at 1-based `column`.
-fn byte_of(text: &str, column: usize) -> usize {
-    text.char_indices()
-        .nth(column.saturating_sub(1))
-        .map_or(text.len(), |(at, _)| at)
 }

@@ -75,6 +75,20 @@ pub fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-' | '/' | '\\')
 }
 
+/// The byte offset in `text` of the character at 1-based `column` (a token's
+/// position), where byte-level scanners (byte offsets, slices) start.
+pub fn byte_of(text: &str, column: usize) -> usize {
+    text.char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(text.len(), |(at, _)| at)
+}
+
+/// The 1-based column of the character at byte `at` of `text`.
+pub fn column_of(text: &str, at: usize) -> usize {
+    text.get(..at)
+        .map_or(1, |before| before.chars().count() + 1)
+}
+
 /// Returns the tokens of `text`, skipping whitespace.
 pub fn tokenize(text: &str) -> Vec<Token<'_>> {
     let mut tokens = Vec::new();

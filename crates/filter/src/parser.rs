@@ -26,7 +26,7 @@ use super::ast::{
     CmpOp, Comparison, Expr, FIELD_ALIASES, FIELDS, Field, FieldRef, FieldType, Literal,
     Membership, Quantifier, SetElement,
 };
-use super::lexer::{Token, TokenKind};
+use super::lexer::{Token, TokenKind, byte_of};
 use super::value::{IpLiteral, ipv4_network, ipv6_network, parse_ip, parse_mac, parse_uint};
 use super::{BPF_FIRST_KEYWORDS, MAX_NESTING_DEPTH, MAX_SET_ELEMENTS, too_deep};
 use crate::error::ParseError;
@@ -945,13 +945,6 @@ pub fn typed_literal(field: Field, text: &str) -> Result<Literal, String> {
 fn strip_quotes(token: &str) -> &str {
     let inner = token.strip_prefix('"').unwrap_or(token);
     inner.strip_suffix('"').unwrap_or(inner)
-}
-
-/// The byte offset in `text` of the character at 1-based `column`.
-fn byte_of(text: &str, column: usize) -> usize {
-    text.char_indices()
-        .nth(column.saturating_sub(1))
-        .map_or(text.len(), |(at, _)| at)
 }
 
 /// The text of a quoted string token: without its quotes, `\"` and `\\`
