@@ -4,30 +4,14 @@
 //! tunnels), the Community ID of the decoded packet equals the one tshark's
 //! `communityid` post-dissector gives, with the default seed and with seed 1.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use hindsight_capture::CaptureReader;
 use hindsight_model::community::community_id_text;
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../.fixtures")
-        })
-}
-
-fn lan_hour() -> PathBuf {
-    std::env::var_os("HINDSIGHT_TEST_PCAP")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../../shared/data/lan-hour-2012.pcap")
-        })
-}
+use support::{fixtures_dir, lan_hour, read_packets};
 
 /// Frame number → Community ID, as tshark gives it with `seed`.
 fn tshark(path: &Path, seed: u16) -> BTreeMap<u64, String> {
@@ -58,16 +42,10 @@ fn tshark(path: &Path, seed: u16) -> BTreeMap<u64, String> {
 
 fn compare(path: &Path, seed: u16) -> usize {
     let expected = tshark(path, seed);
-    let mut reader =
-        CaptureReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut ours = BTreeMap::new();
-    let mut number = 0u64;
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        number += 1;
-        let headers = hindsight_decode::decode(frame.link_type, frame.data);
-        if let Some(hash) = headers.community_id_hash(seed) {
-            ours.insert(number, community_id_text(&hash));
+    for (index, (record, _)) in read_packets(path).iter().enumerate() {
+        if let Some(hash) = record.headers.community_id_hash(seed) {
+            ours.insert(index as u64 + 1, community_id_text(&hash));
         }
     }
     let differences: Vec<String> = expected

@@ -9,21 +9,14 @@
 //! layer before any ICMP layer (whose quoted header hindsight does not decode),
 //! and the transport layer right after it.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use hindsight_capture::CaptureReader;
 use hindsight_model::{PacketHeaders, tunnel};
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../.fixtures")
-        })
-}
+use support::{fixtures_dir, read_packets};
 
 /// The real captures compared, under the fixtures directory.
 const CAPTURES: &[&str] = &[
@@ -168,14 +161,11 @@ fn tshark(path: &Path) -> BTreeMap<usize, (Innermost, usize)> {
 /// Compares one capture; returns (tunnelled packets, packets compared).
 fn compare(path: &Path) -> (usize, usize) {
     let expected = tshark(path);
-    let mut reader =
-        CaptureReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let (mut tunnelled, mut compared, mut number) = (0, 0, 0);
+    let (mut tunnelled, mut compared) = (0, 0);
     let mut differences = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        number += 1;
-        let headers = hindsight_decode::decode(frame.link_type, frame.data);
+    for (index, (record, _)) in read_packets(path).iter().enumerate() {
+        let number = index + 1;
+        let headers = record.headers;
         let Some((theirs, ip_layers)) = expected.get(&number) else {
             continue;
         };

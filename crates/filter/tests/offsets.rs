@@ -6,31 +6,16 @@
 //! fragments, VLAN tags, tunnels, short snap lengths), exactly the packets
 //! `tcpdump -r` selects.
 
+#[path = "../../decode/tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hindsight_capture::CaptureReader;
 use hindsight_filter::{Filter, FilterSyntax, Verdict};
 use hindsight_model::PacketRecord;
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../.fixtures")
-        })
-}
-
-fn lan_hour() -> PathBuf {
-    std::env::var_os("HINDSIGHT_TEST_PCAP")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../../shared/data/lan-hour-2012.pcap")
-        })
-}
+use support::{fixtures_dir, lan_hour, read_packets};
 
 /// The filters, each a relation tcpdump users write (or a combination).
 pub const FILTERS: &[&str] = &[
@@ -128,25 +113,8 @@ fn captures() -> Vec<PathBuf> {
     paths
 }
 
-/// One packet of a capture.
-struct Packet {
-    record: PacketRecord,
-    frame: Vec<u8>,
-}
-
-fn read(path: &Path) -> Vec<Packet> {
-    let mut reader =
-        CaptureReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut packets = Vec::new();
-    while let Some(frame) = reader.next_frame() {
-        let frame = frame.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        packets.push(Packet {
-            record: hindsight_decode::record(&frame),
-            frame: frame.data.to_vec(),
-        });
-    }
-    packets
-}
+/// One packet of a capture: its record and its captured bytes.
+type Packet = (PacketRecord, Vec<u8>);
 
 /// The indices of the packets tcpdump selects: it writes them to a file, which
 /// is read back and matched in order against the capture.
@@ -166,13 +134,12 @@ fn tcpdump(path: &Path, filter: &str, packets: &[Packet], scratch: &Path) -> BTr
         "tcpdump rejects {filter:?}: {}",
         String::from_utf8_lossy(&status.stderr)
     );
-    let selected = read(&out);
+    let selected = read_packets(&out);
     let mut indices = BTreeSet::new();
     let mut next = 0;
     for packet in &selected {
         while next < packets.len()
-            && (packets[next].frame != packet.frame
-                || packets[next].record.ts_nanos != packet.record.ts_nanos)
+            && (packets[next].1 != packet.1 || packets[next].0.ts_nanos != packet.0.ts_nanos)
         {
             next += 1;
         }
@@ -200,14 +167,14 @@ fn byte_offset_filters_select_what_tcpdump_selects() {
             "missing {}: run scripts/fetch-fixtures",
             path.display()
         );
-        let packets = read(path);
+        let packets = read_packets(path);
         for text in FILTERS {
             let filter = Filter::parse_with(text, FilterSyntax::Bpf)
                 .unwrap_or_else(|error| panic!("{text}: {error}"));
             let ours: BTreeSet<usize> = packets
                 .iter()
                 .enumerate()
-                .filter(|(_, p)| filter.test(&p.record, &p.frame) == Verdict::Match)
+                .filter(|(_, (record, frame))| filter.test(record, frame) == Verdict::Match)
                 .map(|(i, _)| i)
                 .collect();
             let theirs = tcpdump(path, text, &packets, &scratch);

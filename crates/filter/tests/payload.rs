@@ -4,21 +4,15 @@
 //! LAN capture beside the repository), exactly the frames `tshark -Y` displays
 //! (IP and TCP reassembly off, each packet on its own as hindsight tests it).
 
+#[path = "../../decode/tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use hindsight_capture::CaptureReader;
 use hindsight_filter::{Filter, FilterSyntax, Verdict};
-
-fn fixtures_dir() -> PathBuf {
-    std::env::var_os("HINDSIGHT_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"))
-                .join("../../.fixtures")
-        })
-}
+use support::{fixtures_dir, read_packets};
 
 /// The filters, as an analyst writes them.
 const FILTERS: &[&str] = &[
@@ -125,12 +119,7 @@ fn byte_tests_select_what_tshark_displays() {
             "missing {}: run scripts/fetch-fixtures",
             path.display()
         );
-        let mut packets = Vec::new();
-        let mut reader = CaptureReader::open(&path).unwrap();
-        while let Some(frame) = reader.next_frame() {
-            let frame = frame.unwrap();
-            packets.push((hindsight_decode::record(&frame), frame.data.to_vec()));
-        }
+        let packets = read_packets(&path);
         // tshark's start-up dominates: four at a time.
         let expected: Vec<BTreeSet<usize>> = std::thread::scope(|scope| {
             let chunks: Vec<_> = FILTERS
