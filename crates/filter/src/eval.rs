@@ -34,18 +34,7 @@ impl Filter {
 
     /// Returns true if the filter tests the packet's bytes, not only its fields.
     pub fn reads_bytes(&self) -> bool {
-        fn reads(expr: &Expr) -> bool {
-            match expr {
-                Expr::Offsets(relation) => relation.reads_bytes(),
-                Expr::Bytes(_) => true,
-                Expr::Not(inner) => reads(inner),
-                Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
-                    operands.iter().any(reads)
-                }
-                _ => false,
-            }
-        }
-        self.root().is_some_and(reads)
+        self.reads_bytes
     }
 
     /// Returns true if a packet passes, its frame's bytes at hand (a live
@@ -66,6 +55,19 @@ impl Filter {
             Some(Ok(false)) | Some(Err(Abort::Reject)) => Verdict::NoMatch,
             Some(Err(Abort::PastKept)) => Verdict::Unknown,
         }
+    }
+}
+
+/// Returns true if the tree tests the packet's bytes, not only its fields.
+pub(crate) fn reads_bytes(expr: &Expr) -> bool {
+    match expr {
+        Expr::Offsets(relation) => relation.reads_bytes(),
+        Expr::Bytes(_) => true,
+        Expr::Not(inner) => reads_bytes(inner),
+        Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
+            operands.iter().any(reads_bytes)
+        }
+        _ => false,
     }
 }
 

@@ -109,6 +109,9 @@ pub struct Filter {
     root: Option<Expr>,
     /// The syntax the text was read in (`Auto` for the empty filter).
     syntax: FilterSyntax,
+    /// The tree tests the packet's bytes (derived from it once: a live
+    /// trigger asks for every packet).
+    reads_bytes: bool,
 }
 
 impl Filter {
@@ -117,6 +120,7 @@ impl Filter {
         Self {
             root: None,
             syntax: FilterSyntax::Auto,
+            reads_bytes: false,
         }
     }
 
@@ -148,16 +152,10 @@ impl Filter {
             return Ok(Self::match_all());
         }
         let wireshark = |tokens: &[lexer::Token<'_>]| {
-            parser::parse(text, tokens).map(|root| Self {
-                root,
-                syntax: FilterSyntax::Wireshark,
-            })
+            parser::parse(text, tokens).map(|root| Self::of_tree(root, FilterSyntax::Wireshark))
         };
         let bpf = |tokens: &[lexer::Token<'_>]| {
-            bpf::parse(text, tokens).map(|root| Self {
-                root,
-                syntax: FilterSyntax::Bpf,
-            })
+            bpf::parse(text, tokens).map(|root| Self::of_tree(root, FilterSyntax::Bpf))
         };
         match syntax {
             FilterSyntax::Wireshark => wireshark(&tokens),
@@ -205,9 +203,15 @@ impl Filter {
     /// The filter of a tree built by hindsight itself (not parsed), printed in
     /// the Wireshark syntax.
     pub(crate) fn from_root(root: Option<Expr>) -> Self {
+        Self::of_tree(root, FilterSyntax::Wireshark)
+    }
+
+    fn of_tree(root: Option<Expr>, syntax: FilterSyntax) -> Self {
+        let reads_bytes = root.as_ref().is_some_and(eval::reads_bytes);
         Self {
             root,
-            syntax: FilterSyntax::Wireshark,
+            syntax,
+            reads_bytes,
         }
     }
 

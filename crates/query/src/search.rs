@@ -404,7 +404,6 @@ impl PacketSearch {
             limit,
             segment: SegmentId(0),
             frame: Vec::new(),
-            reads_bytes: request.filter.reads_bytes(),
             prefilter: plan.prefilter.as_ref(),
         };
         // Without a row limit every planned segment is read to its end, so
@@ -498,7 +497,6 @@ impl PacketSearch {
             limit,
             segment: SegmentId(0),
             frame: Vec::new(),
-            reads_bytes: request.filter.reads_bytes(),
             prefilter: None,
         };
         for (id, batch) in batches {
@@ -626,8 +624,6 @@ struct Visitor<'a, 'v> {
     segment: SegmentId,
     /// The bytes of the frame handed on, put back together from its stored form.
     frame: Vec<u8>,
-    /// The filter tests the frame's bytes (byte offsets, payload).
-    reads_bytes: bool,
     /// A cheaper test every match passes, tried first.
     prefilter: Option<&'a Filter>,
 }
@@ -711,7 +707,7 @@ impl Visitor<'_, '_> {
         {
             return Ok(true);
         }
-        let reads_bytes = self.reads_bytes;
+        let reads_bytes = self.request.filter.reads_bytes();
         if !reads_bytes && !self.request.filter.matches(record) {
             return Ok(true);
         }
