@@ -9,7 +9,7 @@ use common::{
 };
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -1164,13 +1164,73 @@ fn byte_offsets_answer_from_the_archive_and_say_what_the_snap_length_hides() {
 /// scan, and `flows` finds its record.
 #[test]
 fn a_community_id_finds_its_packets_and_its_connection() {
-    require_tool("tshark");
     let work = tempfile::tempdir().unwrap();
-    let archive = work.path().join("archive");
+    community_id_lookup(work.path(), 0);
+}
+
+/// With `[connections] community_id_seed`, IDs are hashed with that seed at
+/// ingest, in filters and in `flows`, as tshark's `communityid.seed`; another
+/// seed on the same archive is refused, naming both, and nothing is lost.
+#[test]
+fn a_configured_community_id_seed_is_used_throughout_and_kept() {
+    let work = tempfile::tempdir().unwrap();
+    // tshark's IDs with seed 7 find the packets and the record.
+    let (archive, id) = community_id_lookup(work.path(), 7);
+    std::fs::write(
+        archive.join("config.toml"),
+        "[connections]\ncommunity_id_seed = 8\n",
+    )
+    .unwrap();
+    let refused = hindsight(&[
+        "ingest",
+        "--archive",
+        archive.to_str().unwrap(),
+        lan_hour().to_str().unwrap(),
+    ]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("seed 7, not 8") && stderr.contains("community_id_seed = 7"),
+        "{stderr}"
+    );
+    std::fs::write(
+        archive.join("config.toml"),
+        "[connections]\ncommunity_id_seed = 7\n",
+    )
+    .unwrap();
+    let filter = format!("community_id == \"{id}\"");
+    let flows = ok(&hindsight(&[
+        "flows",
+        "--archive",
+        archive.to_str().unwrap(),
+        "-F",
+        "jsonl",
+        &filter,
+    ]));
+    assert!(flows.contains(&id), "{flows}");
+}
+
+/// Looks up one lan-hour connection by its Community ID as tshark computes it
+/// with `seed` (the archive's configured one): `query` returns its packets,
+/// planned on fewer segments, and `flows` its record. Returns the archive (in
+/// `work`) and the ID.
+fn community_id_lookup(work: &Path, seed: u16) -> (PathBuf, String) {
+    require_tool("tshark");
+    let archive = work.join("archive");
+    if seed != 0 {
+        std::fs::create_dir_all(&archive).unwrap();
+        std::fs::write(
+            archive.join("config.toml"),
+            format!("[connections]\ncommunity_id_seed = {seed}\n"),
+        )
+        .unwrap();
+    }
     // Small segments, so that the index has something to skip.
     common::ingest_whole(&lan_hour(), &archive, &["--segment-packets", "5000"]);
     let ids = Command::new("tshark")
-        .args(["-n", "--enable-protocol", "communityid", "-r"])
+        .args(["-n", "--enable-protocol", "communityid", "-o"])
+        .arg(format!("communityid.seed:{seed}"))
+        .arg("-r")
         .arg(lan_hour())
         .args([
             "-T",
@@ -1211,7 +1271,7 @@ fn a_community_id_finds_its_packets_and_its_connection() {
         .map(|(id, n)| (id.to_string(), *n))
         .expect("a connection of 4 to 40 packets");
     let filter = format!("community_id == \"{id}\"");
-    let out = work.path().join("conn.pcap");
+    let out = work.join("conn.pcap");
     let explain = hindsight(&[
         "query",
         "--archive",
@@ -1222,9 +1282,11 @@ fn a_community_id_finds_its_packets_and_its_connection() {
         &filter,
     ]);
     ok(&explain);
-    let expected = work.path().join("expected.pcap");
+    let expected = work.join("expected.pcap");
     let status = Command::new("tshark")
-        .args(["-n", "--enable-protocol", "communityid", "-r"])
+        .args(["-n", "--enable-protocol", "communityid", "-o"])
+        .arg(format!("communityid.seed:{seed}"))
+        .arg("-r")
         .arg(lan_hour())
         .args(["-Y", &format!("communityid == \"{id}\""), "-w"])
         .arg(&expected)
@@ -1268,4 +1330,5 @@ fn a_community_id_finds_its_packets_and_its_connection() {
             .all(|record| record["community_id"] == id.as_str()),
         "{flows}"
     );
+    (archive, id)
 }

@@ -714,17 +714,31 @@ pub struct ConnPage {
     /// The cursor of the next page, if there is one: each node's own cursor
     /// (`a:HEX,b:,c:-`: after that key, from the start, done).
     pub next: Option<String>,
+    /// Each answering node's Community ID seed (its archive's).
+    pub community_seeds: std::collections::BTreeMap<String, u16>,
     /// How the question went.
     pub outcome: Outcome,
 }
 
-/// A node's page: its connections with their keys, and its own cursor.
+impl ConnPage {
+    /// The Community ID seed of `node`'s connections.
+    pub fn community_seed(&self, node: &str) -> u16 {
+        self.community_seeds
+            .get(node)
+            .copied()
+            .unwrap_or(hindsight_index::connections::DEFAULT_COMMUNITY_SEED)
+    }
+}
+
+/// A node's page: its connections with their keys, its own cursor, and its
+/// Community ID seed.
 type NodePage = (
     Vec<(
         [u8; hindsight_index::connections::KEY_LEN],
         hindsight_index::ConnEntry,
     )>,
     Option<String>,
+    u16,
 );
 
 /// Each node's place in a paged answer: `None` from the start, `Some(None)`
@@ -817,9 +831,11 @@ impl ClusterClient {
         // Every entry with its node's place in the ask list, by key.
         let mut all = Vec::new();
         let mut nexts = Vec::new();
+        let mut community_seeds = std::collections::BTreeMap::new();
         for (at, ((choice, after), answer)) in asked.iter().zip(answers).enumerate() {
             match answer {
-                Ok((entries, next)) => {
+                Ok((entries, next, seed)) => {
+                    community_seeds.insert(choice.node.clone(), seed);
                     nexts.push((choice.node.clone(), after.clone(), entries.len(), next));
                     all.extend(entries.into_iter().map(|(key, entry)| (key, at, entry)));
                 }
@@ -866,6 +882,7 @@ impl ClusterClient {
                 .map(|(_, at, entry)| (asked[at].0.node.clone(), entry))
                 .collect(),
             next,
+            community_seeds,
             outcome,
         })
     }
@@ -896,5 +913,12 @@ fn node_connections(request: crate::pipeline::Sent) -> Result<NodePage, String> 
         let entry = hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
         entries.push((entry.key(), entry));
     }
-    Ok((entries, value["next"].as_str().map(str::to_owned)))
+    let seed = match &value["community_seed"] {
+        serde_json::Value::Null => hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
+        seed => seed
+            .as_u64()
+            .and_then(|seed| u16::try_from(seed).ok())
+            .ok_or_else(|| format!("its answer's community_seed is not a seed: {seed}"))?,
+    };
+    Ok((entries, value["next"].as_str().map(str::to_owned), seed))
 }

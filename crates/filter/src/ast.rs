@@ -669,6 +669,21 @@ impl Expr {
         Expr::And(operands)
     }
 
+    /// Returns true if this (sub)filter tests `field` anywhere.
+    pub fn names(&self, field: Field) -> bool {
+        match self {
+            Expr::Exists(named) => *named == field,
+            Expr::BitTest(left) => left.field == field,
+            Expr::Compare(comparison) => comparison.left.field == field,
+            Expr::In(membership) => membership.left.field == field,
+            Expr::Offsets(_) | Expr::Bytes(_) => false,
+            Expr::Not(inner) => inner.names(field),
+            Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
+                operands.iter().any(|operand| operand.names(field))
+            }
+        }
+    }
+
     /// Returns the disjunction of `operands`, or the operand itself if there is one.
     pub fn or(mut operands: Vec<Expr>) -> Expr {
         if operands.len() == 1

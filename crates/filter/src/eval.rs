@@ -29,7 +29,8 @@ impl Filter {
     /// (tcpdump byte offsets, payload) are false without them: use
     /// [`test`](Self::test) where the bytes are at hand.
     pub fn matches(&self, record: &PacketRecord) -> bool {
-        self.root().is_none_or(|root| root.matches(record))
+        self.root()
+            .is_none_or(|root| root.matches(record, self.community_seed))
     }
 
     /// Returns true if the filter tests the packet's bytes, not only its fields.
@@ -50,7 +51,10 @@ impl Filter {
     /// Tests a packet with its frame's bytes (as captured, or as many as the
     /// archive kept of them, `record.cap_len` telling how many were captured).
     pub fn test(&self, record: &PacketRecord, frame: &[u8]) -> Verdict {
-        match self.root().map(|root| root.eval(record, frame)) {
+        match self
+            .root()
+            .map(|root| root.eval(record, frame, self.community_seed))
+        {
             None | Some(Ok(true)) => Verdict::Match,
             Some(Ok(false)) | Some(Err(Abort::Reject)) => Verdict::NoMatch,
             Some(Err(Abort::PastKept)) => Verdict::Unknown,
@@ -74,14 +78,14 @@ pub(crate) fn reads_bytes(expr: &Expr) -> bool {
 impl Expr {
     /// Evaluates this (sub)filter over a packet and its bytes, left to right
     /// with short circuits, as BPF does: a rejection ends the whole filter.
-    fn eval(&self, record: &PacketRecord, frame: &[u8]) -> Result<bool, Abort> {
+    fn eval(&self, record: &PacketRecord, frame: &[u8], seed: u16) -> Result<bool, Abort> {
         Ok(match self {
             Expr::Offsets(relation) => relation.eval(record, frame)?,
             Expr::Bytes(test) => test.eval(record, frame)?,
-            Expr::Not(inner) => !inner.eval(record, frame)?,
+            Expr::Not(inner) => !inner.eval(record, frame, seed)?,
             Expr::And(operands) => {
                 for operand in operands {
-                    if !operand.eval(record, frame)? {
+                    if !operand.eval(record, frame, seed)? {
                         return Ok(false);
                     }
                 }
@@ -89,7 +93,7 @@ impl Expr {
             }
             Expr::Or(operands) => {
                 for operand in operands {
-                    if operand.eval(record, frame)? {
+                    if operand.eval(record, frame, seed)? {
                         return Ok(true);
                     }
                 }
@@ -98,24 +102,25 @@ impl Expr {
             Expr::Xor(operands) => {
                 let mut odd = false;
                 for operand in operands {
-                    odd ^= operand.eval(record, frame)?;
+                    odd ^= operand.eval(record, frame, seed)?;
                 }
                 odd
             }
-            leaf => leaf.matches(record),
+            leaf => leaf.matches(record, seed),
         })
     }
 
-    /// Returns true if `record` passes this (sub)filter.
-    pub fn matches(&self, record: &PacketRecord) -> bool {
+    /// Returns true if `record` passes this (sub)filter, Community IDs hashed
+    /// with `seed`.
+    pub(crate) fn matches(&self, record: &PacketRecord, seed: u16) -> bool {
         match self {
             Expr::Exists(field) => is_present(*field, record),
             Expr::BitTest(left) => {
-                let values = field_values(left, record);
+                let values = field_values(left, record, seed);
                 values.as_slice().iter().any(|&value| value != 0)
             }
             Expr::Compare(comparison) => {
-                let values = field_values(&comparison.left, record);
+                let values = field_values(&comparison.left, record, seed);
                 let (low, high) = comparison.range;
                 quantify(
                     comparison.quantifier,
@@ -131,7 +136,7 @@ impl Expr {
                 )
             }
             Expr::In(membership) => {
-                let values = field_values(&membership.left, record);
+                let values = field_values(&membership.left, record, seed);
                 quantify(membership.quantifier, values.as_slice(), |value| {
                     in_ranges(&membership.ranges, value)
                 })
@@ -141,12 +146,12 @@ impl Expr {
                 !relation.reads_bytes() && relation.eval(record, &[]).unwrap_or(false)
             }
             Expr::Bytes(_) => false,
-            Expr::Not(inner) => !inner.matches(record),
-            Expr::And(operands) => operands.iter().all(|operand| operand.matches(record)),
-            Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record)),
+            Expr::Not(inner) => !inner.matches(record, seed),
+            Expr::And(operands) => operands.iter().all(|operand| operand.matches(record, seed)),
+            Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record, seed)),
             Expr::Xor(operands) => operands
                 .iter()
-                .fold(false, |odd, operand| odd ^ operand.matches(record)),
+                .fold(false, |odd, operand| odd ^ operand.matches(record, seed)),
         }
     }
 }
@@ -286,7 +291,8 @@ fn is_present(field: Field, record: &PacketRecord) -> bool {
         Field::Geneve => has_tunnel(record, tunnel::GENEVE),
         Field::Gtp => has_tunnel(record, tunnel::GTP),
         Field::Cfp => has_tunnel(record, tunnel::FABRICPATH),
-        _ => field_values(&FieldRef { field, mask: None }, record).len > 0,
+        // Whether a Community ID is there does not depend on the seed.
+        _ => field_values(&FieldRef { field, mask: None }, record, 0).len > 0,
     }
 }
 
@@ -328,7 +334,7 @@ fn has_tunnel(record: &PacketRecord, bits: u16) -> bool {
 }
 
 /// Returns the occurrences of a field in the packet, masked if the test masks them.
-fn field_values(left: &FieldRef, record: &PacketRecord) -> Values {
+fn field_values(left: &FieldRef, record: &PacketRecord, seed: u16) -> Values {
     let headers = &record.headers;
     let layers = Layers::of(record);
     let v4 = |value: Option<u128>| if layers.ipv4 { value } else { None };
@@ -448,7 +454,7 @@ fn field_values(left: &FieldRef, record: &PacketRecord) -> Values {
         Field::GtpTeid => tunnel_id(headers, tunnel::GTP),
         Field::CommunityId => Values::one(
             headers
-                .community_id_hash(0)
+                .community_id_hash(seed)
                 .map(|hash| crate::ast::community_value(&hash)),
         ),
     };

@@ -102,7 +102,8 @@ const BPF_BYTE_PROTOCOLS: &[&str] = &["ip", "tcp", "udp", "icmp", "arp", "igmp",
 ///
 /// `Display` prints the canonical fully parenthesised Wireshark form, which
 /// parses back to an identical filter; the empty filter prints as nothing.
-/// Two filters are equal if their trees are, whatever syntax they were read in.
+/// Two filters are equal if their trees (and Community ID seeds) are, whatever
+/// syntax they were read in.
 #[derive(Clone, Debug)]
 pub struct Filter {
     /// The tree; `None` matches every packet.
@@ -112,6 +113,8 @@ pub struct Filter {
     /// The tree tests the packet's bytes (derived from it once: a live
     /// trigger asks for every packet).
     reads_bytes: bool,
+    /// The seed `community_id` is hashed with (0 unless the archive sets one).
+    community_seed: u16,
 }
 
 impl Filter {
@@ -121,6 +124,7 @@ impl Filter {
             root: None,
             syntax: FilterSyntax::Auto,
             reads_bytes: false,
+            community_seed: 0,
         }
     }
 
@@ -212,7 +216,28 @@ impl Filter {
             root,
             syntax,
             reads_bytes,
+            community_seed: 0,
         }
+    }
+
+    /// Returns this filter with `community_id` hashed with `seed` (the
+    /// archive's `[connections] community_id_seed`) rather than 0.
+    pub fn with_community_seed(mut self, seed: u16) -> Self {
+        self.community_seed = seed;
+        self
+    }
+
+    /// Returns the seed `community_id` is hashed with.
+    pub fn community_seed(&self) -> u16 {
+        self.community_seed
+    }
+
+    /// Returns true if the filter tests `community_id` anywhere (so its seed
+    /// matters).
+    pub fn names_community_id(&self) -> bool {
+        self.root
+            .as_ref()
+            .is_some_and(|root| root.names(crate::ast::Field::CommunityId))
     }
 
     /// Returns the tree, or `None` for the filter that matches everything.
@@ -233,7 +258,7 @@ impl Filter {
 
 impl PartialEq for Filter {
     fn eq(&self, other: &Self) -> bool {
-        self.root == other.root
+        self.root == other.root && self.community_seed == other.community_seed
     }
 }
 

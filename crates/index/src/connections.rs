@@ -42,18 +42,24 @@ const CF_CONNECTIONS: &str = "connections";
 const CF_HISTOGRAM: &str = "histogram";
 /// Column family of the Community ID keys: key `hash (8) | ts (8) | the
 /// originator's connection key (46)`, the first 8 bytes of the connection's
-/// Community ID hash (seed 0), value its summary; one per connection.
+/// Community ID hash (with the index's seed), value its summary; one per
+/// connection.
 const CF_COMMUNITY: &str = "community";
 /// Bytes of the Community ID hash a key starts with.
 const COMMUNITY_PREFIX: usize = 8;
 /// Length of a Community ID key.
 const COMMUNITY_KEY_LEN: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
-/// The Community ID seed the keys are hashed with.
-pub const COMMUNITY_SEED: u16 = 0;
+/// The Community ID seed of an index opened without one (the specification's
+/// default, and what Zeek, Suricata and Arkime use unless told otherwise).
+pub const DEFAULT_COMMUNITY_SEED: u16 = 0;
 /// Column family of settings that must survive a restart: key `cutoff`, value the
 /// expiration cutoff (i64 big-endian nanoseconds).
 const CF_META: &str = "meta";
 const META_CUTOFF: &[u8] = b"cutoff";
+/// Key in `meta` of the seed the Community ID keys are hashed with (u16
+/// big-endian), written when the index is created; absent in indexes written
+/// before the seed was configurable, whose keys use seed 0.
+const META_COMMUNITY_SEED: &[u8] = b"community-seed";
 /// Key in `meta` of the last `flows` segment whose records are all in the index
 /// (u64 big-endian segment id); see [`ConnectionIndex::flows_mark`].
 const META_FLOWS_MARK: &[u8] = b"flows-indexed-through";
@@ -451,6 +457,8 @@ pub struct ConnectionIndex {
     staged: Mutex<Staged>,
     /// Table files written so far by this process (names of the temporary files).
     tables_written: AtomicU64,
+    /// The seed of the Community ID keys.
+    community_seed: u16,
 }
 
 /// Connection entries staged for the next table file, with their histogram counts.
@@ -581,8 +589,16 @@ impl std::fmt::Debug for ExpireFilterFactory {
 impl ConnectionIndex {
     /// Opens (creating if needed) the connection index in `dir` for writing, with
     /// the expiration settings `expiry`. The histogram and the cutoff are read back
-    /// from the database, so expiration continues where it stopped.
+    /// from the database, so expiration continues where it stopped. Community
+    /// IDs are keyed with the default seed.
     pub fn open(dir: &Path, expiry: Expiry) -> Result<Self> {
+        Self::open_seeded(dir, expiry, DEFAULT_COMMUNITY_SEED)
+    }
+
+    /// [`open`](Self::open), with Community IDs keyed with `seed`: a new index
+    /// records it; an index created with another seed is refused
+    /// ([`IndexError::Seed`]), since its keys would not be found.
+    pub fn open_seeded(dir: &Path, expiry: Expiry, seed: u16) -> Result<Self> {
         let cutoff = Arc::new(AtomicI64::new(NO_CUTOFF));
         let mut options = Options::default();
         options.create_if_missing(true);
@@ -625,9 +641,64 @@ impl ConnectionIndex {
             histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&expiry))),
             staged: Mutex::default(),
             tables_written: AtomicU64::new(0),
+            community_seed: seed,
         };
         index.load_state()?;
+        index.settle_seed(seed)?;
         Ok(index)
+    }
+
+    /// Records `seed` in a new index, or checks it against the one recorded.
+    fn settle_seed(&self, seed: u16) -> Result<()> {
+        let stored = match self.stored_seed()? {
+            Some(stored) => stored,
+            None if self.is_empty()? => {
+                let meta = self.family(CF_META)?;
+                self.db
+                    .put_cf(meta, META_COMMUNITY_SEED, seed.to_be_bytes())
+                    .map_err(rocks(&self.path))?;
+                return Ok(());
+            }
+            None => DEFAULT_COMMUNITY_SEED,
+        };
+        match stored == seed {
+            true => Ok(()),
+            false => Err(IndexError::Seed {
+                path: self.path.clone(),
+                stored,
+                configured: seed,
+            }),
+        }
+    }
+
+    /// The seed recorded in the index, if one is.
+    fn stored_seed(&self) -> Result<Option<u16>> {
+        let meta = self.family(CF_META)?;
+        let Some(bytes) = self
+            .db
+            .get_cf(meta, META_COMMUNITY_SEED)
+            .map_err(rocks(&self.path))?
+        else {
+            return Ok(None);
+        };
+        let bytes: [u8; 2] = bytes.as_slice().try_into().map_err(|_| {
+            self.corrupt(CF_META, "the Community ID seed is not 2 bytes".to_owned())
+        })?;
+        Ok(Some(u16::from_be_bytes(bytes)))
+    }
+
+    /// Returns true if the index holds no connection.
+    fn is_empty(&self) -> Result<bool> {
+        let mut iter = self.db.raw_iterator_cf(self.family(CF_CONNECTIONS)?);
+        iter.seek_to_first();
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(!iter.valid())
+    }
+
+    /// The seed the Community ID keys are hashed with (the archive's
+    /// `[connections] community_id_seed` when the index was created).
+    pub fn community_seed(&self) -> u16 {
+        self.community_seed
     }
 
     /// The index's directory.
@@ -666,9 +737,14 @@ impl ConnectionIndex {
             histogram: Mutex::new(TimestampHistogram::new(granularity_ns(&Expiry::OFF))),
             staged: Mutex::default(),
             tables_written: AtomicU64::new(0),
+            community_seed: DEFAULT_COMMUNITY_SEED,
         };
         index.load_state()?;
-        Ok(Some(index))
+        let community_seed = index.stored_seed()?.unwrap_or(DEFAULT_COMMUNITY_SEED);
+        Ok(Some(Self {
+            community_seed,
+            ..index
+        }))
     }
 
     fn family(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily> {
@@ -767,7 +843,7 @@ impl ConnectionIndex {
                 (staged.values.len() - start) as u8,
             );
             staged.keys.push(encode_key(record));
-            let hash = record.community_id_hash(COMMUNITY_SEED);
+            let hash = record.community_id_hash(self.community_seed);
             staged
                 .community
                 .push(hash[..COMMUNITY_PREFIX].try_into().unwrap_or_default());
@@ -1051,7 +1127,7 @@ impl ConnectionIndex {
         Ok(page)
     }
 
-    /// Returns the connections whose Community ID (seed [`COMMUNITY_SEED`]) has
+    /// Returns the connections whose Community ID (the index's seed) has
     /// hash `hash` and that start in `[start_ns, end_ns]`, at most `limit`, as
     /// their originator's entries; empty for an index written before Community
     /// IDs were keys ([`has_community_keys`](Self::has_community_keys) says).
@@ -1100,7 +1176,7 @@ impl ConnectionIndex {
                 proto: entry.proto,
                 ..FlowRecord::default()
             };
-            if record.community_id_hash(COMMUNITY_SEED) == *hash {
+            if record.community_id_hash(self.community_seed) == *hash {
                 found.push(entry);
             }
             iter.next();

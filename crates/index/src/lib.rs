@@ -75,6 +75,22 @@ pub enum IndexError {
         /// What is wrong.
         reason: String,
     },
+    /// The connection index keys Community IDs with another seed than the one
+    /// it is opened with.
+    #[error(
+        "connection index {}: its Community ID keys are hashed with seed {stored}, not {configured}: \
+         set `[connections] community_id_seed = {stored}` in the archive's config.toml \
+         (a new seed needs a new archive)",
+        path.display()
+    )]
+    Seed {
+        /// The index directory.
+        path: PathBuf,
+        /// The seed the index was created with.
+        stored: u16,
+        /// The seed it was opened with.
+        configured: u16,
+    },
 }
 
 /// Result of the index.

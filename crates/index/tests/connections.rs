@@ -366,6 +366,52 @@ fn a_community_id_finds_its_connections() {
             2
         );
     }
+    // With a seed: the keys are that seed's hashes, the seed is kept, and
+    // opening with another one is refused.
+    let seeded_dir = dir.path().join("seeded");
+    let seed = 7;
+    let seeded = ConnectionIndex::open_seeded(&seeded_dir, Expiry::OFF, seed).expect("open");
+    seeded
+        .insert(&records[records.len() - 3..])
+        .expect("insert");
+    let record = &records[records.len() - 3];
+    let with_seed = record.community_id_hash(seed);
+    assert_eq!(
+        seeded
+            .community(&with_seed, 0, i64::MAX, 10)
+            .expect("lookup")
+            .len(),
+        2
+    );
+    assert!(
+        seeded
+            .community(&hash, 0, i64::MAX, 10)
+            .expect("lookup")
+            .is_empty()
+    );
+    seeded.flush().expect("flush");
+    drop(seeded);
+    match ConnectionIndex::open(&seeded_dir, Expiry::OFF) {
+        Err(hindsight_index::IndexError::Seed {
+            stored: 7,
+            configured: 0,
+            ..
+        }) => {}
+        other => panic!("opened with another seed: {other:?}"),
+    }
+    let reader = ConnectionIndex::open_read_only(&seeded_dir)
+        .expect("open")
+        .expect("an index");
+    assert_eq!(reader.community_seed(), seed);
+    assert_eq!(
+        reader
+            .community(&with_seed, 0, i64::MAX, 10)
+            .expect("lookup")
+            .len(),
+        2
+    );
+    drop(reader);
+    ConnectionIndex::open_seeded(&seeded_dir, Expiry::OFF, seed).expect("the same seed opens");
     // Expired by the cutoff: gone from lookups, then from the keys.
     let expiring = ConnectionIndex::open(
         &dir.path().join("expiring"),

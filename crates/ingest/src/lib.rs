@@ -61,6 +61,8 @@ pub struct IngestOptions {
     pub flows_from_packets: bool,
     /// Count-based expiration of the connection index.
     pub expiry: Expiry,
+    /// The seed the connection index keys Community IDs with.
+    pub community_seed: u16,
     /// Bounds of the packets table on disk.
     pub retention: Retention,
     /// Keep the unsealed rows in memory for readers in this process (a live
@@ -91,6 +93,7 @@ impl Default for IngestOptions {
             flows: FlowTableConfig::default(),
             flows_from_packets: true,
             expiry: Expiry::OFF,
+            community_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
             retention: Retention::default(),
             tail_bytes: 0,
         }
@@ -298,9 +301,10 @@ impl Ingestor {
         }
         let batch_rows = options.segment.row_group_rows;
         let data_capacity = batch_rows * options.snaplen.clamp(64, 2048) as usize;
-        let connections = Arc::new(ConnectionIndex::open(
+        let connections = Arc::new(ConnectionIndex::open_seeded(
             &archive.connections_dir(),
             options.expiry,
+            options.community_seed,
         )?);
         reindexed.extend(restage_flows(&archive, &connections)?);
         let maintenance = (options.expiry.keep_events > 0).then(|| {

@@ -8,6 +8,8 @@
 //! histogram_granularity_secs = 60  # width of a timestamp-histogram interval
 //! cutoff_interval_secs = 60        # how often the cutoff is recomputed
 //! compaction_interval_secs = 3600  # how often every entry is compacted
+//! community_id_seed = 0            # Community ID seed (as Zeek's CommunityID::seed); fixed
+//!                                  # when the archive is created
 //!
 //! [packets]
 //! max_bytes = 0                    # bound of the packets segments on disk (0: none)
@@ -89,6 +91,7 @@ struct Connections {
     histogram_granularity_secs: u64,
     cutoff_interval_secs: u64,
     compaction_interval_secs: u64,
+    community_id_seed: u16,
 }
 
 impl Default for Connections {
@@ -98,6 +101,7 @@ impl Default for Connections {
             histogram_granularity_secs: Expiry::OFF.histogram_granularity.as_secs(),
             cutoff_interval_secs: Expiry::OFF.cutoff_interval.as_secs(),
             compaction_interval_secs: Expiry::OFF.compaction_interval.as_secs(),
+            community_id_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
         }
     }
 }
@@ -107,6 +111,8 @@ impl Default for Connections {
 pub struct ArchiveSettings {
     /// Expiration of the connection index.
     pub expiry: Expiry,
+    /// The seed of the connections' Community IDs (`[connections] community_id_seed`).
+    pub community_seed: u16,
     /// Retention of the packets table.
     pub retention: Retention,
     /// The home network (`[network] home`): inclusive address ranges, empty
@@ -186,6 +192,7 @@ pub fn archive_settings(
         });
     Ok(ArchiveSettings {
         expiry,
+        community_seed: c.community_id_seed,
         retention,
         home,
         objects,

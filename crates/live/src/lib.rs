@@ -227,11 +227,20 @@ impl Recorder {
         let settings = hindsight_ingest::settings::archive_settings(root, None)?;
         let options = hindsight_ingest::IngestOptions {
             expiry: settings.expiry,
+            community_seed: settings.community_seed,
             retention: settings.retention,
             tail_bytes: config.tail_bytes,
             ..hindsight_ingest::IngestOptions::default()
         };
         let (ingestor, opened) = Ingestor::open(root, options)?;
+        // Triggers hash `community_id` as the archive's connections do.
+        let mut config = config;
+        if let Some(trigger) = &mut config.trigger {
+            trigger.filter = trigger
+                .filter
+                .clone()
+                .with_community_seed(settings.community_seed);
+        }
         // After the archive is opened: a new archive must start as an empty directory.
         if with_dumps {
             let dir = &config.dumps.dir;
@@ -748,6 +757,7 @@ fn analyze(
             .headers
             .src_addr
             .map_or_else(|| "nonip".to_owned(), |a| a.to_string().replace(':', "_"));
+        let filter = filter.with_community_seed(trigger.filter.community_seed());
         dumps.push(dumper.dump(filter, hit.ts_ns, trigger.before, trigger.after, &label)?);
     }
     Ok((

@@ -22,8 +22,8 @@ fn range_text(scale: u8) -> String {
     }
 }
 
-/// The Community ID (version 1, seed 0) of a connection.
-pub fn community_id(e: &ConnEntry) -> String {
+/// The Community ID (version 1) of a connection, hashed with `seed`.
+pub fn community_id(e: &ConnEntry, seed: u16) -> String {
     let (src, src_port, dst, dst_port) = e.oriented();
     hindsight_model::FlowRecord {
         src,
@@ -33,11 +33,12 @@ pub fn community_id(e: &ConnEntry) -> String {
         proto: e.proto,
         ..hindsight_model::FlowRecord::default()
     }
-    .community_id(hindsight_index::connections::COMMUNITY_SEED)
+    .community_id(seed)
 }
 
-/// A connection as one JSON object (`--format jsonl`, `GET /api/v1/flows`).
-pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
+/// A connection as one JSON object (`--format jsonl`, `GET /api/v1/flows`),
+/// its Community ID hashed with `community_seed`.
+pub fn connection_json(e: &ConnEntry, community_seed: u16) -> serde_json::Value {
     let (orig, orig_port, resp, resp_port) = e.oriented();
     let s = &e.summary;
     let state = if s.state == FlowState::Unknown {
@@ -66,7 +67,7 @@ pub fn connection_json(e: &ConnEntry) -> serde_json::Value {
         "bytes_out": range(s.bytes_out_scale),
         "bytes_in": range(s.bytes_in_scale),
         "source": s.source.name(),
-        "community_id": community_id(e),
+        "community_id": community_id(e, community_seed),
     })
 }
 
@@ -77,6 +78,8 @@ pub struct ConnWriter {
     rows: usize,
     /// The cluster node the next connections come from (a `node` column).
     node: Option<String>,
+    /// The seed of the next connections' Community IDs.
+    community_seed: u16,
 }
 
 impl ConnWriter {
@@ -87,7 +90,14 @@ impl ConnWriter {
             format: format.check(Answer::Connections)?,
             rows: 0,
             node: None,
+            community_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
         })
+    }
+
+    /// The seed the next connections' Community IDs are hashed with (their
+    /// index's: [`hindsight_index::ConnectionIndex::community_seed`]).
+    pub fn set_community_seed(&mut self, seed: u16) {
+        self.community_seed = seed;
     }
 
     /// The node of a cluster the next connections come from: a `node` column
@@ -206,11 +216,11 @@ impl ConnWriter {
                     range_text(s.bytes_out_scale),
                     range_text(s.bytes_in_scale),
                     s.source.name(),
-                    community_id(e)
+                    community_id(e, self.community_seed)
                 )?;
             }
             Format::Jsonl => {
-                let mut json = connection_json(e);
+                let mut json = connection_json(e, self.community_seed);
                 if let Some(node) = &self.node
                     && let Some(object) = json.as_object_mut()
                 {

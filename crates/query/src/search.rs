@@ -11,10 +11,12 @@
 //! 3. per row group, timestamp statistics, address min/max and Bloom filters;
 //! 4. per row, the time window and the filter itself.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 
+use hindsight_index::connections::DEFAULT_COMMUNITY_SEED;
 use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::{
     Addr16, CoveredRow, DataForm, GranuleSet, PacketRecord, SegmentId, decode_covered_rows, snap,
@@ -224,6 +226,21 @@ impl PacketSearch {
         Ok(self.connections.get_or_init(|| opened).as_ref())
     }
 
+    /// `filter` with `community_id` hashed with the seed of the archive's
+    /// connection index (the filter itself when it names no Community ID).
+    fn seeded<'f>(&self, filter: &'f Filter) -> Result<Cow<'f, Filter>, QueryError> {
+        if !filter.names_community_id() {
+            return Ok(Cow::Borrowed(filter));
+        }
+        let seed = self
+            .connections()?
+            .map_or(DEFAULT_COMMUNITY_SEED, |index| index.community_seed());
+        Ok(match seed == filter.community_seed() {
+            true => Cow::Borrowed(filter),
+            false => Cow::Owned(filter.clone().with_community_seed(seed)),
+        })
+    }
+
     /// Address ranges that every packet of the filter's Community IDs has: for
     /// each ID, the rarer of its connection's two addresses (a Community ID is
     /// a hash of both addresses, so every packet with it has both). `None` if
@@ -397,8 +414,10 @@ impl PacketSearch {
             plan,
             columns: &columns,
         };
+        let filter = self.seeded(&request.filter)?;
         let mut visitor = Visitor {
             request,
+            filter: &filter,
             visit,
             stats: &mut stats,
             limit,
@@ -490,8 +509,10 @@ impl PacketSearch {
         if stats.rows_matched >= limit {
             return Ok(());
         }
+        let filter = self.seeded(&request.filter)?;
         let mut visitor = Visitor {
             request,
+            filter: &filter,
             visit,
             stats,
             limit,
@@ -617,6 +638,8 @@ impl SegmentRead<'_> {
 /// Evaluates the time window and the filter on rows and hands matches on.
 struct Visitor<'a, 'v> {
     request: &'a SearchRequest,
+    /// The request's filter, its Community IDs hashed with the archive's seed.
+    filter: &'a Filter,
     visit: &'v mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     stats: &'a mut SearchStats,
     limit: u64,
@@ -707,8 +730,8 @@ impl Visitor<'_, '_> {
         {
             return Ok(true);
         }
-        let reads_bytes = self.request.filter.reads_bytes();
-        if !reads_bytes && !self.request.filter.matches(record) {
+        let reads_bytes = self.filter.reads_bytes();
+        if !reads_bytes && !self.filter.matches(record) {
             return Ok(true);
         }
         let restore = self.request.with_data || reads_bytes;
@@ -727,7 +750,7 @@ impl Visitor<'_, '_> {
             }
         }
         if reads_bytes {
-            match self.request.filter.test(record, &self.frame) {
+            match self.filter.test(record, &self.frame) {
                 Verdict::Match => {}
                 Verdict::NoMatch => return Ok(true),
                 Verdict::Unknown => {

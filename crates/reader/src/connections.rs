@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use hindsight_filter::Filter;
+use hindsight_index::connections::DEFAULT_COMMUNITY_SEED;
 use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
 use hindsight_model::{
     Addr16, FlowRecord, PacketHeaders, PacketRecord, SegmentId, ip_proto, network_range,
@@ -68,6 +69,8 @@ pub struct Connections {
     pub entries: Vec<ConnEntry>,
     /// Where the next page starts, if there is one.
     pub next: Option<Vec<u8>>,
+    /// The seed of the connections' Community IDs (the index's).
+    pub community_seed: u16,
 }
 
 /// The connections of `query` from the index and from the records of the
@@ -79,12 +82,12 @@ pub(crate) fn lookup(
     tail: &[(SegmentId, Arc<[FlowRecord]>)],
     query: &ConnQuery,
 ) -> Result<Connections, ReaderError> {
-    let keep = |entry: &ConnEntry| {
-        query
-            .filter
-            .as_ref()
-            .is_none_or(|f| f.matches(&as_packet(entry)))
-    };
+    let community_seed = index.map_or(DEFAULT_COMMUNITY_SEED, ConnectionIndex::community_seed);
+    let filter = query
+        .filter
+        .clone()
+        .map(|filter| filter.with_community_seed(community_seed));
+    let keep = |entry: &ConnEntry| filter.as_ref().is_none_or(|f| f.matches(&as_packet(entry)));
     // A filter of Community IDs with no addresses: each ID's originator's
     // address, from the index's Community ID keys.
     let mut found;
@@ -113,6 +116,10 @@ pub(crate) fn lookup(
         Some(index) => lookup_index(index, query, &keep)?,
         None => Connections::default(),
     };
+    let page = Connections {
+        community_seed,
+        ..page
+    };
     let after = query.after.as_deref();
     let unsealed: Vec<ConnEntry> = tail
         .iter()
@@ -132,6 +139,7 @@ pub(crate) fn lookup(
     if unsealed.is_empty() {
         return Ok(page);
     }
+    let community_seed = page.community_seed;
     let mut entries = page.entries;
     entries.extend(unsealed);
     entries.sort_by_key(ConnEntry::key);
@@ -147,7 +155,11 @@ pub(crate) fn lookup(
     } else {
         None
     };
-    Ok(Connections { entries, next })
+    Ok(Connections {
+        entries,
+        next,
+        community_seed,
+    })
 }
 
 fn lookup_index(

@@ -1038,7 +1038,8 @@ async fn flows(
             .entries
             .iter()
             .map(|entry| {
-                let mut json = hindsight_output::connections::connection_json(entry);
+                let mut json =
+                    hindsight_output::connections::connection_json(entry, page.community_seed);
                 if params.stored {
                     let (key, value) = entry.stored();
                     json["stored"] = json!(format!(
@@ -1050,11 +1051,17 @@ async fn flows(
                 json
             })
             .collect();
-        return Ok(Json(json!({"connections": connections, "next": next})).into_response());
+        return Ok(Json(json!({
+            "connections": connections,
+            "next": next,
+            "community_seed": page.community_seed,
+        }))
+        .into_response());
     };
     let mut out = Vec::new();
     let mut writer =
         hindsight_output::connections::ConnWriter::new(format).map_err(ApiError::bad_request)?;
+    writer.set_community_seed(page.community_seed);
     for entry in &page.entries {
         writer
             .write(&mut out, entry)

@@ -490,7 +490,10 @@ pub(crate) async fn federated_flows(
                 .entries
                 .iter()
                 .map(|(node, entry)| {
-                    let mut json = hindsight_output::connections::connection_json(entry);
+                    let mut json = hindsight_output::connections::connection_json(
+                        entry,
+                        page.community_seed(node),
+                    );
                     json["node"] = json!(node);
                     json
                 })
@@ -503,6 +506,7 @@ pub(crate) async fn federated_flows(
                 .map_err(ApiError::bad_request)?;
             for (node, entry) in &page.entries {
                 writer.set_node(node);
+                writer.set_community_seed(page.community_seed(node));
                 writer
                     .write(&mut out, entry)
                     .map_err(|e| ApiError::internal(&e.into()))?;

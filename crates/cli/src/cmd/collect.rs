@@ -43,11 +43,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install the signal handlers")?;
     }
+    let settings =
+        hindsight_ingest::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
     let options = IngestOptions {
-        expiry: hindsight_ingest::settings::archive_expiry(
-            &args.archive.archive,
-            args.keep_connections,
-        )?,
+        expiry: settings.expiry,
+        community_seed: settings.community_seed,
         ..IngestOptions::default()
     };
     let root = &args.archive.archive;

@@ -65,6 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
         for (node, entry) in &page.entries {
             writer.set_node(node);
+            writer.set_community_seed(page.community_seed(node));
             writer.write(&mut out, entry)?;
         }
         writer.finish(&mut out)?;
@@ -93,6 +94,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let page = Reader::open(root)?.snapshot()?.connections(&query)?;
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
+    writer.set_community_seed(page.community_seed);
     for entry in &page.entries {
         writer.write(&mut out, entry)?;
     }

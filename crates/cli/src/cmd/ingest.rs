@@ -79,6 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
         segment_max_rows: args.segment_packets,
         expiry: settings.expiry,
+        community_seed: settings.community_seed,
         retention: settings.retention,
         flows_from_packets: !args.no_flows,
         segment: SegmentOptions {
