@@ -41,14 +41,19 @@ const CF_CONNECTIONS: &str = "connections";
 /// summed by an associative merge operator so each write batch adds its counts).
 const CF_HISTOGRAM: &str = "histogram";
 /// Column family of the Community ID keys: key `hash (8) | ts (8) | the
-/// originator's connection key (46)`, the first 8 bytes of the connection's
-/// Community ID hash (with the index's seed), value its summary; one per
-/// connection.
+/// originator's address (16)`, the first 8 bytes of the connection's Community
+/// ID hash (with the index's seed), its start and its originator, which lead to
+/// its entry in `connections`; value empty; one per connection. Keys written
+/// before (`hash | ts | the originator's connection key (46)`, value the
+/// summary) are still read.
 const CF_COMMUNITY: &str = "community";
 /// Bytes of the Community ID hash a key starts with.
 const COMMUNITY_PREFIX: usize = 8;
 /// Length of a Community ID key.
-const COMMUNITY_KEY_LEN: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
+const COMMUNITY_KEY_LEN: usize = COMMUNITY_PREFIX + 8 + 16;
+/// Length of a Community ID key of the first layout, which held the whole
+/// connection key.
+const COMMUNITY_KEY_LEN_V1: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
 /// The Community ID seed of an index opened without one (the specification's
 /// default, and what Zeek, Suricata and Arkime use unless told otherwise).
 pub const DEFAULT_COMMUNITY_SEED: u16 = 0;
@@ -484,26 +489,32 @@ impl Staged {
     }
 
     /// Calls `f` with the Community ID keys in key order (one per record), each
-    /// key once, the last staged winning.
+    /// key once.
     fn for_each_community<E>(
         &self,
-        mut f: impl FnMut(&[u8; COMMUNITY_KEY_LEN], &[u8]) -> std::result::Result<(), E>,
+        mut f: impl FnMut(&[u8; COMMUNITY_KEY_LEN]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let mut order: Vec<([u8; COMMUNITY_KEY_LEN], u32)> = self
+        // As integers: sorting 32-byte arrays compares them byte by byte.
+        let mut order: Vec<(u64, u64, u128)> = self
             .keys
             .iter()
             .zip(&self.community)
-            .enumerate()
-            .map(|(i, (key, hash))| (community_key(hash, key), i as u32))
+            .map(|(key, hash)| {
+                (
+                    u64::from_be_bytes(*hash),
+                    u64::from_be_bytes(key[16..24].try_into().unwrap_or_default()),
+                    u128::from_be_bytes(key[..16].try_into().unwrap_or_default()),
+                )
+            })
             .collect();
-        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        order.dedup_by(|next, kept| next.0 == kept.0);
-        for (key, i) in &order {
-            let (start, len) = self.spans[*i as usize];
-            f(
-                key,
-                &self.values[start as usize..start as usize + usize::from(len)],
-            )?;
+        order.sort_unstable();
+        order.dedup();
+        for (hash, ts, addr) in order {
+            let mut key = [0u8; COMMUNITY_KEY_LEN];
+            key[..COMMUNITY_PREFIX].copy_from_slice(&hash.to_be_bytes());
+            key[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8].copy_from_slice(&ts.to_be_bytes());
+            key[COMMUNITY_PREFIX + 8..].copy_from_slice(&addr.to_be_bytes());
+            f(&key)?;
         }
         Ok(())
     }
@@ -890,8 +901,8 @@ impl ConnectionIndex {
                 .unwrap_or_else(|never| match never {});
             let community = self.family(CF_COMMUNITY)?;
             staged
-                .for_each_community(|key, value| {
-                    batch.put_cf(community, key, value);
+                .for_each_community(|key| {
+                    batch.put_cf(community, key, []);
                     Ok::<(), Infallible>(())
                 })
                 .unwrap_or_else(|never| match never {});
@@ -931,8 +942,7 @@ impl ConnectionIndex {
             })
         })?;
         self.ingest_table(CF_COMMUNITY, |writer| {
-            staged
-                .for_each_community(|key, value| writer.put(key, value).map_err(rocks(&self.path)))
+            staged.for_each_community(|key| writer.put(key, []).map_err(rocks(&self.path)))
         })
     }
 
@@ -1152,37 +1162,96 @@ impl ConnectionIndex {
         seek[COMMUNITY_PREFIX..].copy_from_slice(&ts_bytes(start_ns));
         let mut iter = self.db.raw_iterator_cf(family);
         iter.seek(seek);
+        let mut connections = None;
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
             if key.get(..COMMUNITY_PREFIX) != Some(prefix) {
                 break;
             }
-            let (Some(entry), COMMUNITY_KEY_LEN) =
-                (decode_entry(&key[COMMUNITY_PREFIX + 8..], value), key.len())
-            else {
+            let ts_ns = key
+                .get(COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8)
+                .and_then(|ts| ts.try_into().ok())
+                .map(ts_from_bytes);
+            if ts_ns.is_some_and(|ts_ns| ts_ns > end_ns) || found.len() >= limit {
+                break;
+            }
+            let candidates = match (key.len(), ts_ns) {
+                (COMMUNITY_KEY_LEN, Some(_)) => {
+                    // The originator's entries that start then: the one with
+                    // this hash is the connection.
+                    let family = match connections {
+                        Some(family) => family,
+                        None => *connections.insert(self.family(CF_CONNECTIONS)?),
+                    };
+                    self.entries_at(
+                        family,
+                        &key[COMMUNITY_PREFIX + 8..],
+                        &key[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8],
+                    )?
+                }
+                (COMMUNITY_KEY_LEN_V1, Some(_)) => {
+                    decode_entry(&key[COMMUNITY_PREFIX + 8..], value)
+                        .into_iter()
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            if candidates.is_empty() && key.len() != COMMUNITY_KEY_LEN {
                 return Err(
                     self.corrupt(CF_COMMUNITY, format!("entry with a {}-byte key", key.len()))
                 );
-            };
-            if entry.ts_ns > end_ns || found.len() >= limit {
-                break;
             }
-            // The whole hash, against the prefix's collisions.
-            let (src, src_port, dst, dst_port) = entry.oriented();
-            let record = FlowRecord {
-                src,
-                dst,
-                src_port,
-                dst_port,
-                proto: entry.proto,
-                ..FlowRecord::default()
-            };
-            if record.community_id_hash(self.community_seed) == *hash {
-                found.push(entry);
+            for entry in candidates {
+                // The whole hash, against the prefix's collisions.
+                let (src, src_port, dst, dst_port) = entry.oriented();
+                let record = FlowRecord {
+                    src,
+                    dst,
+                    src_port,
+                    dst_port,
+                    proto: entry.proto,
+                    ..FlowRecord::default()
+                };
+                if !entry.reverse
+                    && found.len() < limit
+                    && record.community_id_hash(self.community_seed) == *hash
+                {
+                    found.push(entry);
+                }
             }
             iter.next();
         }
         iter.status().map_err(rocks(&self.path))?;
         Ok(found)
+    }
+
+    /// The entries of `connections` keyed by `addr` (16 bytes) that start at
+    /// `ts` (8 key bytes): a Community ID key's connections.
+    fn entries_at(
+        &self,
+        connections: &rocksdb::ColumnFamily,
+        addr: &[u8],
+        ts: &[u8],
+    ) -> Result<Vec<ConnEntry>> {
+        let mut prefix = [0u8; 24];
+        prefix[..16].copy_from_slice(addr);
+        prefix[16..].copy_from_slice(ts);
+        let mut iter = self.db.raw_iterator_cf(connections);
+        iter.seek(prefix);
+        let mut entries = Vec::new();
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            if key.get(..24) != Some(&prefix[..]) {
+                break;
+            }
+            entries.push(decode_entry(key, value).ok_or_else(|| {
+                self.corrupt(
+                    CF_CONNECTIONS,
+                    format!("entry with a {}-byte key", key.len()),
+                )
+            })?);
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(entries)
     }
 
     /// Returns true if the index holds Community ID keys (indexes written
@@ -1227,16 +1296,6 @@ impl ConnectionIndex {
     }
 }
 
-/// The Community ID key of a record: its hash prefix, its start, its key.
-fn community_key(hash: &[u8; COMMUNITY_PREFIX], key: &[u8; KEY_LEN]) -> [u8; COMMUNITY_KEY_LEN] {
-    let mut out = [0u8; COMMUNITY_KEY_LEN];
-    out[..COMMUNITY_PREFIX].copy_from_slice(hash);
-    out[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8].copy_from_slice(&key[16..24]);
-    out[COMMUNITY_PREFIX + 8..].copy_from_slice(key);
-    out
-}
-
-/// Returns the key of a histogram interval starting at `start_ns`.
 /// Options of the `connections` family, which its table files are also written with.
 fn table_options() -> Options {
     let mut options = Options::default();
@@ -1246,6 +1305,7 @@ fn table_options() -> Options {
     options
 }
 
+/// Returns the key of a histogram interval starting at `start_ns`.
 fn histogram_key(start_ns: i64) -> [u8; 16] {
     let mut key = [0u8; 16];
     key[..8].copy_from_slice(&ts_bytes(start_ns));

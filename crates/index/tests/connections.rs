@@ -432,3 +432,56 @@ fn a_community_id_finds_its_connections() {
         "{left:?}"
     );
 }
+
+/// Community ID keys of the first layout (`hash | start | the whole connection
+/// key`, value the summary), as indexes written before the key was cut to
+/// `hash | start | originator` hold them, are still found.
+#[test]
+fn community_keys_of_the_first_layout_are_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client = v4(128, 232, 110, 120);
+    let server = v4(66, 35, 250, 204);
+    let record = conn(100, client, 34855, server, 80);
+    let hash = record.community_id_hash(0);
+    let index = ConnectionIndex::open(dir.path(), Expiry::OFF).expect("open");
+    index.insert(std::slice::from_ref(&record)).expect("insert");
+    index.flush().expect("flush");
+    drop(index);
+    // Rewrite the key in the first layout, as that version wrote it.
+    {
+        let families = ["connections", "histogram", "meta", "community"];
+        let mut options = rocksdb::Options::default();
+        options.set_merge_operator_associative("hindsight-add-u64", |_, existing, operands| {
+            let mut total = existing.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()));
+            for operand in operands {
+                total += u64::from_le_bytes(operand.try_into().unwrap());
+            }
+            Some(total.to_le_bytes().to_vec())
+        });
+        let db = rocksdb::DB::open_cf(&options, dir.path(), families).expect("raw open");
+        let community = db.cf_handle("community").unwrap();
+        let keys: Vec<Box<[u8]>> = db
+            .iterator_cf(community, rocksdb::IteratorMode::Start)
+            .map(|item| item.unwrap().0)
+            .collect();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].len(), 32, "hash, start, originator");
+        db.delete_cf(community, &keys[0]).unwrap();
+        let connections = db.cf_handle("connections").unwrap();
+        let (key, value) = db
+            .iterator_cf(connections, rocksdb::IteratorMode::Start)
+            .map(Result::unwrap)
+            .find(|(key, _)| key[45] & 1 == 0)
+            .expect("the originator's entry");
+        let mut old = hash[..8].to_vec();
+        old.extend_from_slice(&key[16..24]);
+        old.extend_from_slice(&key);
+        db.put_cf(community, old, value).unwrap();
+    }
+    let index = ConnectionIndex::open_read_only(dir.path())
+        .expect("open")
+        .expect("an index");
+    let found = index.community(&hash, 0, i64::MAX, 10).expect("lookup");
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].oriented(), (client, 34855, server, 80));
+}
