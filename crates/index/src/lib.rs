@@ -415,6 +415,35 @@ impl AddressLookup {
         !self.indexed.contains(&id) || self.holding.contains_key(&id)
     }
 
+    /// How many granules hold the addresses, over every segment.
+    pub fn granule_count(&self) -> usize {
+        self.holding.values().map(|set| set.granules().len()).sum()
+    }
+
+    /// How many segments answer from covering postings.
+    pub fn covered_count(&self) -> usize {
+        self.covered.len()
+    }
+
+    /// Keeps only what `other` (a lookup of other addresses in the same index)
+    /// also holds: the segments and granules where both sets of addresses
+    /// occur, as every packet between them has both. Covering postings stay
+    /// this lookup's.
+    pub fn intersect(&mut self, other: &AddressLookup) {
+        self.holding.retain(|id, granules| {
+            if !other.indexed.contains(id) {
+                return true;
+            }
+            let Some(theirs) = other.holding.get(id) else {
+                return false;
+            };
+            granules.intersect_with(theirs);
+            !granules.is_empty()
+        });
+        let holding = &self.holding;
+        self.covered.retain(|id, _| holding.contains_key(id));
+    }
+
     /// Returns the granules of each indexed segment where the addresses occur, and
     /// the covering postings of the segments where all those addresses are covered
     /// (one encoded posting per address; `hindsight_model::decode_covered_rows`).

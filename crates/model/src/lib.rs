@@ -678,6 +678,12 @@ impl GranuleSet {
         self.0 = merged;
     }
 
+    /// Keeps only the granules also in `other`.
+    pub fn intersect_with(&mut self, other: &Self) {
+        self.0
+            .retain(|granule| other.0.binary_search(granule).is_ok());
+    }
+
     /// Encodes the set as LEB128 varints of the gaps between granules.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.0.len() + 2);
@@ -833,6 +839,9 @@ mod tests {
         let other: GranuleSet = [3, 4, 9000].into_iter().collect();
         set.union_with(&other);
         assert_eq!(set.granules(), &[0, 1, 3, 4, 1220, 9000]);
+        let mut both = set.clone();
+        both.intersect_with(&[1, 2, 4, 9000, 9001].into_iter().collect());
+        assert_eq!(both.granules(), &[1, 4, 9000]);
         assert_eq!(GranuleSet::decode(&[0x80]), None, "unterminated varint");
         assert_eq!(GranuleSet::decode(&[1, 0]), None, "zero gap");
         assert_eq!(

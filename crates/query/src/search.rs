@@ -17,12 +17,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 
 use hindsight_index::connections::DEFAULT_COMMUNITY_SEED;
-use hindsight_index::{AddressIndex, ConnectionIndex};
+use hindsight_index::{AddressIndex, AddressLookup, ConnectionIndex};
 use hindsight_model::{
     Addr16, CoveredRow, DataForm, GranuleSet, PacketRecord, SegmentId, decode_covered_rows, snap,
 };
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::{PacketBatchView, col};
+use hindsight_store::segment::reader::ConnTuple;
 use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
 use crate::error::QueryError;
@@ -117,6 +118,9 @@ pub struct SearchPlan {
     /// A cheaper test every match passes, tried first: the addresses of the
     /// connections of a filter's Community IDs.
     pub prefilter: Option<Filter>,
+    /// Those connections: segment files return only their packets (decoding
+    /// the other columns only where they are).
+    pub connections: Vec<ConnTuple>,
     /// Counts of the planning levels (the reading levels are filled by execution).
     pub stats: SearchStats,
 }
@@ -187,8 +191,14 @@ const RECORD_COLUMNS: &[&str] = &[
 ];
 
 /// What a filter's Community IDs give the planner: address ranges every match
-/// lies in, and a cheaper test every match passes.
-type CommunityPlan = (Vec<(Addr16, Addr16)>, Filter);
+/// lies in, a cheaper test every match passes, the connections, and (for one
+/// connection) the address index's answer for where both its addresses occur.
+type CommunityPlan = (
+    Vec<(Addr16, Addr16)>,
+    Filter,
+    Vec<ConnTuple>,
+    Option<AddressLookup>,
+);
 
 impl PacketSearch {
     /// Opens the archive at `root` for reading, with its address index if it has one.
@@ -254,25 +264,27 @@ impl PacketSearch {
         };
         let mut ranges = Vec::with_capacity(ids.len());
         let mut pairs = Vec::with_capacity(ids.len());
+        let mut lookups = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(entry) = connections.community(&id, i64::MIN, i64::MAX, 1)?.pop() else {
                 return Ok(None);
             };
             let pick = match &self.index {
                 Some(index) => {
-                    let weight = |addr: Addr16| -> Result<usize, QueryError> {
-                        let (granules, covered) = index.lookup(&[(addr, addr)])?.into_parts();
-                        Ok(granules
-                            .values()
-                            .map(|set| set.granules().len())
-                            .sum::<usize>()
-                            + covered.len())
-                    };
-                    if weight(entry.addr)? <= weight(entry.peer)? {
+                    let weight =
+                        |lookup: &AddressLookup| lookup.granule_count() + lookup.covered_count();
+                    let mut ours = index.lookup(&[(entry.addr, entry.addr)])?;
+                    let mut theirs = index.lookup(&[(entry.peer, entry.peer)])?;
+                    let pick = if weight(&ours) <= weight(&theirs) {
+                        ours.intersect(&theirs);
                         entry.addr
                     } else {
+                        theirs.intersect(&ours);
+                        std::mem::swap(&mut ours, &mut theirs);
                         entry.peer
-                    }
+                    };
+                    lookups.push(ours);
+                    pick
                 }
                 None => entry.addr,
             };
@@ -285,7 +297,13 @@ impl PacketSearch {
                 entry.proto,
             ));
         }
-        Ok(Some((ranges, Filter::between(&pairs))))
+        // One connection: where both its addresses occur (every packet of it
+        // has both), from the lookups already made.
+        let lookup = match lookups.len() {
+            1 => lookups.pop(),
+            _ => None,
+        };
+        Ok(Some((ranges, Filter::between(&pairs), pairs, lookup)))
     }
 
     /// Reads the segments whose local file is gone or damaged from their
@@ -313,14 +331,20 @@ impl PacketSearch {
             .cloned()
             .collect();
         stats.segments_in_time = segments.len();
-        let (address_ranges, prefilter) = match self.community_ranges(&request.filter)? {
-            Some((ranges, prefilter)) => (Some(ranges), Some(prefilter)),
-            None => (request.filter.address_ranges(), None),
-        };
+        let (address_ranges, prefilter, connections, looked_up) =
+            match self.community_ranges(&request.filter)? {
+                Some((ranges, prefilter, connections, lookup)) => {
+                    (Some(ranges), Some(prefilter), connections, lookup)
+                }
+                None => (request.filter.address_ranges(), None, Vec::new(), None),
+            };
         let mut granules = BTreeMap::new();
         let mut covered = BTreeMap::new();
         if let (Some(ranges), Some(index)) = (&address_ranges, &self.index) {
-            let lookup = index.lookup(ranges)?;
+            let lookup = match looked_up {
+                Some(lookup) => lookup,
+                None => index.lookup(ranges)?,
+            };
             segments.retain(|entry| lookup.may_hold(entry.segment_id()));
             (granules, covered) = lookup.into_parts();
             let planned: BTreeSet<SegmentId> =
@@ -357,6 +381,7 @@ impl PacketSearch {
         Ok(SearchPlan {
             segments,
             prefilter,
+            connections,
             address_ranges,
             granules,
             covered,
@@ -588,6 +613,7 @@ impl SegmentRead<'_> {
                     self.plan.granules.get(&entry.segment_id()),
                     Some(self.columns),
                     self.plan.address_ranges.as_deref(),
+                    &self.plan.connections,
                 )?)
             };
             Ok::<_, QueryError>((reader, row_groups_read, batches))

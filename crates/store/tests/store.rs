@@ -134,7 +134,7 @@ fn granule_selection_reads_only_those_rows() {
     let reader = SegmentReader::open(&sealed.path).unwrap();
     let groups: Vec<usize> = (0..reader.row_groups()).collect();
     let (batches, selected) = reader
-        .read_granules(groups.clone(), Some(&rare), None, None)
+        .read_granules(groups.clone(), Some(&rare), None, None, &[])
         .unwrap();
     assert_eq!(selected, 20_000 - 16_384);
     let mut back = Vec::new();
@@ -147,7 +147,7 @@ fn granule_selection_reads_only_those_rows() {
     // Only some row groups, and a granule spanning two of them.
     let granule_one: hindsight_model::GranuleSet = [1].into_iter().collect();
     let (batches, selected) = reader
-        .read_granules(vec![8, 9], Some(&granule_one), None, None)
+        .read_granules(vec![8, 9], Some(&granule_one), None, None, &[])
         .unwrap();
     let read: usize = batches.map(|b| b.unwrap().num_rows()).sum();
     assert_eq!(

@@ -5,7 +5,9 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use arrow::array::{Array, BooleanArray, FixedSizeBinaryArray, RecordBatch};
+use arrow::array::{
+    Array, BooleanArray, FixedSizeBinaryArray, RecordBatch, UInt8Array, UInt16Array,
+};
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -68,6 +70,71 @@ fn address_mask(batch: &RecordBatch, ranges: &[(Addr16, Addr16)]) -> BooleanArra
     };
     (0..batch.num_rows())
         .map(|row| Some(hit(src, row) || hit(dst, row)))
+        .collect()
+}
+
+/// A connection's endpoints and protocol: `(address, port, peer, peer port,
+/// protocol)`, the ports tested only for TCP, UDP and SCTP.
+pub type ConnTuple = (Addr16, u16, Addr16, u16, u8);
+
+/// Returns, for each row of a batch holding the addresses, ports and protocol,
+/// whether it is a packet of one of `connections` (either direction).
+fn connection_mask(batch: &RecordBatch, connections: &[ConnTuple]) -> BooleanArray {
+    let addr = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+    };
+    let port = |name: &str| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<UInt16Array>())
+    };
+    let (Some(src), Some(dst), Some(sport), Some(dport), Some(proto)) = (
+        addr(col::SRC_ADDR),
+        addr(col::DST_ADDR),
+        port(col::SRC_PORT),
+        port(col::DST_PORT),
+        batch
+            .column_by_name(col::IP_PROTO)
+            .and_then(|c| c.as_any().downcast_ref::<UInt8Array>()),
+    ) else {
+        // Columns not as written: keep every row for the filter to decide.
+        return (0..batch.num_rows()).map(|_| Some(true)).collect();
+    };
+    fn value(a: &FixedSizeBinaryArray, row: usize) -> Option<&[u8]> {
+        a.is_valid(row).then(|| a.value(row))
+    }
+    let number = |a: &UInt16Array, row: usize| a.is_valid(row).then(|| a.value(row));
+    (0..batch.num_rows())
+        .map(|row| {
+            // Protocol and ports first: integers, and most rows differ there.
+            let p = proto.is_valid(row).then(|| proto.value(row));
+            let (sp, dp) = (number(sport, row), number(dport, row));
+            let candidates = connections.iter().filter(|&&(_, a_port, _, b_port, want)| {
+                p == Some(want)
+                    && (!matches!(want, 6 | 17 | 132)
+                        || (sp == Some(a_port) && dp == Some(b_port))
+                        || (sp == Some(b_port) && dp == Some(a_port)))
+            });
+            let mut candidates = candidates.peekable();
+            if candidates.peek().is_none() {
+                return Some(false);
+            }
+            let (Some(s), Some(d)) = (value(src, row), value(dst, row)) else {
+                return Some(false);
+            };
+            Some(candidates.any(|&(a, a_port, b, b_port, want)| {
+                let ported = matches!(want, 6 | 17 | 132);
+                let forward = s == &a.0[..]
+                    && d == &b.0[..]
+                    && (!ported || (sp == Some(a_port) && dp == Some(b_port)));
+                let backward = s == &b.0[..]
+                    && d == &a.0[..]
+                    && (!ported || (sp == Some(b_port) && dp == Some(a_port)));
+                forward || backward
+            }))
+        })
         .collect()
 }
 
@@ -289,13 +356,16 @@ impl SegmentReader {
     ///
     /// With `addresses`, only rows whose source or destination address lies in one
     /// of the ranges are returned: the two address columns are decoded first, and
-    /// the other columns only for the rows that pass (a Parquet row filter).
+    /// the other columns only for the rows that pass (a Parquet row filter). With
+    /// `connections` (not empty), only the packets of those connections are, by
+    /// addresses, ports and protocol.
     pub fn read_granules(
         &self,
         row_groups: Vec<usize>,
         granules: Option<&GranuleSet>,
         columns: Option<&[&str]>,
         addresses: Option<&[(Addr16, Addr16)]>,
+        connections: &[ConnTuple],
     ) -> Result<(ParquetRecordBatchReader, u64)> {
         let metadata = self.metadata.metadata();
         let granule_rows = u64::from(GRANULE_ROWS);
@@ -349,7 +419,25 @@ impl SegmentReader {
             builder =
                 builder.with_projection(ProjectionMask::columns(schema, columns.iter().copied()));
         }
-        if let Some(ranges) = addresses {
+        // Late materialisation: the other columns are decoded only for the
+        // rows (pages) these columns select.
+        if !connections.is_empty() {
+            let connections = connections.to_vec();
+            let mask = ProjectionMask::columns(
+                schema,
+                [
+                    col::SRC_ADDR,
+                    col::DST_ADDR,
+                    col::SRC_PORT,
+                    col::DST_PORT,
+                    col::IP_PROTO,
+                ],
+            );
+            let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
+                Ok(connection_mask(&batch, &connections))
+            });
+            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+        } else if let Some(ranges) = addresses {
             let ranges = ranges.to_vec();
             let mask = ProjectionMask::columns(schema, [col::SRC_ADDR, col::DST_ADDR]);
             let predicate = ArrowPredicateFn::new(mask, move |batch: RecordBatch| {
