@@ -53,11 +53,11 @@ fn posting_segment(key: &[u8]) -> Option<SegmentId> {
     Some(SegmentId(u64::from_be_bytes(id)))
 }
 
-/// An error of the address index.
+/// An error of the address index or the connection index.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     /// RocksDB reported an error.
-    #[error("address index {}: {source}", path.display())]
+    #[error("{} {}: {source}", which(path), path.display())]
     Rocks {
         /// The index directory.
         path: PathBuf,
@@ -66,7 +66,11 @@ pub enum IndexError {
         source: rocksdb::Error,
     },
     /// A key or value does not have the layout this version writes.
-    #[error("address index {}: corrupt entry in column family {family}: {reason}", path.display())]
+    #[error(
+        "{} {}: corrupt entry in column family {family}: {reason}",
+        which(path),
+        path.display()
+    )]
     Corrupt {
         /// The index directory.
         path: PathBuf,
@@ -91,6 +95,15 @@ pub enum IndexError {
         /// The seed it was opened with.
         configured: u16,
     },
+}
+
+/// Which index a directory holds, by the name the archive gives it
+/// (`ARCHIVE/connections` or `ARCHIVE/index`).
+fn which(path: &Path) -> &'static str {
+    match path.file_name().and_then(|name| name.to_str()) {
+        Some("connections") => "connection index",
+        _ => "address index",
+    }
 }
 
 /// Result of the index.

@@ -485,3 +485,21 @@ fn community_keys_of_the_first_layout_are_still_read() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].oriented(), (client, 34855, server, 80));
 }
+
+/// An error of the connection index names it as such, not as the address
+/// index (the two share one error type).
+#[test]
+fn a_damaged_connection_index_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("connections");
+    let index = ConnectionIndex::open(&path, Expiry::OFF).expect("open");
+    index
+        .insert(&[conn(100, v4(10, 0, 0, 1), 1000, v4(10, 0, 0, 2), 80)])
+        .expect("insert");
+    index.flush().expect("flush");
+    drop(index);
+    std::fs::write(path.join("CURRENT"), "MANIFEST-999999\n").expect("damage");
+    let error = ConnectionIndex::open(&path, Expiry::OFF).expect_err("a damaged index");
+    let text = error.to_string();
+    assert!(text.starts_with("connection index "), "{text}");
+}
