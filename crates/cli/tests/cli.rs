@@ -1199,15 +1199,20 @@ fn a_configured_community_id_seed_is_used_throughout_and_kept() {
     )
     .unwrap();
     let filter = format!("community_id == \"{id}\"");
-    let flows = ok(&hindsight(&[
+    let flows = flows_jsonl(&archive, &filter);
+    assert!(flows.contains(&id), "{flows}");
+}
+
+/// The connection records of `filter` in `archive`, as JSON lines.
+fn flows_jsonl(archive: &Path, filter: &str) -> String {
+    ok(&hindsight(&[
         "flows",
         "--archive",
         archive.to_str().unwrap(),
         "-F",
         "jsonl",
-        &filter,
-    ]));
-    assert!(flows.contains(&id), "{flows}");
+        filter,
+    ]))
 }
 
 /// Looks up one lan-hour connection by its Community ID as tshark computes it
@@ -1311,14 +1316,7 @@ fn community_id_lookup(work: &Path, seed: u16) -> (PathBuf, String) {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert!(planned < total, "{stderr}");
-    let flows = ok(&hindsight(&[
-        "flows",
-        "--archive",
-        archive.to_str().unwrap(),
-        "-F",
-        "jsonl",
-        &filter,
-    ]));
+    let flows = flows_jsonl(&archive, &filter);
     let records: Vec<serde_json::Value> = flows
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())

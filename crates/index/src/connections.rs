@@ -474,8 +474,8 @@ pub struct ConnectionIndex {
 #[derive(Debug, Default)]
 struct Staged {
     keys: Vec<[u8; KEY_LEN]>,
-    /// Each record's Community ID hash prefix.
-    community: Vec<[u8; COMMUNITY_PREFIX]>,
+    /// Each record's Community ID hash prefix, as a big-endian integer.
+    community: Vec<u64>,
     /// Each record's summary, as (start, length) in `values`.
     spans: Vec<(u32, u8)>,
     values: Vec<u8>,
@@ -499,9 +499,9 @@ impl Staged {
             .keys
             .iter()
             .zip(&self.community)
-            .map(|(key, hash)| {
+            .map(|(key, &hash)| {
                 (
-                    u64::from_be_bytes(*hash),
+                    hash,
                     u64::from_be_bytes(key[16..24].try_into().unwrap_or_default()),
                     u128::from_be_bytes(key[..16].try_into().unwrap_or_default()),
                 )
@@ -684,18 +684,23 @@ impl ConnectionIndex {
 
     /// The seed recorded in the index, if one is.
     fn stored_seed(&self) -> Result<Option<u16>> {
+        Ok(self
+            .read_meta(META_COMMUNITY_SEED, "the Community ID seed")?
+            .map(u16::from_be_bytes))
+    }
+
+    /// The value of `key` in `meta`, if it is set; `what` names it in the
+    /// error when it is not `N` bytes long.
+    fn read_meta<const N: usize>(&self, key: &[u8], what: &str) -> Result<Option<[u8; N]>> {
         let meta = self.family(CF_META)?;
-        let Some(bytes) = self
-            .db
-            .get_cf(meta, META_COMMUNITY_SEED)
-            .map_err(rocks(&self.path))?
-        else {
+        let Some(bytes) = self.db.get_cf(meta, key).map_err(rocks(&self.path))? else {
             return Ok(None);
         };
-        let bytes: [u8; 2] = bytes.as_slice().try_into().map_err(|_| {
-            self.corrupt(CF_META, "the Community ID seed is not 2 bytes".to_owned())
-        })?;
-        Ok(Some(u16::from_be_bytes(bytes)))
+        let bytes = bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| self.corrupt(CF_META, format!("{what} is not {N} bytes")))?;
+        Ok(Some(bytes))
     }
 
     /// Returns true if the index holds no connection.
@@ -779,16 +784,7 @@ impl ConnectionIndex {
     /// re-binned into the configured one by interval start (rounding down keeps
     /// every count at or before its true time, so cutoffs stay safe).
     fn load_state(&self) -> Result<()> {
-        let meta = self.family(CF_META)?;
-        if let Some(bytes) = self
-            .db
-            .get_cf(meta, META_CUTOFF)
-            .map_err(rocks(&self.path))?
-        {
-            let bytes: [u8; 8] = bytes
-                .as_slice()
-                .try_into()
-                .map_err(|_| self.corrupt(CF_META, "cutoff is not 8 bytes".to_owned()))?;
+        if let Some(bytes) = self.read_meta(META_CUTOFF, "cutoff")? {
             self.cutoff
                 .store(i64::from_be_bytes(bytes), Ordering::Release);
         }
@@ -855,9 +851,9 @@ impl ConnectionIndex {
             );
             staged.keys.push(encode_key(record));
             let hash = record.community_id_hash(self.community_seed);
-            staged
-                .community
-                .push(hash[..COMMUNITY_PREFIX].try_into().unwrap_or_default());
+            staged.community.push(u64::from_be_bytes(
+                hash[..COMMUNITY_PREFIX].try_into().unwrap_or_default(),
+            ));
             staged.spans.push(span);
             *staged
                 .counts
@@ -981,19 +977,9 @@ impl ConnectionIndex {
     /// Returns the last `flows` segment whose records are all in the index, as
     /// recorded by [`commit`](Self::commit) or [`set_flows_mark`](Self::set_flows_mark).
     pub fn flows_mark(&self) -> Result<Option<SegmentId>> {
-        let meta = self.family(CF_META)?;
-        let Some(bytes) = self
-            .db
-            .get_cf(meta, META_FLOWS_MARK)
-            .map_err(rocks(&self.path))?
-        else {
-            return Ok(None);
-        };
-        let bytes: [u8; 8] = bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| self.corrupt(CF_META, "flows mark is not 8 bytes".to_owned()))?;
-        Ok(Some(SegmentId(u64::from_be_bytes(bytes))))
+        Ok(self
+            .read_meta(META_FLOWS_MARK, "flows mark")?
+            .map(|bytes| SegmentId(u64::from_be_bytes(bytes))))
     }
 
     /// Records `mark` as the last `flows` segment whose records are all in the
@@ -1162,44 +1148,28 @@ impl ConnectionIndex {
         seek[COMMUNITY_PREFIX..].copy_from_slice(&ts_bytes(start_ns));
         let mut iter = self.db.raw_iterator_cf(family);
         iter.seek(seek);
-        let mut connections = None;
+        let connections = self.family(CF_CONNECTIONS)?;
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
             if key.get(..COMMUNITY_PREFIX) != Some(prefix) {
                 break;
             }
-            let ts_ns = key
-                .get(COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8)
-                .and_then(|ts| ts.try_into().ok())
-                .map(ts_from_bytes);
-            if ts_ns.is_some_and(|ts_ns| ts_ns > end_ns) || found.len() >= limit {
+            let corrupt =
+                || self.corrupt(CF_COMMUNITY, format!("entry with a {}-byte key", key.len()));
+            if key.len() != COMMUNITY_KEY_LEN && key.len() != COMMUNITY_KEY_LEN_V1 {
+                return Err(corrupt());
+            }
+            let ts = &key[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8];
+            if ts_from_bytes(ts.try_into().unwrap_or_default()) > end_ns || found.len() >= limit {
                 break;
             }
-            let candidates = match (key.len(), ts_ns) {
-                (COMMUNITY_KEY_LEN, Some(_)) => {
-                    // The originator's entries that start then: the one with
-                    // this hash is the connection.
-                    let family = match connections {
-                        Some(family) => family,
-                        None => *connections.insert(self.family(CF_CONNECTIONS)?),
-                    };
-                    self.entries_at(
-                        family,
-                        &key[COMMUNITY_PREFIX + 8..],
-                        &key[COMMUNITY_PREFIX..COMMUNITY_PREFIX + 8],
-                    )?
+            let candidates = match key.len() {
+                // The originator's entries that start then: the one with this
+                // hash is the connection.
+                COMMUNITY_KEY_LEN => {
+                    self.entries_at(connections, &key[COMMUNITY_PREFIX + 8..], ts)?
                 }
-                (COMMUNITY_KEY_LEN_V1, Some(_)) => {
-                    decode_entry(&key[COMMUNITY_PREFIX + 8..], value)
-                        .into_iter()
-                        .collect()
-                }
-                _ => Vec::new(),
+                _ => vec![decode_entry(&key[COMMUNITY_PREFIX + 8..], value).ok_or_else(corrupt)?],
             };
-            if candidates.is_empty() && key.len() != COMMUNITY_KEY_LEN {
-                return Err(
-                    self.corrupt(CF_COMMUNITY, format!("entry with a {}-byte key", key.len()))
-                );
-            }
             for entry in candidates {
                 // The whole hash, against the prefix's collisions.
                 let (src, src_port, dst, dst_port) = entry.oriented();
