@@ -105,6 +105,11 @@ fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
 /// The record of a captured frame, its headers decoded into it (not copied on
 /// the way): what ingest stores and a watch reads.
 pub fn record(frame: &Frame<'_>) -> PacketRecord {
+    record_layout(frame).0
+}
+
+/// [`record`], and where the innermost packet's layers lie in the frame.
+pub fn record_layout(frame: &Frame<'_>) -> (PacketRecord, Layout) {
     let mut record = PacketRecord {
         ts_nanos: frame.ts_nanos,
         wire_len: frame.wire_len,
@@ -115,8 +120,30 @@ pub fn record(frame: &Frame<'_>) -> PacketRecord {
     };
     // Decoded in place: the headers are some 200 bytes, and a copy of them
     // per packet shows in the ingest profile.
-    decode_into(frame.link_type, frame.data, &mut record.headers);
-    record
+    let layout = decode_into(frame.link_type, frame.data, &mut record.headers);
+    (record, layout)
+}
+
+impl Layout {
+    /// The TCP or UDP payload of `frame` (the frame this layout is of), the
+    /// TCP sequence number, and whether the payload is cut (the frame was
+    /// captured shorter than its IP length says).
+    pub fn payload<'a>(&self, frame: &'a [u8], tcp: bool) -> (&'a [u8], Option<u32>, bool) {
+        let (Some(start), Some((header, end))) = (self.payload, self.transport) else {
+            return (&[], None, false);
+        };
+        // A frame cut by the snap length holds the start of its payload.
+        let bytes = frame.get(start..end.min(frame.len())).unwrap_or_default();
+        let seq = if tcp {
+            header
+                .checked_add(4)
+                .and_then(|at| array::<4>(frame, at))
+                .map(u32::from_be_bytes)
+        } else {
+            None
+        };
+        (bytes, seq, end > frame.len())
+    }
 }
 
 /// Decodes the headers of one frame of link type `link_type`.

@@ -46,6 +46,13 @@ pub struct FlowTableConfig {
     /// At most this many flows are open; past it the flow idle the longest is
     /// closed early (and counted in [`FlowTableStats::evicted`]). Default 1,000,000.
     pub max_flows: usize,
+    /// Application fields ([`hindsight_app`]): read from the first packets of
+    /// each connection when set. Default on, with the default limits.
+    pub app: Option<hindsight_app::Limits>,
+    /// At most this many bytes of all flows' first packets are buffered for
+    /// application fields; a flow that would need more gives what it has
+    /// (counted in [`FlowTableStats::app_cut`]). Default 64 MiB.
+    pub app_buffer_bytes: usize,
 }
 
 impl Default for FlowTableConfig {
@@ -55,6 +62,8 @@ impl Default for FlowTableConfig {
             active_timeout: Duration::from_secs(300),
             close_linger: Duration::from_secs(5),
             max_flows: 1_000_000,
+            app: Some(hindsight_app::Limits::default()),
+            app_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -70,6 +79,22 @@ pub struct FlowTableStats {
     pub records: u64,
     /// Flows closed early because the table was full.
     pub evicted: u64,
+    /// Records with application fields.
+    pub app_records: u64,
+    /// Flows whose application fields were cut short because the buffers of
+    /// all flows were at [`FlowTableConfig::app_buffer_bytes`].
+    pub app_cut: u64,
+}
+
+/// A packet's transport payload, for the application fields.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Payload<'a> {
+    /// The TCP or UDP payload bytes captured.
+    pub bytes: &'a [u8],
+    /// The TCP sequence number (`None` for UDP).
+    pub seq: Option<u32>,
+    /// The capture holds only the payload's start (a snap length).
+    pub cut: bool,
 }
 
 /// The flow key: protocol and the two endpoints. For paired protocols the
@@ -104,7 +129,7 @@ struct TcpHistory {
     rst: bool,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct OpenFlow {
     key: FlowKey,
     record: FlowRecord,
@@ -115,6 +140,8 @@ struct OpenFlow {
     /// Unique per flow, so a queue entry of an ended flow with the same key is
     /// recognised as stale.
     generation: u64,
+    /// The application fields' extractor, while it reads.
+    app: Option<Box<hindsight_app::Conversation>>,
 }
 
 /// A bidirectional flow table.
@@ -136,6 +163,8 @@ pub struct FlowTable {
     now: i64,
     next_generation: u64,
     stats: FlowTableStats,
+    /// Bytes the open flows' extractors buffer.
+    app_bytes: usize,
 }
 
 fn nanos(d: Duration) -> i64 {
@@ -155,6 +184,7 @@ impl FlowTable {
             now: i64::MIN,
             next_generation: 0,
             stats: FlowTableStats::default(),
+            app_bytes: 0,
         }
     }
 
@@ -175,6 +205,19 @@ impl FlowTable {
         ts_ns: i64,
         headers: &PacketHeaders,
         wire_len: u32,
+        out: &mut Vec<FlowRecord>,
+    ) {
+        self.push_payload(ts_ns, headers, wire_len, Payload::default(), out);
+    }
+
+    /// [`push`](Self::push), with the packet's transport payload for the
+    /// application fields.
+    pub fn push_payload(
+        &mut self,
+        ts_ns: i64,
+        headers: &PacketHeaders,
+        wire_len: u32,
+        payload: Payload<'_>,
         out: &mut Vec<FlowRecord>,
     ) {
         let (Some(src), Some(dst), Some(proto), Some(_)) = (
@@ -263,6 +306,29 @@ impl FlowTable {
                 self.queue.push(Reverse((at, flow.generation, slot)));
             }
         }
+        if flags & tcp_flags::SYN != 0
+            && let (Some(conversation), Some(seq)) = (flow.app.as_mut(), payload.seq)
+        {
+            conversation.syn(outbound, seq);
+        }
+        if !payload.bytes.is_empty()
+            && let Some(conversation) = flow.app.as_mut()
+        {
+            let before = conversation.buffered();
+            conversation.push(outbound, payload.seq, payload.bytes, payload.cut);
+            let after = conversation.buffered();
+            self.app_bytes = (self.app_bytes + after).saturating_sub(before);
+            let over = self.app_bytes > self.config.app_buffer_bytes;
+            if conversation.is_done() || over {
+                if over && !conversation.is_done() {
+                    self.stats.app_cut += 1;
+                }
+                self.app_bytes = self.app_bytes.saturating_sub(after);
+                if let Some(conversation) = flow.app.take() {
+                    flow.record.app = conversation.finish().map(Box::new);
+                }
+            }
+        }
     }
 
     /// The slot of the flow `key`, opened by this packet if it is new (closing
@@ -315,6 +381,9 @@ impl FlowTable {
             resp: TcpHistory::default(),
             closing_at: None,
             generation,
+            app: self.config.app.and_then(|limits| {
+                hindsight_app::Conversation::new(proto, orig_port, resp_port, limits).map(Box::new)
+            }),
         };
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -396,8 +465,8 @@ impl FlowTable {
             if self.last.is_some_and(|(_, last)| last == slot) {
                 self.last = None;
             }
-            out.push(finish(flow));
-            self.stats.records += 1;
+            let record = self.finish(flow);
+            out.push(record);
         }
     }
 
@@ -405,10 +474,12 @@ impl FlowTable {
     /// order of first packet.
     pub fn flush(&mut self, out: &mut Vec<FlowRecord>) {
         let start = out.len();
-        for flow in self.slots.drain(..).flatten() {
-            out.push(finish(flow));
-            self.stats.records += 1;
+        let slots = std::mem::take(&mut self.slots);
+        for flow in slots.into_iter().flatten() {
+            let record = self.finish(flow);
+            out.push(record);
         }
+        self.app_bytes = 0;
         self.flows.clear();
         self.free.clear();
         self.last = None;
@@ -417,12 +488,22 @@ impl FlowTable {
     }
 }
 
-/// Completes a record: its state. (Its uid is derived when read: see
-/// [`FlowRecord::uid`].)
-fn finish(flow: OpenFlow) -> FlowRecord {
-    let mut record = flow.record;
-    record.state = state(&record, &flow.orig, &flow.resp);
-    record
+impl FlowTable {
+    /// Completes a record: its state and application fields, and counts it.
+    /// (Its uid is derived when read: see [`FlowRecord::uid`].)
+    fn finish(&mut self, flow: OpenFlow) -> FlowRecord {
+        let mut record = flow.record;
+        record.state = state(&record, &flow.orig, &flow.resp);
+        if let Some(conversation) = flow.app {
+            self.app_bytes = self.app_bytes.saturating_sub(conversation.buffered());
+            record.app = conversation.finish().map(Box::new);
+        }
+        self.stats.records += 1;
+        if record.app.is_some() {
+            self.stats.app_records += 1;
+        }
+        record
+    }
 }
 
 /// The connection state in Zeek's vocabulary, from what each side sent.

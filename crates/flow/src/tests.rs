@@ -192,3 +192,92 @@ fn a_full_table_closes_the_flow_due_first_and_non_ip_is_not_a_flow() {
         .expect("record of the TSO packet");
     assert_eq!(last.bytes_out, 1_514);
 }
+
+/// Pushes packets with payloads (time in ms, headers, sequence number, bytes).
+fn run_payloads(
+    config: FlowTableConfig,
+    packets: &[(i64, PacketHeaders, Option<u32>, &[u8])],
+) -> (Vec<FlowRecord>, FlowTableStats) {
+    let mut table = FlowTable::new(config);
+    let mut out = Vec::new();
+    for (ms, headers, seq, bytes) in packets {
+        let payload = Payload {
+            bytes,
+            seq: *seq,
+            cut: false,
+        };
+        table.push_payload(ms * 1_000_000, headers, 60, payload, &mut out);
+    }
+    table.flush(&mut out);
+    (out, table.stats())
+}
+
+#[test]
+fn application_fields_come_from_the_first_packets_of_each_direction() {
+    let request: &[u8] = b"GET /a HTTP/1.1\r\nHost: example.com\r\n\r\n";
+    let response: &[u8] = b"HTTP/1.1 404 Not Found\r\n\r\n";
+    let packets = [
+        (0, tcp(1, 40_000, 2, 80, SYN, 60), Some(100), &b""[..]),
+        (1, tcp(2, 80, 1, 40_000, SYN | ACK, 60), Some(500), &b""[..]),
+        // The response's segment comes before the request's: each direction
+        // is read on its own.
+        (
+            2,
+            tcp(2, 80, 1, 40_000, ACK | PSH, 100),
+            Some(501),
+            response,
+        ),
+        (3, tcp(1, 40_000, 2, 80, ACK | PSH, 100), Some(101), request),
+        (4, udp(1, 5353, 3, 5353), None, &b"not dns"[..]),
+    ];
+    let (records, stats) = run_payloads(FlowTableConfig::default(), &packets);
+    let http = records[0].app.as_ref().unwrap().http.as_ref().unwrap();
+    assert_eq!(http.host.as_deref(), Some("example.com"));
+    assert_eq!(http.uri.as_deref(), Some("/a"));
+    assert_eq!(http.status, Some(404));
+    assert_eq!(records[1].app, None);
+    assert_eq!(stats.app_records, 1);
+
+    let off = FlowTableConfig {
+        app: None,
+        ..FlowTableConfig::default()
+    };
+    let (records, stats) = run_payloads(off, &packets);
+    assert_eq!(records[0].app, None);
+    assert_eq!(stats.app_records, 0);
+}
+
+#[test]
+fn the_buffers_of_all_flows_are_bounded() {
+    // A request head that never ends, on 50 connections, against a bound of
+    // two connections' worth: the others give what they had when it was hit.
+    let config = FlowTableConfig {
+        app_buffer_bytes: 2 * 1024,
+        ..FlowTableConfig::default()
+    };
+    let head: &[u8] = b"GET /x HTTP/1.1\r\nHost: h\r\nX-Pad: ";
+    let pad = [b'a'; 1000];
+    let mut packets = Vec::new();
+    for i in 0..50u16 {
+        let port = 40_000 + i;
+        packets.push((
+            i64::from(i),
+            tcp(1, port, 2, 80, ACK | PSH, 100),
+            Some(1),
+            head,
+        ));
+        packets.push((
+            i64::from(i),
+            tcp(1, port, 2, 80, ACK | PSH, 100),
+            Some(35),
+            &pad[..],
+        ));
+    }
+    let (records, stats) = run_payloads(config, &packets);
+    assert!(stats.app_cut >= 45, "{stats:?}");
+    assert_eq!(records.len(), 50);
+    for record in &records {
+        let http = record.app.as_ref().unwrap().http.as_ref().unwrap();
+        assert_eq!(http.host.as_deref(), Some("h"));
+    }
+}

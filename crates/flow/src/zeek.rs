@@ -338,6 +338,7 @@ fn record(f: &Fields<'_>) -> Result<FlowRecord, String> {
         source: FlowSource::Zeek,
         exporter: Addr16::default(),
         uid: f.uid.unwrap_or_default().chars().take(64).collect(),
+        app: None,
     })
 }
 

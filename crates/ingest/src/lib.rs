@@ -28,9 +28,9 @@ use std::sync::Arc;
 
 use hindsight_capture::CaptureReader;
 use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
-use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats};
+use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats, Payload};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
-use hindsight_model::{DecodeStatus, FlowRecord, Frame, SegmentId};
+use hindsight_model::{DecodeStatus, FlowRecord, Frame, SegmentId, ip_proto};
 use hindsight_store::flows::flow_records;
 use hindsight_store::schema::{MAX_BATCH_DATA_BYTES, PacketBatchBuilder};
 use hindsight_store::{
@@ -355,7 +355,7 @@ impl Ingestor {
             None => self.partition_end = Some(self.partition_end_of(frame.ts_nanos)),
             Some(_) => {}
         }
-        let record = hindsight_decode::record(frame);
+        let (record, layout) = hindsight_decode::record_layout(frame);
         let headers = &record.headers;
         let keep = match self.options.snaplen {
             0 => frame.data.len(),
@@ -364,8 +364,15 @@ impl Ingestor {
         self.builder
             .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
         if self.options.flows_from_packets {
-            self.flow_table
-                .push(frame.ts_nanos, headers, frame.wire_len, &mut self.flow_out);
+            let (bytes, seq, cut) =
+                layout.payload(frame.data, headers.ip_proto == Some(ip_proto::TCP));
+            self.flow_table.push_payload(
+                frame.ts_nanos,
+                headers,
+                frame.wire_len,
+                Payload { bytes, seq, cut },
+                &mut self.flow_out,
+            );
         }
         if self.flow_out.len() >= FLOW_BATCH {
             self.flush_flows()?;

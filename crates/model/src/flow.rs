@@ -188,6 +188,9 @@ pub struct FlowRecord {
     /// (from packets, NetFlow, IPFIX), whose uid is a function of the record and is
     /// derived when asked for ([`FlowRecord::uid`]) instead of being kept.
     pub uid: String,
+    /// What the connection's first packets say at the application layer
+    /// (DNS, TLS, HTTP, QUIC, SSH); `None` when nothing was recognised.
+    pub app: Option<Box<crate::AppFields>>,
 }
 
 impl FlowRecord {

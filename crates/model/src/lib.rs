@@ -8,11 +8,13 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub mod app;
 pub mod community;
 mod covering;
 mod flow;
 pub mod snap;
 
+pub use app::AppFields;
 pub use covering::{CoveredRow, CoveredRowsBuilder, decode_covered_rows, put_varint};
 pub use flow::{FlowRecord, FlowSource, FlowState};
 pub use snap::DataForm;

@@ -45,7 +45,7 @@ const ADDR_LEN: i32 = 16;
 
 static FLOWS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let ts_type = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
-    Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new(col::TS, ts_type.clone(), false),
         Field::new(col::LAST_TS, ts_type, false),
         Field::new(col::SRC_ADDR, DataType::FixedSizeBinary(ADDR_LEN), false),
@@ -62,7 +62,9 @@ static FLOWS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         Field::new(col::SOURCE, DataType::Utf8, false),
         Field::new(col::EXPORTER, DataType::FixedSizeBinary(ADDR_LEN), true),
         Field::new(col::UID, DataType::Utf8, true),
-    ]))
+    ];
+    fields.extend(crate::app_columns::fields());
+    Arc::new(Schema::new(fields))
 });
 
 /// Returns the Arrow schema of the `flows` table.
@@ -89,6 +91,7 @@ pub struct FlowBatchBuilder {
     source: StringBuilder,
     exporter: FixedSizeBinaryBuilder,
     uid: StringBuilder,
+    app: crate::app_columns::AppColumnsBuilder,
     rows: usize,
 }
 
@@ -118,6 +121,7 @@ impl FlowBatchBuilder {
             source: StringBuilder::new(),
             exporter: FixedSizeBinaryBuilder::new(ADDR_LEN),
             uid: StringBuilder::new(),
+            app: crate::app_columns::AppColumnsBuilder::default(),
             rows: 0,
         }
     }
@@ -155,12 +159,13 @@ impl FlowBatchBuilder {
         } else {
             self.uid.append_value(&r.uid);
         }
+        self.app.append(r.app.as_deref());
         self.rows += 1;
     }
 
     /// Returns the rows appended so far as a record batch and resets the builder.
     pub fn finish(&mut self) -> RecordBatch {
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(self.ts.finish()),
             Arc::new(self.last_ts.finish()),
             Arc::new(self.src_addr.finish()),
@@ -178,6 +183,7 @@ impl FlowBatchBuilder {
             Arc::new(self.exporter.finish()),
             Arc::new(self.uid.finish()),
         ];
+        columns.extend(self.app.finish());
         self.rows = 0;
         RecordBatch::try_new(flows_schema(), columns)
             .expect("builder columns match the flows schema by construction")
@@ -227,6 +233,7 @@ pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
     let bytes_in = column::<UInt64Array>(batch, col::BYTES_IN)?;
     let tcp_flags = column::<UInt16Array>(batch, col::TCP_FLAGS)?;
     let state = column::<StringArray>(batch, col::STATE)?;
+    let app = crate::app_columns::AppColumns::of(batch);
     let records = (0..batch.num_rows())
         .map(|row| FlowRecord {
             last_ns: last_ts.value(row),
@@ -236,6 +243,7 @@ pub fn flow_records(batch: &RecordBatch) -> Option<Vec<FlowRecord>> {
             bytes_in: bytes_in.value(row),
             tcp_flags: tcp_flags.value(row),
             state: FlowState::from_name(state.value(row)).unwrap_or_default(),
+            app: app.row(row),
             ..identity.record(row)
         })
         .collect();
@@ -325,6 +333,7 @@ impl<'a> IdentityColumns<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hindsight_model::app::{AppFields, DnsFields, HttpFields, SshFields, TlsFields};
     use hindsight_model::ip_proto;
 
     #[test]
@@ -346,11 +355,41 @@ mod tests {
             source: FlowSource::Ipfix,
             exporter: Addr16::from_v4_bytes([192, 0, 2, 9]),
             uid: "CabcdefghijklmnopQ".to_owned(),
+            app: Some(Box::new(AppFields {
+                dns: Some(DnsFields {
+                    id: 0,
+                    query: "www.example.com".into(),
+                    qtype: 1,
+                    rcode: Some(0),
+                    answers: vec!["web.example.com".into(), "192.0.2.1".into()],
+                    ttls: vec![60, 30],
+                }),
+                tls: Some(TlsFields {
+                    sni: Some("example.com".into()),
+                    alpn: vec!["h2".into(), "http/1.1".into()],
+                    client_version: Some(0x0303),
+                    version: Some(0x0304),
+                    cipher: Some(0x1301),
+                    ja3: Some("a".into()),
+                    ja3s: Some("b".into()),
+                    ja4: Some("t13d1516h2_8daaf6152771_e5627efa2ab1".into()),
+                }),
+                http: Some(HttpFields {
+                    status: Some(200),
+                    ..HttpFields::default()
+                }),
+                quic_version: Some(1),
+                ssh: Some(SshFields {
+                    client: None,
+                    server: Some("SSH-2.0-x".into()),
+                }),
+            })),
         };
         let plain = FlowRecord {
             source: FlowSource::Packets,
             exporter: Addr16::default(),
             state: FlowState::Unknown,
+            app: None,
             ..record.clone()
         };
         let mut builder = FlowBatchBuilder::new();

@@ -10,6 +10,7 @@
 pub use arrow;
 pub use parquet;
 
+pub mod app_columns;
 pub mod archive;
 pub mod catalog;
 pub mod error;

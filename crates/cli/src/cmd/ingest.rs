@@ -186,10 +186,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("  flows: none built (--no-flows)");
     } else {
         println!(
-            "  flows: {} connection records from {} IP packets ({} not IP){}",
+            "  flows: {} connection records from {} IP packets ({} not IP), {} with application fields{}{}",
             flows.records,
             flows.packets,
             flows.not_flows,
+            flows.app_records,
+            if flows.app_cut > 0 {
+                format!(
+                    " ({} cut short at the bound of buffered first bytes)",
+                    flows.app_cut
+                )
+            } else {
+                String::new()
+            },
             if flows.evicted > 0 {
                 format!(
                     ", {} closed early because the flow table was full",
