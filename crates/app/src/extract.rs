@@ -208,12 +208,9 @@ impl Conversation {
     /// Takes a TCP SYN's sequence number: the direction's stream starts after
     /// it, so segments that come before the first one are waited for.
     pub fn syn(&mut self, from_originator: bool, seq: u32) {
-        let side = if from_originator {
-            &mut self.orig
-        } else {
-            &mut self.resp
-        };
-        if self.tcp && side.next_seq.is_none() {
+        let tcp = self.tcp;
+        let side = self.side(from_originator);
+        if tcp && side.next_seq.is_none() {
             side.next_seq = Some(seq.wrapping_add(1));
         }
     }
@@ -241,12 +238,9 @@ impl Conversation {
             self.take_quic();
             return;
         }
-        let limit = self.limits.stream_bytes;
-        let side = if from_originator {
-            &mut self.orig
-        } else {
-            &mut self.resp
-        };
+        let (limit, dns_port, starttls_port) =
+            (self.limits.stream_bytes, self.dns_port, self.starttls_port);
+        let side = self.side(from_originator);
         if side.done {
             return;
         }
@@ -256,8 +250,8 @@ impl Conversation {
             && side.buf.is_empty()
             && side.pending.is_empty()
             && payload.len() >= 8
-            && recognise(payload, self.dns_port).is_none()
-            && !self.starttls_port
+            && recognise(payload, dns_port).is_none()
+            && !starttls_port
             && side.next_seq.is_none_or(|next| next == seq.unwrap_or(0))
         {
             side.end();
@@ -287,9 +281,9 @@ impl Conversation {
         }
         let full = cut || side.buf.len() >= limit;
         if side.proto == Proto::Unknown {
-            side.proto = match recognise(&side.buf, self.dns_port) {
+            side.proto = match recognise(&side.buf, dns_port) {
                 Some(proto) => proto,
-                None if self.starttls_port => {
+                None if starttls_port => {
                     side.buf.clear();
                     side.plain_packets = 1;
                     Proto::Starttls
@@ -309,13 +303,10 @@ impl Conversation {
     /// Parses a direction's buffer; ends it when its message is read, or when
     /// `last` (no more bytes will come) with what is there.
     fn parse_side(&mut self, from_originator: bool, last: bool) {
-        let side = if from_originator {
-            &mut self.orig
-        } else {
-            &mut self.resp
-        };
+        let side = self.side(from_originator);
         let buf = std::mem::take(&mut side.buf);
-        let done = match side.proto {
+        let proto = side.proto;
+        let done = match proto {
             Proto::Unknown | Proto::Starttls => last,
             Proto::Tls => read_tls(&mut self.fields, &buf, last),
             Proto::Http => read_http(&mut self.fields, &buf, last),
@@ -346,11 +337,7 @@ impl Conversation {
                 }
             }
         };
-        let side = if from_originator {
-            &mut self.orig
-        } else {
-            &mut self.resp
-        };
+        let side = self.side(from_originator);
         if done {
             side.end();
         } else {
@@ -358,13 +345,17 @@ impl Conversation {
         }
     }
 
-    fn finish_side(&mut self, from_originator: bool) {
-        let side = if from_originator {
-            &self.orig
+    /// The direction sent by the originator, or the other one.
+    fn side(&mut self, from_originator: bool) -> &mut Side {
+        if from_originator {
+            &mut self.orig
         } else {
-            &self.resp
-        };
-        if !side.done {
+            &mut self.resp
+        }
+    }
+
+    fn finish_side(&mut self, from_originator: bool) {
+        if !self.side(from_originator).done {
             self.parse_side(from_originator, true);
         }
     }
@@ -379,17 +370,15 @@ impl Conversation {
         }
         let tls = self.fields.tls.as_ref();
         if tls.and_then(|t| t.ja4.as_ref()).is_none()
-            && let Some((tls::CLIENT_HELLO, body)) = initials.client_message()
-            && let Some(hello) = tls::ClientHello::parse(body)
+            && let Some(message @ (tls::CLIENT_HELLO, _)) = initials.client_message()
         {
-            client_hello(&mut self.fields, &hello, b'q');
+            take_hello(&mut self.fields, message, b'q');
         }
         let tls = self.fields.tls.as_ref();
         if tls.and_then(|t| t.cipher).is_none()
-            && let Some((tls::SERVER_HELLO, body)) = initials.server_message()
-            && let Some(hello) = tls::ServerHello::parse(body)
+            && let Some(message @ (tls::SERVER_HELLO, _)) = initials.server_message()
         {
-            server_hello(&mut self.fields, &hello);
+            take_hello(&mut self.fields, message, b'q');
         }
     }
 
@@ -486,37 +475,40 @@ fn recognise(buf: &[u8], dns_port: bool) -> Option<Proto> {
 /// ServerHello, whichever side sent it.
 fn read_tls(fields: &mut AppFields, buf: &[u8], last: bool) -> bool {
     let mut scratch = Vec::new();
-    let (kind, body) = match tls::handshake(buf, &mut scratch) {
-        tls::Found::Message(kind, body) => (kind, body),
-        tls::Found::NeedMore => return last,
-        tls::Found::NotTls => return true,
-    };
+    match tls::handshake(buf, &mut scratch) {
+        tls::Found::Message(kind, body) => {
+            take_hello(fields, (kind, body), b't');
+            true
+        }
+        tls::Found::NeedMore => last,
+        tls::Found::NotTls => true,
+    }
+}
+
+/// Fills the TLS fields of a handshake message (type, body) sent over
+/// `transport` (JA4's letter): a ClientHello's or a ServerHello's; other
+/// messages have none.
+fn take_hello(fields: &mut AppFields, (kind, body): (u8, &[u8]), transport: u8) {
     match kind {
         tls::CLIENT_HELLO => {
             if let Some(hello) = tls::ClientHello::parse(body) {
-                client_hello(fields, &hello, b't');
+                client_hello(fields, &hello, transport);
             }
         }
         tls::SERVER_HELLO => {
             if let Some(hello) = tls::ServerHello::parse(body) {
-                server_hello(fields, &hello);
+                let tls = fields.tls.get_or_insert_with(TlsFields::default);
+                tls.version = Some(hello.chosen_version());
+                tls.cipher = Some(hello.cipher);
+                tls.ja3s = Some(hello.ja3s());
             }
         }
         _ => {}
     }
-    true
-}
-
-/// Fills the TLS fields of a ServerHello.
-fn server_hello(fields: &mut AppFields, hello: &tls::ServerHello) {
-    let tls = fields.tls.get_or_insert_with(TlsFields::default);
-    tls.version = Some(hello.chosen_version());
-    tls.cipher = Some(hello.cipher);
-    tls.ja3s = Some(hello.ja3s());
 }
 
 /// Fills the TLS fields of a ClientHello sent over `transport` (JA4's letter).
-pub(crate) fn client_hello(fields: &mut AppFields, hello: &tls::ClientHello, transport: u8) {
+fn client_hello(fields: &mut AppFields, hello: &tls::ClientHello, transport: u8) {
     let tls = fields.tls.get_or_insert_with(TlsFields::default);
     tls.sni = hello.sni.clone();
     tls.alpn = hello.alpn.iter().map(|p| crate::text(p)).collect();

@@ -52,17 +52,13 @@ pub fn looks_like_request(stream: &[u8]) -> bool {
         return false;
     }
     METHODS.iter().any(|method| {
-        let word = stream.len().min(method.len());
-        stream.get(..word) == method.get(..word)
-            && stream.get(method.len()).is_none_or(|&b| b == b' ')
+        crate::starts_so_far(stream, method) && stream.get(method.len()).is_none_or(|&b| b == b' ')
     })
 }
 
 /// True when `stream` starts like a status line (`HTTP/1.`), as far as it goes.
 pub fn looks_like_response(stream: &[u8]) -> bool {
-    let prefix = b"HTTP/1.";
-    let n = stream.len().min(prefix.len());
-    n > 0 && stream.get(..n) == prefix.get(..n)
+    crate::starts_so_far(stream, b"HTTP/1.")
 }
 
 /// The head's lines: up to the empty line that ends it, or, when `complete` is

@@ -109,6 +109,13 @@ impl<'a> Bytes<'a> {
     }
 }
 
+/// True when `stream` starts with `prefix`, as far as `stream` goes (a
+/// stream shorter than the prefix may still become it); false when empty.
+fn starts_so_far(stream: &[u8], prefix: &[u8]) -> bool {
+    let n = stream.len().min(prefix.len());
+    n > 0 && stream.get(..n) == prefix.get(..n)
+}
+
 /// `bytes` as text: UTF-8 kept (invalid sequences replaced), control characters
 /// escaped as `\xNN`, cut to [`MAX_TEXT`] bytes.
 fn text(bytes: &[u8]) -> String {

@@ -8,8 +8,7 @@ const MAX_LINE: usize = 255;
 
 /// True when `stream` starts like an identification string, as far as it goes.
 pub fn looks_like_ssh(stream: &[u8]) -> bool {
-    let n = stream.len().min(4);
-    n > 0 && stream.get(..n) == b"SSH-".get(..n)
+    crate::starts_so_far(stream, b"SSH-")
 }
 
 /// The identification string at the start of `stream`, without its line ending;

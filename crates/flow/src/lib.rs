@@ -323,10 +323,7 @@ impl FlowTable {
                 if over && !conversation.is_done() {
                     self.stats.app_cut += 1;
                 }
-                self.app_bytes = self.app_bytes.saturating_sub(after);
-                if let Some(conversation) = flow.app.take() {
-                    flow.record.app = conversation.finish().map(Box::new);
-                }
+                close_app(&mut self.app_bytes, flow);
             }
         }
     }
@@ -479,7 +476,6 @@ impl FlowTable {
             let record = self.finish(flow);
             out.push(record);
         }
-        self.app_bytes = 0;
         self.flows.clear();
         self.free.clear();
         self.last = None;
@@ -491,18 +487,24 @@ impl FlowTable {
 impl FlowTable {
     /// Completes a record: its state and application fields, and counts it.
     /// (Its uid is derived when read: see [`FlowRecord::uid`].)
-    fn finish(&mut self, flow: OpenFlow) -> FlowRecord {
+    fn finish(&mut self, mut flow: OpenFlow) -> FlowRecord {
+        close_app(&mut self.app_bytes, &mut flow);
         let mut record = flow.record;
         record.state = state(&record, &flow.orig, &flow.resp);
-        if let Some(conversation) = flow.app {
-            self.app_bytes = self.app_bytes.saturating_sub(conversation.buffered());
-            record.app = conversation.finish().map(Box::new);
-        }
         self.stats.records += 1;
         if record.app.is_some() {
             self.stats.app_records += 1;
         }
         record
+    }
+}
+
+/// Ends `flow`'s extractor, if it still reads: its fields go on the record,
+/// and its buffers leave `app_bytes` (the table's count of them).
+fn close_app(app_bytes: &mut usize, flow: &mut OpenFlow) {
+    if let Some(conversation) = flow.app.take() {
+        *app_bytes = app_bytes.saturating_sub(conversation.buffered());
+        flow.record.app = conversation.finish().map(Box::new);
     }
 }
 

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, RecordBatch, StringArray, StringBuilder, UInt8Array, UInt8Builder,
-    UInt16Array, UInt16Builder, UInt32Array, UInt32Builder,
+    Array, ArrayRef, PrimitiveArray, RecordBatch, StringArray, StringBuilder, UInt8Builder,
+    UInt16Builder, UInt32Builder,
 };
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, UInt8Type, UInt16Type, UInt32Type};
 use hindsight_model::app::{AppFields, DnsFields, HttpFields, SshFields, TlsFields};
 
 /// Column names, in schema order.
@@ -230,20 +230,19 @@ impl<'a> AppColumns<'a> {
         Self { batch }
     }
 
-    fn get<T: 'static>(&self, name: &str) -> Option<&'a T> {
-        self.batch
-            .column_by_name(name)
-            .and_then(|array| array.as_any().downcast_ref::<T>())
-    }
-
     fn text(&self, name: &str, row: usize) -> Option<String> {
-        let array = self.get::<StringArray>(name)?;
+        let array = crate::flows::column::<StringArray>(self.batch, name)?;
         array.is_valid(row).then(|| array.value(row).to_owned())
     }
 
-    fn u16(&self, name: &str, row: usize) -> Option<u16> {
-        let array = self.get::<UInt16Array>(name)?;
+    /// Row `row` of the integer column `name`, where it is there and not null.
+    fn number<T: ArrowPrimitiveType>(&self, name: &str, row: usize) -> Option<T::Native> {
+        let array = crate::flows::column::<PrimitiveArray<T>>(self.batch, name)?;
         array.is_valid(row).then(|| array.value(row))
+    }
+
+    fn u16(&self, name: &str, row: usize) -> Option<u16> {
+        self.number::<UInt16Type>(name, row)
     }
 
     fn texts(&self, name: &str, row: usize) -> Option<Vec<String>> {
@@ -256,10 +255,7 @@ impl<'a> AppColumns<'a> {
             id: 0,
             query,
             qtype: self.u16(col::DNS_QTYPE, row).unwrap_or(0),
-            rcode: self
-                .get::<UInt8Array>(col::DNS_RCODE)
-                .filter(|a| a.is_valid(row))
-                .map(|a| a.value(row)),
+            rcode: self.number::<UInt8Type>(col::DNS_RCODE, row),
             answers: self.texts(col::DNS_ANSWERS, row).unwrap_or_default(),
             ttls: self
                 .texts(col::DNS_TTLS, row)
@@ -294,10 +290,7 @@ impl<'a> AppColumns<'a> {
             dns,
             tls: (tls != TlsFields::default()).then_some(tls),
             http: (http != HttpFields::default()).then_some(http),
-            quic_version: self
-                .get::<UInt32Array>(col::QUIC_VERSION)
-                .filter(|a| a.is_valid(row))
-                .map(|a| a.value(row)),
+            quic_version: self.number::<UInt32Type>(col::QUIC_VERSION, row),
             ssh: (ssh != SshFields::default()).then_some(ssh),
         };
         (!app.is_empty()).then(|| Box::new(app))

@@ -215,7 +215,7 @@ fn source_of(name: &str) -> FlowSource {
         .unwrap_or_default()
 }
 
-fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
+pub(crate) fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
     batch
         .column_by_name(name)
         .and_then(|array| array.as_any().downcast_ref::<T>())
