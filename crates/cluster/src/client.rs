@@ -733,10 +733,7 @@ impl ConnPage {
 /// A node's page: its connections with their keys, its own cursor, and its
 /// Community ID seed.
 type NodePage = (
-    Vec<(
-        [u8; hindsight_index::connections::KEY_LEN],
-        hindsight_index::ConnEntry,
-    )>,
+    Vec<(Vec<u8>, hindsight_index::ConnEntry)>,
     Option<String>,
     u16,
 );
@@ -753,7 +750,9 @@ fn parse_cursors(text: &str) -> anyhow::Result<Cursors> {
             .ok_or_else(|| anyhow::anyhow!("cursor {text:?} is not a cluster's (node:KEY,...)"))?;
         let place = match place {
             "-" => None,
-            hex if hex.bytes().all(|b| b.is_ascii_hexdigit()) && hex.len() <= 256 => {
+            hex if hex.bytes().all(|b| b.is_ascii_hexdigit())
+                && hex.len() <= 2 * (2 + hindsight_model::app::MAX_NAME_KEY + 45) =>
+            {
                 Some(hex.to_owned())
             }
             _ => anyhow::bail!("cursor {text:?} is not a cluster's (node:KEY,...)"),
@@ -849,13 +848,12 @@ impl ClusterClient {
                 }
             }
         }
-        all.sort_by_key(|e| (e.0, e.1));
+        all.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         all.truncate(question.limit);
         let mut cursors = Cursors::new();
         let mut more = false;
         for (at, (node, after, returned, next)) in nexts.into_iter().enumerate() {
-            let taken: Vec<&[u8; hindsight_index::connections::KEY_LEN]> =
-                all.iter().filter(|e| e.1 == at).map(|e| &e.0).collect();
+            let taken: Vec<&Vec<u8>> = all.iter().filter(|e| e.1 == at).map(|e| &e.0).collect();
             let place = if returned == usize::MAX {
                 Some(after.unwrap_or_default())
             } else if taken.len() == returned {
@@ -911,7 +909,13 @@ fn node_connections(request: crate::pipeline::Sent) -> Result<NodePage, String> 
             unhex(stored_value).ok_or_else(bad)?,
         );
         let entry = hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
-        entries.push((entry.key(), entry));
+        // Its place in the node's order: its key, or for a lookup by name
+        // the name key the node gives.
+        let place = match connection["at"].as_str() {
+            Some(at) => unhex(at).ok_or_else(bad)?,
+            None => key,
+        };
+        entries.push((place, entry));
     }
     let seed = match &value["community_seed"] {
         serde_json::Value::Null => hindsight_index::connections::DEFAULT_COMMUNITY_SEED,

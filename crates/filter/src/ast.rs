@@ -648,6 +648,8 @@ pub enum Expr {
     Offsets(Box<crate::offsets::Relation>),
     /// A test of bytes (`tcp.payload contains "GET"`, `frame[12:2] == 81:00`).
     Bytes(Box<crate::payload::BytesTest>),
+    /// A test of a connection's text field (`dns.qry.name == "example.com"`).
+    Text(Box<crate::names::TextTest>),
     /// Logical negation.
     Not(Box<Expr>),
     /// All operands are true.
@@ -676,7 +678,7 @@ impl Expr {
             Expr::BitTest(left) => left.field == field,
             Expr::Compare(comparison) => comparison.left.field == field,
             Expr::In(membership) => membership.left.field == field,
-            Expr::Offsets(_) | Expr::Bytes(_) => false,
+            Expr::Offsets(_) | Expr::Bytes(_) | Expr::Text(_) => false,
             Expr::Not(inner) => inner.names(field),
             Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
                 operands.iter().any(|operand| operand.names(field))
@@ -712,7 +714,8 @@ impl Expr {
             | Expr::Compare(_)
             | Expr::In(_)
             | Expr::Offsets(_)
-            | Expr::Bytes(_) => 1,
+            | Expr::Bytes(_)
+            | Expr::Text(_) => 1,
             Expr::Not(inner) => 1 + inner.depth(),
             Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
                 1 + operands.iter().map(Expr::depth).max().unwrap_or(0)
@@ -784,6 +787,7 @@ impl fmt::Display for Expr {
             }
             Expr::Offsets(relation) => write!(f, "pcap_filter(\"{relation}\")"),
             Expr::Bytes(test) => write!(f, "{test}"),
+            Expr::Text(test) => write!(f, "{test}"),
             Expr::Not(inner) => match inner.as_ref() {
                 Expr::Exists(_)
                 | Expr::Offsets(_)
@@ -793,7 +797,11 @@ impl fmt::Display for Expr {
                 | Expr::Xor(_) => {
                     write!(f, "!{inner}")
                 }
-                Expr::BitTest(_) | Expr::Compare(_) | Expr::In(_) | Expr::Bytes(_) => {
+                Expr::BitTest(_)
+                | Expr::Compare(_)
+                | Expr::In(_)
+                | Expr::Bytes(_)
+                | Expr::Text(_) => {
                     write!(f, "!({inner})")
                 }
             },

@@ -107,6 +107,9 @@ fn collect(expr: &Expr, into: &mut BTreeSet<&'static str>) {
             into.extend(col::FRAME);
             into.extend([col::LINK_TYPE, col::CAP_LEN, col::WIRE_LEN]);
         }
+        // A connection's field: a packet query reads the packets of the
+        // connections found, by their addresses and ports (in BASE).
+        Expr::Text(_) => {}
         Expr::Not(inner) => collect(inner, into),
         Expr::And(operands) | Expr::Or(operands) | Expr::Xor(operands) => {
             for operand in operands {

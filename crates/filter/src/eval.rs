@@ -5,7 +5,8 @@
 //! comparison is an integer comparison whatever the field's type.
 
 use hindsight_model::{
-    Addr16, DecodeStatus, PacketHeaders, PacketRecord, ethertype, ip_proto, tcp_flags, tunnel,
+    Addr16, AppFields, DecodeStatus, PacketHeaders, PacketRecord, ethertype, ip_proto, tcp_flags,
+    tunnel,
 };
 
 use super::Filter;
@@ -30,7 +31,21 @@ impl Filter {
     /// [`test`](Self::test) where the bytes are at hand.
     pub fn matches(&self, record: &PacketRecord) -> bool {
         self.root()
-            .is_none_or(|root| root.matches(record, self.community_seed))
+            .is_none_or(|root| root.matches(record, self.cx(None)))
+    }
+
+    /// Returns true if a connection passes the filter: `record` its fields as a
+    /// packet of it has them, `app` its application fields.
+    pub fn matches_connection(&self, record: &PacketRecord, app: Option<&AppFields>) -> bool {
+        self.root()
+            .is_none_or(|root| root.matches(record, self.cx(app)))
+    }
+
+    fn cx<'a>(&self, app: Option<&'a AppFields>) -> Cx<'a> {
+        Cx {
+            seed: self.community_seed,
+            app,
+        }
     }
 
     /// Returns true if the filter tests the packet's bytes, not only its fields.
@@ -53,13 +68,21 @@ impl Filter {
     pub fn test(&self, record: &PacketRecord, frame: &[u8]) -> Verdict {
         match self
             .root()
-            .map(|root| root.eval(record, frame, self.community_seed))
+            .map(|root| root.eval(record, frame, self.cx(None)))
         {
             None | Some(Ok(true)) => Verdict::Match,
             Some(Ok(false)) | Some(Err(Abort::Reject)) => Verdict::NoMatch,
             Some(Err(Abort::PastKept)) => Verdict::Unknown,
         }
     }
+}
+
+/// What an evaluation needs besides the packet: the Community ID seed, and
+/// the connection's application fields where a connection is tested.
+#[derive(Clone, Copy)]
+pub(crate) struct Cx<'a> {
+    seed: u16,
+    app: Option<&'a AppFields>,
 }
 
 /// Returns true if the tree tests the packet's bytes, not only its fields.
@@ -78,14 +101,14 @@ pub(crate) fn reads_bytes(expr: &Expr) -> bool {
 impl Expr {
     /// Evaluates this (sub)filter over a packet and its bytes, left to right
     /// with short circuits, as BPF does: a rejection ends the whole filter.
-    fn eval(&self, record: &PacketRecord, frame: &[u8], seed: u16) -> Result<bool, Abort> {
+    fn eval(&self, record: &PacketRecord, frame: &[u8], cx: Cx<'_>) -> Result<bool, Abort> {
         Ok(match self {
             Expr::Offsets(relation) => relation.eval(record, frame)?,
             Expr::Bytes(test) => test.eval(record, frame)?,
-            Expr::Not(inner) => !inner.eval(record, frame, seed)?,
+            Expr::Not(inner) => !inner.eval(record, frame, cx)?,
             Expr::And(operands) => {
                 for operand in operands {
-                    if !operand.eval(record, frame, seed)? {
+                    if !operand.eval(record, frame, cx)? {
                         return Ok(false);
                     }
                 }
@@ -93,7 +116,7 @@ impl Expr {
             }
             Expr::Or(operands) => {
                 for operand in operands {
-                    if operand.eval(record, frame, seed)? {
+                    if operand.eval(record, frame, cx)? {
                         return Ok(true);
                     }
                 }
@@ -102,25 +125,25 @@ impl Expr {
             Expr::Xor(operands) => {
                 let mut odd = false;
                 for operand in operands {
-                    odd ^= operand.eval(record, frame, seed)?;
+                    odd ^= operand.eval(record, frame, cx)?;
                 }
                 odd
             }
-            leaf => leaf.matches(record, seed),
+            leaf => leaf.matches(record, cx),
         })
     }
 
     /// Returns true if `record` passes this (sub)filter, Community IDs hashed
     /// with `seed`.
-    pub(crate) fn matches(&self, record: &PacketRecord, seed: u16) -> bool {
+    pub(crate) fn matches(&self, record: &PacketRecord, cx: Cx<'_>) -> bool {
         match self {
             Expr::Exists(field) => is_present(*field, record),
             Expr::BitTest(left) => {
-                let values = field_values(left, record, seed);
+                let values = field_values(left, record, cx.seed);
                 values.as_slice().iter().any(|&value| value != 0)
             }
             Expr::Compare(comparison) => {
-                let values = field_values(&comparison.left, record, seed);
+                let values = field_values(&comparison.left, record, cx.seed);
                 let (low, high) = comparison.range;
                 quantify(
                     comparison.quantifier,
@@ -136,7 +159,7 @@ impl Expr {
                 )
             }
             Expr::In(membership) => {
-                let values = field_values(&membership.left, record, seed);
+                let values = field_values(&membership.left, record, cx.seed);
                 quantify(membership.quantifier, values.as_slice(), |value| {
                     in_ranges(&membership.ranges, value)
                 })
@@ -146,12 +169,13 @@ impl Expr {
                 !relation.reads_bytes() && relation.eval(record, &[]).unwrap_or(false)
             }
             Expr::Bytes(_) => false,
-            Expr::Not(inner) => !inner.matches(record, seed),
-            Expr::And(operands) => operands.iter().all(|operand| operand.matches(record, seed)),
-            Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record, seed)),
+            Expr::Text(test) => test.matches(cx.app),
+            Expr::Not(inner) => !inner.matches(record, cx),
+            Expr::And(operands) => operands.iter().all(|operand| operand.matches(record, cx)),
+            Expr::Or(operands) => operands.iter().any(|operand| operand.matches(record, cx)),
             Expr::Xor(operands) => operands
                 .iter()
-                .fold(false, |odd, operand| odd ^ operand.matches(record, seed)),
+                .fold(false, |odd, operand| odd ^ operand.matches(record, cx)),
         }
     }
 }

@@ -22,6 +22,7 @@ mod columns;
 pub mod error;
 mod eval;
 mod lexer;
+pub mod names;
 pub mod offsets;
 mod parser;
 pub mod payload;

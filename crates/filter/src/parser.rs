@@ -32,6 +32,7 @@ use super::{BPF_FIRST_KEYWORDS, MAX_NESTING_DEPTH, MAX_SET_ELEMENTS, too_deep};
 use crate::error::ParseError;
 use hindsight_model::tunnel;
 
+use super::names::{TextField, TextOp, TextTest};
 use super::payload::{BytesField, BytesOp, BytesTest, Pattern, Slice, parse_bytes};
 
 /// Parses `tokens` (of `text`) as a Wireshark display filter; `None` for no tokens.
@@ -385,6 +386,18 @@ impl<'t, 'a> Parser<'t, 'a> {
                 return self.bytes_test(bytes_field, field_token);
             }
         }
+        if let Some(text_field) = TextField::from_name(field_token.text) {
+            if let Some((_, quantifier_token)) = quantifier {
+                return Err(self.error_at(
+                    quantifier_token,
+                    format!(
+                        "\"{}\" does not apply to {}, which a connection has once",
+                        quantifier_token.text, field_token.text
+                    ),
+                ));
+            }
+            return self.text_test(text_field);
+        }
         let field = self.resolve_field(field_token)?;
         if self
             .peek()
@@ -640,6 +653,68 @@ impl<'t, 'a> Parser<'t, 'a> {
             }
         };
         Ok(Expr::Bytes(Box::new(BytesTest { field, slice, op })))
+    }
+
+    /// A test of a connection's text field, its name already read: `==` or
+    /// `!=` a string, `contains` a string, `matches` "regex", or nothing
+    /// (the field is there).
+    fn text_test(&mut self, field: TextField) -> Result<Expr, ParseError> {
+        let text_of = |parser: &mut Self| -> Result<String, ParseError> {
+            let token = match parser.advance() {
+                Some(token) if matches!(token.kind, TokenKind::Word | TokenKind::Str) => token,
+                other => return Err(parser.unexpected(other, "a quoted string")),
+            };
+            let quoted = token.kind == TokenKind::Str;
+            let bytes = match quoted {
+                true => parse_bytes(strip_quotes(token.text), true)
+                    .map_err(|message| parser.error_at(token, message))?,
+                false => token.text.as_bytes().to_vec(),
+            };
+            String::from_utf8(bytes).map_err(|_| {
+                parser.error_at(token, format!("{field} is compared with text (UTF-8)"))
+            })
+        };
+        let op = match self.peek() {
+            Some(token) if is_word(token, "contains") => {
+                self.advance();
+                TextOp::Contains(text_of(self)?)
+            }
+            Some(token) if is_word(token, "matches") => {
+                self.advance();
+                let value = match self.advance() {
+                    Some(token) if token.kind == TokenKind::Str => token,
+                    other => return Err(self.unexpected(other, "a quoted regular expression")),
+                };
+                let source = parse_bytes(strip_quotes(value.text), true)
+                    .map_err(|message| self.error_at(value, message))?;
+                let source = String::from_utf8(source)
+                    .map_err(|_| self.error_at(value, "a regular expression is text (UTF-8)"))?;
+                TextOp::Matches(
+                    Pattern::new(&source).map_err(|message| self.error_at(value, message))?,
+                )
+            }
+            Some(token) if comparison_operator(token).is_some() => {
+                self.advance();
+                match comparison_operator(token) {
+                    Some((CmpOp::Eq, _)) => TextOp::Eq(text_of(self)?),
+                    Some((CmpOp::Ne, _)) => TextOp::Ne(text_of(self)?),
+                    _ => {
+                        return Err(self.error_at(
+                            token,
+                            format!("{field} is compared with ==, !=, contains or matches only"),
+                        ));
+                    }
+                }
+            }
+            Some(token) if is_word(token, "in") => {
+                return Err(self.error_at(
+                    token,
+                    format!("sets of text are not supported; join {field} == ... with ||"),
+                ));
+            }
+            _ => TextOp::Exists,
+        };
+        Ok(Expr::Text(Box::new(TextTest { field, op })))
     }
 
     /// `pcap_filter("TCPDUMP FILTER")`: a tcpdump filter inside a Wireshark one,

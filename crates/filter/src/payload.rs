@@ -230,6 +230,11 @@ impl Pattern {
         })
     }
 
+    /// True if the expression matches somewhere in `bytes`.
+    pub fn is_match(&self, bytes: &[u8]) -> bool {
+        self.regex.is_match(bytes)
+    }
+
     /// The expression's text.
     pub fn source(&self) -> &str {
         &self.source

@@ -206,7 +206,7 @@ fn constraint(expr: &Expr, placement: fn(Field) -> Option<Placement>) -> Option<
             let place = placement(membership.left.field)?;
             Some(place_ranges(place, &membership.ranges))
         }
-        Expr::BitTest(_) | Expr::Offsets(_) | Expr::Bytes(_) | Expr::Not(_) => None,
+        Expr::BitTest(_) | Expr::Offsets(_) | Expr::Bytes(_) | Expr::Text(_) | Expr::Not(_) => None,
         Expr::And(operands) => operands
             .iter()
             .filter_map(|operand| constraint(operand, placement))

@@ -283,7 +283,7 @@ fn invalid_filters_report_column_and_reason() {
             1,
             "did you mean \"tcp.dstport\"?",
         ),
-        (Auto, "dns.qry.name", 1, "unknown field \"dns.qry.name\""),
+        (Auto, "dns.qry.nam", 1, "unknown field \"dns.qry.nam\""),
         (
             Auto,
             "tcp &&",

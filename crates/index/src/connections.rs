@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, SegmentId};
+use hindsight_model::app::{NameKind, NameLookup};
+use hindsight_model::{Addr16, AppFields, FlowRecord, FlowSource, FlowState, SegmentId};
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
@@ -57,6 +58,15 @@ const COMMUNITY_KEY_LEN_V1: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
 /// The Community ID seed of an index opened without one (the specification's
 /// default, and what Zeek, Suricata and Arkime use unless told otherwise).
 pub const DEFAULT_COMMUNITY_SEED: u16 = 0;
+/// Column family of the name keys: key `kind (1) | name (lowercased; a
+/// domain's labels reversed) | 0 | ts (8) | originator (16) | originator port
+/// (2) | responder (16) | responder port (2) | proto (1)`, which leads to the
+/// connection's entry under its originator; value empty, or the name as sent
+/// where it is not all lowercase. One key per name of a connection
+/// ([`AppFields::names`]).
+const CF_NAMES: &str = "names";
+/// Bytes of a name key after the name's terminating 0.
+const NAME_TAIL: usize = 8 + 16 + 2 + 16 + 2 + 1;
 /// Column family of settings that must survive a restart: key `cutoff`, value the
 /// expiration cutoff (i64 big-endian nanoseconds).
 const CF_META: &str = "meta";
@@ -185,23 +195,24 @@ impl ConnSummary {
         hindsight_model::put_varint(out, u64::from(self.duration_ms));
     }
 
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        let (head, varint) = bytes.split_at_checked(8)?;
+    /// The summary at the start of `bytes`, and the bytes after it.
+    fn decode(bytes: &[u8]) -> Option<(Self, &[u8])> {
+        let (head, mut varint) = bytes.split_at_checked(8)?;
         let mut duration_ms = 0u32;
         let mut shift = 0u32;
-        let mut ended = false;
-        for &byte in varint {
-            if ended || shift > 28 {
+        loop {
+            let (&byte, rest) = varint.split_first()?;
+            varint = rest;
+            if shift > 28 {
                 return None;
             }
             duration_ms |= u32::from(byte & 0x7f).checked_shl(shift)?;
             shift += 7;
-            ended = byte & 0x80 == 0;
+            if byte & 0x80 == 0 {
+                break;
+            }
         }
-        if !ended {
-            return None;
-        }
-        Some(Self {
+        let summary = Self {
             source: FlowSource::from_code(head[0])?,
             state: FlowState::from_code(head[1])?,
             tcp_flags: u16::from_be_bytes([head[2], head[3]]),
@@ -210,12 +221,13 @@ impl ConnSummary {
             packets_out_scale: head[6],
             packets_in_scale: head[7],
             duration_ms,
-        })
+        };
+        Some((summary, varint))
     }
 }
 
 /// One entry of the index: a connection seen from one of its addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnEntry {
     /// The address the entry is keyed by.
     pub addr: Addr16,
@@ -233,6 +245,8 @@ pub struct ConnEntry {
     pub reverse: bool,
     /// The compact summary.
     pub summary: ConnSummary,
+    /// The connection's application fields, if it has any.
+    pub app: Option<Box<AppFields>>,
 }
 
 impl ConnEntry {
@@ -241,7 +255,7 @@ impl ConnEntry {
     pub fn of_record(record: &FlowRecord) -> Vec<ConnEntry> {
         let key = encode_key(record);
         let mut value = Vec::with_capacity(16);
-        ConnSummary::of(record).encode(&mut value);
+        encode_value(record, &mut value);
         [key, reversed(&key)]
             .iter()
             .filter_map(|key| decode_entry(key, &value))
@@ -270,6 +284,9 @@ impl ConnEntry {
     pub fn stored(&self) -> ([u8; KEY_LEN], Vec<u8>) {
         let mut value = Vec::with_capacity(12);
         self.summary.encode(&mut value);
+        if let Some(app) = &self.app {
+            app.encode(&mut value);
+        }
         (self.key(), value)
     }
 
@@ -360,6 +377,11 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
     }
     let addr = Addr16(key[..16].try_into().ok()?);
     let peer = Addr16(key[24..40].try_into().ok()?);
+    let (summary, rest) = ConnSummary::decode(value)?;
+    let app = match rest.is_empty() {
+        true => None,
+        false => Some(Box::new(AppFields::decode(rest)?)),
+    };
     Some(ConnEntry {
         addr,
         ts_ns: key_ts(key)?,
@@ -368,25 +390,96 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
         peer_port: u16::from_be_bytes([key[42], key[43]]),
         proto: key[44],
         reverse: key[45] & FLAG_REVERSE != 0,
-        summary: ConnSummary::decode(value)?,
+        summary,
+        app,
     })
+}
+
+/// A record's value in the index: its summary, then its application fields
+/// if it has any.
+fn encode_value(record: &FlowRecord, out: &mut Vec<u8>) {
+    ConnSummary::of(record).encode(out);
+    if let Some(app) = record.app.as_deref().filter(|app| !app.is_empty()) {
+        app.encode(out);
+    }
+}
+
+/// The name keys of a record (see [`CF_NAMES`]), each with its value.
+fn name_keys(record: &FlowRecord, out: &mut Vec<(Vec<u8>, Vec<u8>)>) {
+    let Some(app) = record.app.as_deref() else {
+        return;
+    };
+    for (kind, name) in app.names() {
+        let Some(lower) = kind.key(name) else {
+            continue;
+        };
+        let mut key = Vec::with_capacity(2 + lower.len() + NAME_TAIL);
+        key.push(kind as u8);
+        key.extend_from_slice(&lower);
+        key.push(0);
+        let entry = encode_key(record);
+        key.extend_from_slice(&entry[16..24]);
+        key.extend_from_slice(&entry[..16]);
+        key.extend_from_slice(&entry[40..42]);
+        key.extend_from_slice(&entry[24..40]);
+        key.extend_from_slice(&entry[42..45]);
+        let original = match name.bytes().any(|b| b.is_ascii_uppercase()) {
+            true => name.as_bytes().to_vec(),
+            false => Vec::new(),
+        };
+        out.push((key, original));
+    }
+}
+
+/// The originator's connection key a name key leads to, and the name's
+/// lowercased key bytes; `None` if `key` is not a name key.
+fn split_name_key(key: &[u8]) -> Option<(NameKind, &[u8], [u8; KEY_LEN])> {
+    let (&kind, rest) = key.split_first()?;
+    let kind = NameKind::from_code(kind)?;
+    let name_len = rest.len().checked_sub(NAME_TAIL + 1)?;
+    let (name, tail) = rest.split_at_checked(name_len)?;
+    let (&0, tail) = tail.split_first()? else {
+        return None;
+    };
+    let mut entry = [0u8; KEY_LEN];
+    entry[16..24].copy_from_slice(tail.get(..8)?);
+    entry[..16].copy_from_slice(tail.get(8..24)?);
+    entry[40..42].copy_from_slice(tail.get(24..26)?);
+    entry[24..40].copy_from_slice(tail.get(26..42)?);
+    entry[42..45].copy_from_slice(tail.get(42..45)?);
+    Some((kind, name, entry))
 }
 
 /// The compaction filter: drops entries whose timestamp is before the cutoff
 /// current when the compaction started.
 struct ExpireFilter {
     cutoff: i64,
-    /// Where in the key the timestamp starts (16: connections; 8: community).
-    ts_at: usize,
+    ts_at: TsAt,
+}
+
+/// Where in a key the timestamp starts.
+#[derive(Clone, Copy)]
+enum TsAt {
+    /// At this byte (16: connections; 8: community).
+    Start(usize),
+    /// [`NAME_TAIL`] bytes before the end (names).
+    NameTail,
+}
+
+impl TsAt {
+    fn ts(self, key: &[u8]) -> Option<i64> {
+        let at = match self {
+            TsAt::Start(at) => at,
+            TsAt::NameTail => key.len().checked_sub(NAME_TAIL)?,
+        };
+        let bytes: [u8; 8] = key.get(at..at + 8)?.try_into().ok()?;
+        Some(ts_from_bytes(bytes))
+    }
 }
 
 impl CompactionFilter for ExpireFilter {
     fn filter(&mut self, _level: u32, key: &[u8], _value: &[u8]) -> Decision {
-        let ts = key
-            .get(self.ts_at..self.ts_at + 8)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map(ts_from_bytes);
-        match ts {
+        match self.ts_at.ts(key) {
             Some(ts) if ts < self.cutoff => Decision::Remove,
             _ => Decision::Keep,
         }
@@ -400,7 +493,7 @@ impl CompactionFilter for ExpireFilter {
 /// Makes one [`ExpireFilter`] per compaction with the cutoff of that moment.
 struct ExpireFilterFactory {
     cutoff: Arc<AtomicI64>,
-    ts_at: usize,
+    ts_at: TsAt,
 }
 
 impl CompactionFilterFactory for ExpireFilterFactory {
@@ -434,6 +527,9 @@ pub struct ConnPage {
     pub entries: Vec<ConnEntry>,
     /// The key to pass as `after` to get the next page; `None` if this is the last.
     pub next: Option<Vec<u8>>,
+    /// For a page of a name lookup, each entry's name key (its place in the
+    /// lookup's order); empty for a page of addresses.
+    pub places: Vec<Vec<u8>>,
 }
 
 /// A scan request: addresses in `[low, high]` (a CIDR block or one address),
@@ -476,16 +572,32 @@ struct Staged {
     keys: Vec<[u8; KEY_LEN]>,
     /// Each record's Community ID hash prefix, as a big-endian integer.
     community: Vec<u64>,
-    /// Each record's summary, as (start, length) in `values`.
-    spans: Vec<(u32, u8)>,
+    /// Each record's value, as (start, length) in `values`.
+    spans: Vec<(u32, u32)>,
     values: Vec<u8>,
     counts: BTreeMap<i64, u64>,
+    /// The records' name keys with their values.
+    names: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Bytes of `names`' keys and values.
+    name_bytes: usize,
 }
 
 impl Staged {
     fn bytes(&self) -> usize {
-        self.keys.len() * (KEY_LEN + COMMUNITY_PREFIX + std::mem::size_of::<(u32, u8)>())
+        self.keys.len() * (KEY_LEN + COMMUNITY_PREFIX + std::mem::size_of::<(u32, u32)>())
             + self.values.len()
+            + self.names.len() * std::mem::size_of::<(Vec<u8>, Vec<u8>)>()
+            + self.name_bytes
+    }
+
+    /// Sorts the name keys and drops repeated ones (the last staged wins).
+    fn sorted_names(&mut self) -> &[(Vec<u8>, Vec<u8>)] {
+        // Stable: among equal keys, the later staged is after.
+        self.names.sort_by(|a, b| a.0.cmp(&b.0));
+        self.names.reverse();
+        self.names.dedup_by(|next, kept| next.0 == kept.0);
+        self.names.reverse();
+        &self.names
     }
 
     /// Calls `f` with the Community ID keys in key order (one per record), each
@@ -573,9 +685,7 @@ impl Staged {
             for &(_, _, e) in run {
                 keys.push(key(e));
                 let (start, len) = self.spans[(e / 2) as usize];
-                values.extend_from_slice(
-                    &self.values[start as usize..start as usize + usize::from(len)],
-                );
+                values.extend_from_slice(&self.values[start as usize..(start + len) as usize]);
                 ends.push(values.len());
             }
             let mut start = 0;
@@ -619,12 +729,17 @@ impl ConnectionIndex {
         let mut connections = table_options();
         connections.set_compaction_filter_factory(ExpireFilterFactory {
             cutoff: Arc::clone(&cutoff),
-            ts_at: 16,
+            ts_at: TsAt::Start(16),
         });
         let mut community = table_options();
         community.set_compaction_filter_factory(ExpireFilterFactory {
             cutoff: Arc::clone(&cutoff),
-            ts_at: COMMUNITY_PREFIX,
+            ts_at: TsAt::Start(COMMUNITY_PREFIX),
+        });
+        let mut names = table_options();
+        names.set_compaction_filter_factory(ExpireFilterFactory {
+            cutoff: Arc::clone(&cutoff),
+            ts_at: TsAt::NameTail,
         });
         let mut histogram_options = Options::default();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
@@ -633,6 +748,7 @@ impl ConnectionIndex {
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
             ColumnFamilyDescriptor::new(CF_COMMUNITY, community),
+            ColumnFamilyDescriptor::new(CF_NAMES, names),
         ];
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
         // Table files of a commit that did not finish (their entries are staged
@@ -736,11 +852,10 @@ impl ConnectionIndex {
         ];
         // Indexes written before Community IDs were keys have no such family.
         let existing = DB::list_cf(&Options::default(), dir).unwrap_or_default();
-        if existing.iter().any(|name| name == CF_COMMUNITY) {
-            families.push(ColumnFamilyDescriptor::new(
-                CF_COMMUNITY,
-                Options::default(),
-            ));
+        for optional in [CF_COMMUNITY, CF_NAMES] {
+            if existing.iter().any(|name| name == optional) {
+                families.push(ColumnFamilyDescriptor::new(optional, Options::default()));
+            }
         }
         let db =
             DB::open_cf_descriptors_read_only(&crate::read_only_options(), dir, families, false)
@@ -842,13 +957,18 @@ impl ConnectionIndex {
         staged.spans.reserve(records.len());
         for record in records {
             let start = staged.values.len();
-            ConnSummary::of(record).encode(&mut staged.values);
-            // A summary is at most 13 bytes; offsets past 4 GiB cannot be staged
-            // (the sink commits at 64 MiB).
+            encode_value(record, &mut staged.values);
+            // Offsets past 4 GiB cannot be staged (the sink commits at 64 MiB).
             let span = (
                 u32::try_from(start).unwrap_or(u32::MAX),
-                (staged.values.len() - start) as u8,
+                u32::try_from(staged.values.len() - start).unwrap_or(0),
             );
+            let names = staged.names.len();
+            name_keys(record, &mut staged.names);
+            staged.name_bytes += staged.names[names..]
+                .iter()
+                .map(|(key, value)| key.len() + value.len())
+                .sum::<usize>();
             staged.keys.push(encode_key(record));
             let hash = record.community_id_hash(self.community_seed);
             staged.community.push(u64::from_be_bytes(
@@ -881,7 +1001,8 @@ impl ConnectionIndex {
     /// and the mark, through the write-ahead log and the memtable, so that small
     /// commits do not make small table files for compactions to rewrite.
     pub fn commit(&self, mark: Option<SegmentId>) -> Result<()> {
-        let staged = std::mem::take(&mut *self.lock_staged());
+        let mut staged = std::mem::take(&mut *self.lock_staged());
+        staged.sorted_names();
         let mut batch = WriteBatch::default();
         let mut synced = WriteOptions::default();
         if staged.bytes() >= TABLE_COMMIT_BYTES {
@@ -902,6 +1023,10 @@ impl ConnectionIndex {
                     Ok::<(), Infallible>(())
                 })
                 .unwrap_or_else(|never| match never {});
+            let names = self.family(CF_NAMES)?;
+            for (key, value) in &staged.names {
+                batch.put_cf(names, key, value);
+            }
         }
         let meta = self.family(CF_META)?;
         let histogram_family = self.family(CF_HISTOGRAM)?;
@@ -939,6 +1064,16 @@ impl ConnectionIndex {
         })?;
         self.ingest_table(CF_COMMUNITY, |writer| {
             staged.for_each_community(|key| writer.put(key, []).map_err(rocks(&self.path)))
+        })?;
+        if staged.names.is_empty() {
+            return Ok(());
+        }
+        // Sorted and without repeats by `commit`.
+        self.ingest_table(CF_NAMES, |writer| {
+            for (key, value) in &staged.names {
+                writer.put(key, value).map_err(rocks(&self.path))?;
+            }
+            Ok(())
         })
     }
 
@@ -1030,7 +1165,7 @@ impl ConnectionIndex {
     pub fn compact(&self) -> Result<()> {
         let mut options = rocksdb::CompactOptions::default();
         options.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
-        for name in [CF_CONNECTIONS, CF_COMMUNITY] {
+        for name in [CF_CONNECTIONS, CF_COMMUNITY, CF_NAMES] {
             let family = self.family(name)?;
             self.db
                 .compact_range_cf_opt(family, None::<&[u8]>, None::<&[u8]>, &options);
@@ -1042,7 +1177,13 @@ impl ConnectionIndex {
     /// writes durable anyway, but every read-only open would replay it).
     pub fn flush(&self) -> Result<()> {
         // Every family, so that no reader has to replay the write-ahead log.
-        for name in [CF_CONNECTIONS, CF_HISTOGRAM, CF_META, CF_COMMUNITY] {
+        for name in [
+            CF_CONNECTIONS,
+            CF_HISTOGRAM,
+            CF_META,
+            CF_COMMUNITY,
+            CF_NAMES,
+        ] {
             let family = self.family(name)?;
             self.db.flush_cf(family).map_err(rocks(&self.path))?;
         }
@@ -1194,6 +1335,111 @@ impl ConnectionIndex {
         Ok(found)
     }
 
+    /// Returns one page of the connections that have a name `lookups` reads
+    /// and start in `[start_ns, end_ns]`, at most `limit` of those `keep`
+    /// accepts, as their originator's entries, in the order of the name keys
+    /// (kind, lowercased name, start), resuming after name key `after` (a
+    /// [`ConnPage::next`]). `name_ok` is asked once for each name (as sent)
+    /// before its connections are read: false skips them. Empty for an index
+    /// written before names were keys.
+    #[allow(clippy::too_many_arguments)]
+    pub fn names(
+        &self,
+        lookups: &[NameLookup],
+        start_ns: i64,
+        end_ns: i64,
+        after: Option<&[u8]>,
+        limit: usize,
+        keep: &dyn Fn(&ConnEntry) -> bool,
+        name_ok: &dyn Fn(NameKind, &str) -> bool,
+    ) -> Result<ConnPage> {
+        let mut page = ConnPage::default();
+        let Some(family) = self.db.cf_handle(CF_NAMES) else {
+            return Ok(page);
+        };
+        let start_ns = start_ns.max(self.cutoff.load(Ordering::Acquire));
+        if start_ns > end_ns || limit == 0 {
+            return Ok(page);
+        }
+        let connections = self.family(CF_CONNECTIONS)?;
+        let mut iter = self.db.raw_iterator_cf(family);
+        let mut last_key = Vec::new();
+        // The last name read, and whether `name_ok` took it.
+        let mut verdict: Option<(Vec<u8>, Vec<u8>, bool)> = None;
+        for (low, high) in name_ranges(lookups) {
+            let from = match after {
+                Some(after) if after >= high.as_slice() => continue,
+                Some(after) if after >= low.as_slice() => successor(after),
+                _ => low.clone(),
+            };
+            iter.seek(&from);
+            while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+                if key >= high.as_slice() {
+                    break;
+                }
+                let Some((kind, name, entry_key)) = split_name_key(key) else {
+                    return Err(self.corrupt(CF_NAMES, format!("{}-byte key", key.len())));
+                };
+                // The name's keys: `kind | name | 0`.
+                let group = &key[..key.len() - NAME_TAIL];
+                let ts = key_ts(&entry_key).unwrap_or(i64::MIN);
+                if ts < start_ns {
+                    let mut seek = group.to_vec();
+                    seek.extend_from_slice(&ts_bytes(start_ns));
+                    iter.seek(seek);
+                    continue;
+                }
+                if ts > end_ns {
+                    // The next name: past `kind | name | 0`.
+                    let mut seek = group.to_vec();
+                    if let Some(last) = seek.last_mut() {
+                        *last = 1;
+                    }
+                    iter.seek(seek);
+                    continue;
+                }
+                let ok = match &verdict {
+                    Some((known, known_value, ok)) if known == group && known_value == value => *ok,
+                    _ => {
+                        let text = match value.is_empty() {
+                            true => kind.name_of_key(name),
+                            false => String::from_utf8_lossy(value).into_owned(),
+                        };
+                        let ok = name_ok(kind, &text);
+                        verdict = Some((group.to_vec(), value.to_vec(), ok));
+                        ok
+                    }
+                };
+                if ok {
+                    let stored = self
+                        .db
+                        .get_pinned_cf(connections, entry_key)
+                        .map_err(rocks(&self.path))?;
+                    // Gone: expired before its name key was compacted away.
+                    if let Some(stored) = stored {
+                        let entry = decode_entry(&entry_key, &stored).ok_or_else(|| {
+                            self.corrupt(CF_CONNECTIONS, "an entry that does not decode".to_owned())
+                        })?;
+                        if keep(&entry) {
+                            if page.entries.len() == limit {
+                                // One more than the page holds: it ends here.
+                                page.next = Some(last_key);
+                                return Ok(page);
+                            }
+                            page.entries.push(entry);
+                            page.places.push(key.to_vec());
+                            last_key.clear();
+                            last_key.extend_from_slice(key);
+                        }
+                    }
+                }
+                iter.next();
+            }
+            iter.status().map_err(rocks(&self.path))?;
+        }
+        Ok(page)
+    }
+
     /// The entries of `connections` keyed by `addr` (16 bytes) that start at
     /// `ts` (8 key bytes): a Community ID key's connections.
     fn entries_at(
@@ -1249,6 +1495,22 @@ impl ConnectionIndex {
         Ok((events, entries))
     }
 
+    /// Counts the name keys, reading every one. For tests and `stats`.
+    pub fn count_names(&self) -> Result<u64> {
+        let Some(family) = self.db.cf_handle(CF_NAMES) else {
+            return Ok(0);
+        };
+        let mut iter = self.db.raw_iterator_cf(family);
+        iter.seek_to_first();
+        let mut names = 0;
+        while iter.valid() {
+            names += 1;
+            iter.next();
+        }
+        iter.status().map_err(rocks(&self.path))?;
+        Ok(names)
+    }
+
     /// Returns the timestamps of every forward entry (one per event), for tests.
     pub fn event_times(&self) -> Result<Vec<i64>> {
         let connections = self.family(CF_CONNECTIONS)?;
@@ -1286,6 +1548,45 @@ fn granularity_ns(expiry: &Expiry) -> i64 {
     i64::try_from(expiry.histogram_granularity.as_nanos())
         .unwrap_or(i64::MAX)
         .max(1)
+}
+
+/// The ranges `[low, high)` of name keys the lookups read, in key order,
+/// overlapping ones merged.
+fn name_ranges(lookups: &[NameLookup]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let with = |kind: NameKind, name: &[u8], last: u8| {
+        let mut key = Vec::with_capacity(name.len() + 2);
+        key.push(kind as u8);
+        key.extend_from_slice(name);
+        key.push(last);
+        key
+    };
+    let mut ranges: Vec<(Vec<u8>, Vec<u8>)> = lookups
+        .iter()
+        .filter_map(|lookup| match lookup {
+            NameLookup::Exact(kind, name) => {
+                let name = kind.key(name)?;
+                Some((with(*kind, &name, 0), with(*kind, &name, 1)))
+            }
+            NameLookup::Subdomains(kind, domain) => {
+                let domain = kind.key(domain)?;
+                Some((with(*kind, &domain, b'.'), with(*kind, &domain, b'.' + 1)))
+            }
+            NameLookup::All(kind) => Some((vec![*kind as u8], vec![*kind as u8 + 1])),
+        })
+        .collect();
+    ranges.sort();
+    let mut merged: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(ranges.len());
+    for (low, high) in ranges {
+        match merged.last_mut() {
+            Some(last) if low <= last.1 => {
+                if high > last.1 {
+                    last.1 = high;
+                }
+            }
+            _ => merged.push((low, high)),
+        }
+    }
+    merged
 }
 
 /// Returns the smallest key greater than `key`.

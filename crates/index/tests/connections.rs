@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use hindsight_index::connections::{scale, scale_range};
 use hindsight_index::{ConnScan, ConnSummary, ConnectionIndex, Expiry};
+use hindsight_model::app::{AppFields, NameKind, NameLookup, TlsFields};
 use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, SegmentId, ip_proto};
 
 const SEC: i64 = 1_000_000_000;
@@ -80,7 +81,7 @@ fn an_address_finds_its_connections_in_both_directions_in_time_order() {
     let times: Vec<i64> = page.entries.iter().map(|e| e.ts_ns / SEC).collect();
     assert_eq!(times, [100, 200, 300, 500]);
     assert!(page.next.is_none());
-    let second = page.entries[1];
+    let second = page.entries[1].clone();
     assert!(
         second.reverse,
         "10.1.2.3 was the responder of the ssh connection"
@@ -449,7 +450,7 @@ fn community_keys_of_the_first_layout_are_still_read() {
     drop(index);
     // Rewrite the key in the first layout, as that version wrote it.
     {
-        let families = ["connections", "histogram", "meta", "community"];
+        let families = ["connections", "histogram", "meta", "community", "names"];
         let mut options = rocksdb::Options::default();
         options.set_merge_operator_associative("hindsight-add-u64", |_, existing, operands| {
             let mut total = existing.map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()));
@@ -502,4 +503,144 @@ fn a_damaged_connection_index_is_named_as_such() {
     let error = ConnectionIndex::open(&path, Expiry::OFF).expect_err("a damaged index");
     let text = error.to_string();
     assert!(text.starts_with("connection index "), "{text}");
+}
+
+/// Application fields of a connection to `host` (its DNS query, TLS server
+/// name and JA4 all name it).
+fn named(ts: i64, client: Addr16, sport: u16, host: &str) -> FlowRecord {
+    let mut record = conn(ts, client, sport, v4(192, 0, 2, 1), 443);
+    record.app = Some(Box::new(AppFields {
+        tls: Some(TlsFields {
+            sni: Some(host.to_owned()),
+            ja4: Some(format!("t13d_{}", host.len())),
+            ..TlsFields::default()
+        }),
+        ..AppFields::default()
+    }));
+    record
+}
+
+fn lookup(
+    index: &ConnectionIndex,
+    lookups: &[NameLookup],
+    window: (i64, i64),
+    after: Option<&[u8]>,
+    limit: usize,
+) -> hindsight_index::ConnPage {
+    index
+        .names(
+            lookups,
+            window.0 * SEC,
+            window.1 * SEC,
+            after,
+            limit,
+            &|_| true,
+            &|_, _| true,
+        )
+        .expect("names")
+}
+
+fn snis(page: &hindsight_index::ConnPage) -> Vec<String> {
+    page.entries
+        .iter()
+        .map(|e| {
+            let tls = e.app.as_ref().and_then(|a| a.tls.as_ref());
+            tls.and_then(|t| t.sni.clone()).unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Names lead to their connections, with their fields: exactly (whatever the
+/// case), a domain's subdomains as one range, every name of a kind; in a
+/// window, one page at a time, the same from small commits and from a table
+/// file; and the name keys expire with the connections.
+#[test]
+fn names_find_their_connections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hosts = [
+        "example.com",
+        "www.Example.com",
+        "a.b.example.com",
+        "badexample.com",
+        "example.org",
+        "com",
+    ];
+    let records: Vec<FlowRecord> = (0..60_000u32)
+        .map(|i| {
+            let host = hosts[i as usize % hosts.len()];
+            named(i64::from(i), v4(10, 1, (i % 250) as u8, 1), 40_000, host)
+        })
+        .collect();
+    let large = ConnectionIndex::open(&dir.path().join("large"), Expiry::OFF).expect("open");
+    large.stage(&records);
+    assert!(large.staged_bytes() >= hindsight_index::connections::TABLE_COMMIT_BYTES);
+    large.commit(None).expect("commit");
+    let small = ConnectionIndex::open(&dir.path().join("small"), Expiry::OFF).expect("open");
+    for chunk in records.chunks(500) {
+        small.insert(chunk).expect("insert");
+    }
+    // Two names per connection: its SNI and its JA4.
+    assert_eq!(large.count_names().expect("count"), 120_000);
+    assert_eq!(small.count_names().expect("count"), 120_000);
+    let sni = |name: &str| NameLookup::Exact(NameKind::TlsSni, name.to_owned());
+    let window = (0, 59);
+    let page = lookup(&large, &[sni("WWW.example.COM")], window, None, 100);
+    assert_eq!(snis(&page), vec!["www.Example.com"; 10]);
+    let subdomains = NameLookup::Subdomains(NameKind::TlsSni, "example.com".to_owned());
+    let page = lookup(&large, std::slice::from_ref(&subdomains), window, None, 100);
+    let found: std::collections::BTreeSet<String> = snis(&page).into_iter().collect();
+    assert_eq!(
+        found,
+        ["a.b.example.com", "www.Example.com"]
+            .map(str::to_owned)
+            .into()
+    );
+    assert_eq!(page.entries.len(), 20);
+    // Domain and subdomains, overlapping lookups: each connection once.
+    let page = lookup(
+        &large,
+        &[sni("example.com"), subdomains.clone(), subdomains],
+        window,
+        None,
+        100,
+    );
+    assert_eq!(page.entries.len(), 30);
+    let ja4 = lookup(&large, &[NameLookup::All(NameKind::Ja4)], window, None, 100);
+    assert_eq!(ja4.entries.len(), 60);
+    // Pages of 7 from both indexes, the whole kind over the whole time.
+    for lookups in [
+        vec![NameLookup::All(NameKind::TlsSni)],
+        vec![sni("com"), sni("example.org")],
+    ] {
+        let mut after: Option<Vec<u8>> = None;
+        let mut seen = 0;
+        loop {
+            let a = lookup(&large, &lookups, (0, 100_000), after.as_deref(), 7_777);
+            let b = lookup(&small, &lookups, (0, 100_000), after.as_deref(), 7_777);
+            assert_eq!(a, b);
+            seen += a.entries.len();
+            match a.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, if lookups.len() == 1 { 60_000 } else { 20_000 });
+    }
+    // Expired with the connections.
+    let expiry = Expiry {
+        keep_events: 10_000,
+        ..Expiry::OFF
+    };
+    drop(large);
+    let large = ConnectionIndex::open(&dir.path().join("large"), expiry).expect("reopen");
+    large.stage(&[named(100_000, v4(10, 9, 9, 9), 1, "late.example.com")]);
+    large.commit(None).expect("commit");
+    let cutoff = large.update_cutoff().expect("cutoff").expect("a cutoff");
+    assert!(cutoff > 40_000 * SEC);
+    let page = lookup(&large, &[sni("com")], (0, 100_000), None, 100_000);
+    assert!(page.entries.iter().all(|e| e.ts_ns >= cutoff));
+    large.compact().expect("compact");
+    let kept = large.count_names().expect("count");
+    assert!(kept < 2 * 20_100, "{kept} name keys after the cutoff");
+    assert_eq!(kept, 2 * large.count().expect("count").0);
 }

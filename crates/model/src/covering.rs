@@ -327,7 +327,7 @@ pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     }
 }
 
-fn varint(bytes: &mut &[u8]) -> Option<u64> {
+pub(crate) fn varint(bytes: &mut &[u8]) -> Option<u64> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let (&byte, rest) = bytes.split_first()?;

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use hindsight_index::ConnEntry;
 use hindsight_index::connections::scale_range;
-use hindsight_model::{FlowState, tcp_flags};
+use hindsight_model::{AppFields, FlowState, tcp_flags};
 use serde_json::json;
 
 use crate::packets::{proto_name, tcp_flags_text};
@@ -50,7 +50,7 @@ pub fn connection_json(e: &ConnEntry, community_seed: u16) -> serde_json::Value 
         let (low, high) = scale_range(scale);
         json!([low, high])
     };
-    json!({
+    let mut json = json!({
         "start": format_nanos(e.ts_ns),
         "start_ns": e.ts_ns,
         "duration": f64::from(s.duration_ms) / 1e3,
@@ -68,7 +68,67 @@ pub fn connection_json(e: &ConnEntry, community_seed: u16) -> serde_json::Value 
         "bytes_in": range(s.bytes_in_scale),
         "source": s.source.name(),
         "community_id": community_id(e, community_seed),
-    })
+    });
+    if let (Some(app), Some(object)) = (&e.app, json.as_object_mut()) {
+        object.extend(app_json(app));
+    }
+    json
+}
+
+/// A connection's application fields as JSON members, named as the `flows`
+/// table's columns; only the fields seen.
+pub fn app_json(app: &AppFields) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let mut put = |name: &str, value: serde_json::Value| {
+        if !value.is_null() {
+            out.insert(name.to_owned(), value);
+        }
+    };
+    put("service", json!(app.service()));
+    if let Some(dns) = &app.dns {
+        put("dns_query", json!(dns.query));
+        put("dns_qtype", json!(dns.qtype));
+        put("dns_rcode", json!(dns.rcode));
+        if !dns.answers.is_empty() {
+            put("dns_answers", json!(dns.answers));
+            put("dns_ttls", json!(dns.ttls));
+        }
+    }
+    if let Some(tls) = &app.tls {
+        put("tls_sni", json!(tls.sni));
+        if !tls.alpn.is_empty() {
+            put("tls_alpn", json!(tls.alpn));
+        }
+        put("tls_client_version", json!(tls.client_version));
+        put("tls_version", json!(tls.version));
+        put("tls_cipher", json!(tls.cipher));
+        put("ja3", json!(tls.ja3));
+        put("ja3s", json!(tls.ja3s));
+        put("ja4", json!(tls.ja4));
+    }
+    if let Some(http) = &app.http {
+        put("http_method", json!(http.method));
+        put("http_host", json!(http.host));
+        put("http_uri", json!(http.uri));
+        put("http_user_agent", json!(http.user_agent));
+        put("http_status", json!(http.status));
+        put("http_content_type", json!(http.content_type));
+    }
+    put("quic_version", json!(app.quic_version));
+    if let Some(ssh) = &app.ssh {
+        put("ssh_client", json!(ssh.client));
+        put("ssh_server", json!(ssh.server));
+    }
+    out
+}
+
+/// The name a connection is best known by: its TLS server name, HTTP host or
+/// DNS query.
+fn app_name(app: &AppFields) -> Option<&str> {
+    let tls = app.tls.as_ref().and_then(|t| t.sni.as_deref());
+    let http = app.http.as_ref().and_then(|h| h.host.as_deref());
+    let dns = app.dns.as_ref().map(|d| d.query.as_str());
+    tls.or(http).or(dns)
 }
 
 /// Writes connections in one format.
@@ -151,7 +211,7 @@ impl ConnWriter {
                 if self.rows == 0 {
                     writeln!(
                         out,
-                        "{:<30} {:>9} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} source",
+                        "{:<30} {:>9} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} {:<8} service name",
                         "start",
                         "duration",
                         "proto",
@@ -162,13 +222,14 @@ impl ConnWriter {
                         "flags",
                         "packets o/r",
                         "bytes o/r",
+                        "source",
                     )?;
                 }
                 let direction = if e.reverse { "<-" } else { "->" };
                 node_cell(out, Format::Table)?;
-                writeln!(
+                write!(
                     out,
-                    "{:<30} {:>9.3} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} {}",
+                    "{:<30} {:>9.3} {:<6} {:>41} {:<2} {:<41} {:<6} {:<8} {:>13} {:>15} {:<8}",
                     format_nanos(e.ts_ns),
                     duration,
                     proto_name(e.proto),
@@ -187,20 +248,24 @@ impl ConnWriter {
                         range_text(s.bytes_out_scale),
                         range_text(s.bytes_in_scale)
                     ),
-                    s.source.name()
+                    s.source.name(),
                 )?;
+                let app = e.app.as_deref();
+                let service = app.and_then(AppFields::service).unwrap_or("-");
+                let name = app.and_then(app_name).unwrap_or("-");
+                writeln!(out, " {service:<7} {}", name.escape_debug())?;
             }
             Format::Csv => {
                 if self.rows == 0 {
                     writeln!(
                         out,
-                        "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source,community_id"
+                        "start,duration,proto,orig_addr,orig_port,resp_addr,resp_port,address_is,state,tcp_flags,packets_out,packets_in,bytes_out,bytes_in,source,community_id,service,name"
                     )?;
                 }
                 node_cell(out, Format::Csv)?;
                 writeln!(
                     out,
-                    "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     format_nanos(e.ts_ns),
                     duration,
                     proto_name(e.proto),
@@ -216,7 +281,9 @@ impl ConnWriter {
                     range_text(s.bytes_out_scale),
                     range_text(s.bytes_in_scale),
                     s.source.name(),
-                    community_id(e, self.community_seed)
+                    community_id(e, self.community_seed),
+                    e.app.as_deref().and_then(AppFields::service).unwrap_or(""),
+                    csv_text(e.app.as_deref().and_then(app_name).unwrap_or("")),
                 )?;
             }
             Format::Jsonl => {
@@ -240,6 +307,15 @@ impl ConnWriter {
             writeln!(out, "(no connections)")?;
         }
         Ok(())
+    }
+}
+
+/// A CSV field: quoted (quotes doubled) when it holds a comma, a quote or a
+/// line break.
+fn csv_text(text: &str) -> String {
+    match text.contains([',', '"', '\n', '\r']) {
+        true => format!("\"{}\"", text.replace('"', "\"\"")),
+        false => text.to_owned(),
     }
 }
 

@@ -27,6 +27,7 @@ use hindsight_store::segment::reader::ConnTuple;
 use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
 
 use crate::error::QueryError;
+use crate::filter::names::TextTest;
 use crate::filter::{Filter, Verdict};
 
 /// A packet query: a filter, a time window and an optional row limit.
@@ -236,6 +237,61 @@ impl PacketSearch {
         Ok(self.connections.get_or_init(|| opened).as_ref())
     }
 
+    /// The filter a packet is tested with: the request's, with each test of
+    /// a connection's application field (`dns.qry.name == ...`) replaced by
+    /// the packets of the connections that pass it, found in the connection
+    /// index's name keys, and `community_id` hashed with the index's seed.
+    fn effective<'f>(&self, request: &'f SearchRequest) -> Result<Cow<'f, Filter>, QueryError> {
+        if !request.filter.tests_app_fields() {
+            return self.seeded(&request.filter);
+        }
+        let resolved = request
+            .filter
+            .resolve_text(&mut |test| self.connections_of(test, request.time))?;
+        Ok(Cow::Owned(self.seeded(&resolved)?.into_owned()))
+    }
+
+    /// The filter of the packets of the connections that pass `test` and
+    /// start in `time` or up to [`NAME_LOOKBACK_NS`] before it.
+    fn connections_of(&self, test: &TextTest, time: TimeRange) -> Result<Filter, QueryError> {
+        let plan_error = |message: String| QueryError::Plan { message };
+        let Some(lookups) = test.lookups() else {
+            return Err(plan_error(format!(
+                "{} is not a name the connection index keeps (dns.qry.name, \
+                 tls.handshake.extensions_server_name, http.host, http.user_agent, \
+                 tls.handshake.ja3, tls.handshake.ja3s, ja4 are); find the connections with \
+                 `hindsight flows` and their addresses",
+                test.field
+            )));
+        };
+        let Some(connections) = self.connections()? else {
+            return Ok(Filter::between(&[]));
+        };
+        let one = Filter::of_text(test);
+        let entries = connections
+            .names(
+                &lookups,
+                time.start_nanos.saturating_sub(NAME_LOOKBACK_NS),
+                time.end_nanos,
+                None,
+                MAX_NAMED_CONNECTIONS + 1,
+                &|entry| test.matches(entry.app.as_deref()),
+                &|kind, name| one.may_pass_name(kind, name),
+            )?
+            .entries;
+        if entries.len() > MAX_NAMED_CONNECTIONS {
+            return Err(QueryError::ResourcesExhausted {
+                resource: "connections of a name in one query (narrow the time window)",
+                limit: MAX_NAMED_CONNECTIONS as u64,
+            });
+        }
+        let tuples: Vec<ConnTuple> = entries
+            .iter()
+            .map(|e| (e.addr, e.port, e.peer, e.peer_port, e.proto))
+            .collect();
+        Ok(Filter::between(&tuples))
+    }
+
     /// `filter` with `community_id` hashed with the seed of the archive's
     /// connection index (the filter itself when it names no Community ID).
     fn seeded<'f>(&self, filter: &'f Filter) -> Result<Cow<'f, Filter>, QueryError> {
@@ -331,12 +387,13 @@ impl PacketSearch {
             .cloned()
             .collect();
         stats.segments_in_time = segments.len();
+        let filter = self.effective(request)?;
         let (address_ranges, prefilter, connections, looked_up) =
-            match self.community_ranges(&request.filter)? {
+            match self.community_ranges(&filter)? {
                 Some((ranges, prefilter, connections, lookup)) => {
                     (Some(ranges), Some(prefilter), connections, lookup)
                 }
-                None => (request.filter.address_ranges(), None, Vec::new(), None),
+                None => (filter.address_ranges(), None, Vec::new(), None),
             };
         let mut granules = BTreeMap::new();
         let mut covered = BTreeMap::new();
@@ -400,7 +457,7 @@ impl PacketSearch {
     ) -> Result<SearchStats, QueryError> {
         let mut stats = plan.stats.clone();
         let mut columns: Vec<&str> = if request.capture_only {
-            let mut needed = request.filter.columns();
+            let mut needed = self.effective(request)?.columns();
             needed.extend(CAPTURE_COLUMNS);
             needed.into_iter().collect()
         } else {
@@ -439,7 +496,7 @@ impl PacketSearch {
             plan,
             columns: &columns,
         };
-        let filter = self.seeded(&request.filter)?;
+        let filter = self.effective(request)?;
         let mut visitor = Visitor {
             request,
             filter: &filter,
@@ -534,7 +591,7 @@ impl PacketSearch {
         if stats.rows_matched >= limit {
             return Ok(());
         }
-        let filter = self.seeded(&request.filter)?;
+        let filter = self.effective(request)?;
         let mut visitor = Visitor {
             request,
             filter: &filter,
@@ -555,6 +612,13 @@ impl PacketSearch {
         Ok(())
     }
 }
+
+/// How long before a query's window a connection with a name it asks for
+/// may have started (its packets are the query's from the window's start).
+const NAME_LOOKBACK_NS: i64 = 3_600_000_000_000;
+
+/// The most connections a name test of a packet query may stand for.
+const MAX_NAMED_CONNECTIONS: usize = 10_000;
 
 /// Threads that decode segments at once in a query without a row limit.
 const READ_THREADS: usize = 2;

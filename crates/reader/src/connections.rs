@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hindsight_filter::Filter;
 use hindsight_index::connections::DEFAULT_COMMUNITY_SEED;
 use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
+use hindsight_model::app::NameLookup;
 use hindsight_model::{
     Addr16, FlowRecord, PacketHeaders, PacketRecord, SegmentId, ip_proto, network_range,
 };
@@ -43,18 +44,29 @@ impl ConnQuery {
                     .to_owned(),
             ));
         }
+        let names = filter.and_then(Filter::name_lookups);
+        let exact_names = names
+            .as_ref()
+            .is_some_and(|names| !names.iter().any(|n| matches!(n, NameLookup::All(_))));
         match (ip, filter) {
             (Some(ip), _) => Ok(vec![network_range(ip).map_err(ReaderError::Request)?]),
             // Found by the Community ID keys at lookup.
             (None, Some(filter)) if filter.community_ids().is_some() => Ok(Vec::new()),
-            (None, Some(filter)) => filter.address_ranges().ok_or_else(|| {
-                ReaderError::Request(
-                    "the connection index is keyed by address: give an ip, or a filter that \
-                     names the addresses every connection must have (such as `host 10.1.2.3 \
-                     and port 53`)"
+            // Found by the name keys at lookup: an exact name or a domain's
+            // range before addresses, addresses before every name of a kind.
+            (None, Some(_)) if exact_names => Ok(Vec::new()),
+            (None, Some(filter)) => match (filter.address_ranges(), names) {
+                (Some(ranges), _) => Ok(ranges),
+                (None, Some(_)) => Ok(Vec::new()),
+                (None, None) => Err(ReaderError::Request(
+                    "the connection index is keyed by address and by name: give an ip, or a \
+                     filter that names the addresses every connection must have (such as \
+                     `host 10.1.2.3 and port 53`) or a name it keeps (dns.qry.name, \
+                     tls.handshake.extensions_server_name, http.host, http.user_agent, \
+                     tls.handshake.ja3, tls.handshake.ja3s, ja4)"
                         .to_owned(),
-                )
-            }),
+                )),
+            },
             (None, None) => Err(ReaderError::Request(
                 "give an ip (ADDR or CIDR), or a filter that names addresses".to_owned(),
             )),
@@ -71,6 +83,10 @@ pub struct Connections {
     pub next: Option<Vec<u8>>,
     /// The seed of the connections' Community IDs (the index's).
     pub community_seed: u16,
+    /// For a lookup by name, each entry's place in the lookup's order (the
+    /// cursor that resumes after it); empty for a lookup by address, whose
+    /// entries are in their keys' order.
+    pub places: Vec<Vec<u8>>,
 }
 
 /// The connections of `query` from the index and from the records of the
@@ -87,7 +103,18 @@ pub(crate) fn lookup(
         .filter
         .clone()
         .map(|filter| filter.with_community_seed(community_seed));
-    let keep = |entry: &ConnEntry| filter.as_ref().is_none_or(|f| f.matches(&as_packet(entry)));
+    let keep = |entry: &ConnEntry| {
+        filter
+            .as_ref()
+            .is_none_or(|f| f.matches_connection(&as_packet(entry), entry.app.as_deref()))
+    };
+    if query.ranges.is_empty()
+        && let Some(filter) = &filter
+        && filter.community_ids().is_none()
+        && let Some(names) = filter.name_lookups()
+    {
+        return lookup_names(index, tail, query, &names, filter, &keep, community_seed);
+    }
     // A filter of Community IDs with no addresses: each ID's originator's
     // address, from the index's Community ID keys.
     let mut found;
@@ -159,7 +186,73 @@ pub(crate) fn lookup(
         entries,
         next,
         community_seed,
+        places: Vec::new(),
     })
+}
+
+/// The connections of a lookup by name: from the index's name keys, in their
+/// order, then (on the last page) the unsealed tail's connections that pass.
+fn lookup_names(
+    index: Option<&ConnectionIndex>,
+    tail: &[(SegmentId, Arc<[FlowRecord]>)],
+    query: &ConnQuery,
+    names: &[NameLookup],
+    filter: &Filter,
+    keep: &dyn Fn(&ConnEntry) -> bool,
+    community_seed: u16,
+) -> Result<Connections, ReaderError> {
+    let page = match index {
+        Some(index) => index
+            .names(
+                names,
+                query.time.start_nanos,
+                query.time.end_nanos,
+                query.after.as_deref(),
+                query.limit,
+                keep,
+                &|kind, name| filter.may_pass_name(kind, name),
+            )
+            .map_err(|source| ReaderError::Index {
+                which: "connection index",
+                root: index.path().to_owned(),
+                source,
+            })?,
+        None => Default::default(),
+    };
+    let mut connections = Connections {
+        entries: page.entries,
+        next: page.next,
+        community_seed,
+        places: page.places,
+    };
+    if connections.next.is_some() {
+        return Ok(connections);
+    }
+    // The tail's connections come after the index's: their places are
+    // their keys after a byte no name key starts with.
+    let after = query.after.as_deref();
+    let mut unsealed: Vec<(Vec<u8>, ConnEntry)> = tail
+        .iter()
+        .flat_map(|(_, records)| records.iter())
+        .filter(|record| {
+            record.first_ns >= query.time.start_nanos && record.first_ns <= query.time.end_nanos
+        })
+        .flat_map(ConnEntry::of_record)
+        .filter(|e| !e.reverse && keep(e))
+        .map(|e| ([&[u8::MAX][..], &e.key()].concat(), e))
+        .filter(|(place, _)| after.is_none_or(|after| place.as_slice() > after))
+        .collect();
+    unsealed.sort_by(|a, b| a.0.cmp(&b.0));
+    unsealed.dedup_by(|a, b| a.0 == b.0);
+    for (place, entry) in unsealed {
+        if connections.entries.len() == query.limit {
+            connections.next = connections.places.last().cloned();
+            break;
+        }
+        connections.places.push(place);
+        connections.entries.push(entry);
+    }
+    Ok(connections)
 }
 
 fn lookup_index(
@@ -225,6 +318,9 @@ fn as_packet(entry: &ConnEntry) -> PacketRecord {
     }
 }
 
+/// The longest cursor accepted, in hex digits: a name key's.
+pub const MAX_CURSOR_HEX: usize = 2 * (2 + hindsight_model::app::MAX_NAME_KEY + 45);
+
 /// A page's cursor as text (hex), as the command line and the API print it.
 pub fn encode_cursor(key: &[u8]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
@@ -237,7 +333,7 @@ pub fn decode_cursor(text: &str) -> Result<Vec<u8>, ReaderError> {
             "cursor {text:?} is not one that a page of connections ended with"
         ))
     };
-    if !text.len().is_multiple_of(2) || text.len() > 256 {
+    if !text.len().is_multiple_of(2) || text.len() > MAX_CURSOR_HEX {
         return Err(bad());
     }
     (0..text.len())

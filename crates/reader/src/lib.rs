@@ -37,7 +37,9 @@ use hindsight_query::search::{
 use hindsight_sql::{SqlError, SqlSession};
 use hindsight_store::{Archive, CatalogEntry, StoreError, Tail, TailView};
 
-pub use crate::connections::{ConnQuery, Connections, decode_cursor, encode_cursor};
+pub use crate::connections::{
+    ConnQuery, Connections, MAX_CURSOR_HEX, decode_cursor, encode_cursor,
+};
 pub use crate::summary::{Summary, TableTotals};
 
 /// Errors of the reader.

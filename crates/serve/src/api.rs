@@ -1037,7 +1037,8 @@ async fn flows(
         let connections: Vec<_> = page
             .entries
             .iter()
-            .map(|entry| {
+            .enumerate()
+            .map(|(i, entry)| {
                 let mut json =
                     hindsight_output::connections::connection_json(entry, page.community_seed);
                 if params.stored {
@@ -1047,6 +1048,10 @@ async fn flows(
                         hindsight_reader::encode_cursor(&key),
                         hindsight_reader::encode_cursor(&value)
                     ));
+                    // A lookup by name's order (a cluster merges pages by it).
+                    if let Some(place) = page.places.get(i) {
+                        json["at"] = json!(hindsight_reader::encode_cursor(place));
+                    }
                 }
                 json
             })

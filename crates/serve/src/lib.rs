@@ -489,7 +489,11 @@ fn start_capture(
     let trigger = match &config.trigger {
         Some(section) => Some(TriggerConfig {
             filter: Filter::parse(&section.filter)
-                .map_err(|e| anyhow::anyhow!("[trigger] filter: {e}"))?,
+                .map_err(|e| anyhow::anyhow!("[trigger] filter: {e}"))
+                .and_then(|filter| match filter.packet_only_problem() {
+                    Some(problem) => Err(anyhow::anyhow!("[trigger] filter: {problem}")),
+                    None => Ok(filter),
+                })?,
             dump: DumpTemplate::new(&section.dump)
                 .map_err(|e| anyhow::anyhow!("[trigger] dump: {e}"))?,
             before: seconds("[trigger] before_secs", section.before_secs)?,

@@ -80,6 +80,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let trigger = match &args.trigger {
         Some(text) => {
             let filter = Filter::parse(text).map_err(|e| anyhow::anyhow!("--trigger: {e}"))?;
+            if let Some(problem) = filter.packet_only_problem() {
+                anyhow::bail!("--trigger: {problem}");
+            }
             let dump = DumpTemplate::new(&args.dump).map_err(|e| anyhow::anyhow!("--dump: {e}"))?;
             Some(TriggerConfig {
                 filter,
