@@ -405,6 +405,9 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         vec!["--ip", "10.64.94.141", "--since", "2012-11-23T00:00:00Z"],
         vec!["host 10.64.93.4 and port 139"],
         vec!["--ip", "10.0.0.0/8", "tcp.flags.syn == 1"],
+        // By name: each node's name keys, merged in their order.
+        vec!["dns.qry.name == \"router.bittorrent.com\""],
+        vec!["dns.qry.name matches \"(^|\\\\.)com$\""],
     ] {
         let (one, fed) = flows(&args);
         assert!(
@@ -444,6 +447,38 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     let (one, _) = flows(&["--ip", "10.64.88.0/24"]);
     assert!(one.len() > 700, "{} connections: no second page", one.len());
     assert_eq!(paged, one, "pages of 700 across the nodes");
+    // Pages of a lookup by name, across the nodes.
+    let by_name = "dns.qry.name matches \"(^|\\\\.)com$\"";
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..1000 {
+        let mut args = vec![
+            "flows",
+            "--cluster",
+            cluster.to_str().unwrap(),
+            by_name,
+            "-F",
+            "jsonl",
+            "--limit",
+            "17",
+        ];
+        if let Some(cursor) = &after {
+            args.extend(["--after", cursor.as_str()]);
+        }
+        let output = hindsight(&args);
+        paged.extend(ok(&output).lines().map(untag));
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        after = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("more connections: add --after "))
+            .map(|rest| rest.split_whitespace().next().unwrap().to_owned());
+        if after.is_none() {
+            break;
+        }
+    }
+    let (one, _) = flows(&[by_name]);
+    assert!(one.len() > 100, "{} connections by name", one.len());
+    assert_eq!(paged, one, "pages of 17 by name across the nodes");
 
     // SQL: each node filters and partly aggregates its rows, the rest runs
     // where the statement was asked; the answer is the single archive's.
