@@ -416,66 +416,38 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         );
         assert_eq!(one, fed, "{args:?}");
     }
-    let mut paged = Vec::new();
-    let mut after: Option<String> = None;
-    for _ in 0..1000 {
-        let mut args = vec![
-            "flows",
-            "--cluster",
-            cluster.to_str().unwrap(),
-            "--ip",
-            "10.64.88.0/24",
-            "-F",
-            "jsonl",
-            "--limit",
-            "700",
-        ];
-        if let Some(cursor) = &after {
-            args.extend(["--after", cursor.as_str()]);
+    // Every page of a lookup across the nodes, each asked with the cursor
+    // the one before ended with.
+    let pages = |select: &[&str], limit: &str| -> Vec<String> {
+        let mut paged = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..1000 {
+            let mut args = vec!["flows", "--cluster", cluster.to_str().unwrap()];
+            args.extend(select);
+            args.extend(["-F", "jsonl", "--limit", limit]);
+            if let Some(cursor) = &after {
+                args.extend(["--after", cursor.as_str()]);
+            }
+            let output = hindsight(&args);
+            paged.extend(ok(&output).lines().map(untag));
+            let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+            after = stderr
+                .lines()
+                .find_map(|l| l.strip_prefix("more connections: add --after "))
+                .map(|rest| rest.split_whitespace().next().unwrap().to_owned());
+            if after.is_none() {
+                break;
+            }
         }
-        let output = hindsight(&args);
-        paged.extend(ok(&output).lines().map(untag));
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        after = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("more connections: add --after "))
-            .map(|rest| rest.split_whitespace().next().unwrap().to_owned());
-        if after.is_none() {
-            break;
-        }
-    }
+        paged
+    };
+    let paged = pages(&["--ip", "10.64.88.0/24"], "700");
     let (one, _) = flows(&["--ip", "10.64.88.0/24"]);
     assert!(one.len() > 700, "{} connections: no second page", one.len());
     assert_eq!(paged, one, "pages of 700 across the nodes");
     // Pages of a lookup by name, across the nodes.
     let by_name = "dns.qry.name matches \"(^|\\\\.)com$\"";
-    let mut paged = Vec::new();
-    let mut after: Option<String> = None;
-    for _ in 0..1000 {
-        let mut args = vec![
-            "flows",
-            "--cluster",
-            cluster.to_str().unwrap(),
-            by_name,
-            "-F",
-            "jsonl",
-            "--limit",
-            "17",
-        ];
-        if let Some(cursor) = &after {
-            args.extend(["--after", cursor.as_str()]);
-        }
-        let output = hindsight(&args);
-        paged.extend(ok(&output).lines().map(untag));
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        after = stderr
-            .lines()
-            .find_map(|l| l.strip_prefix("more connections: add --after "))
-            .map(|rest| rest.split_whitespace().next().unwrap().to_owned());
-        if after.is_none() {
-            break;
-        }
-    }
+    let paged = pages(&[by_name], "17");
     let (one, _) = flows(&[by_name]);
     assert!(one.len() > 100, "{} connections by name", one.len());
     assert_eq!(paged, one, "pages of 17 by name across the nodes");

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-use common::{fixtures_dir, hindsight, ok, require_tool};
+use common::{fixtures_dir, hindsight, ingest, ok, require_tool};
 
 /// A connection, as two sorted endpoints and the protocol.
 type Conn = (String, (String, String), (String, String));
@@ -158,13 +158,7 @@ fn lookups_by_name_equal_tsharks_filters() {
     for name in CAPTURES {
         let capture = fixtures_dir().join("ndpi").join(name);
         let archive = work.path().join(name);
-        ok(&hindsight(&[
-            "ingest",
-            "--quiet",
-            "--archive",
-            archive.to_str().unwrap(),
-            capture.to_str().unwrap(),
-        ]));
+        ingest(&capture, &archive);
         for field in FIELDS {
             // Each connection's first packet with the field, and its value.
             let mut first: BTreeMap<String, (u64, Conn, String)> = BTreeMap::new();
@@ -263,37 +257,23 @@ fn what_names_cannot_answer_is_refused_with_the_reason() {
     let work = tempfile::tempdir().unwrap();
     let archive = work.path().join("a");
     let capture = fixtures_dir().join("ndpi").join("1kxun.pcap");
-    ok(&hindsight(&[
-        "ingest",
-        "--quiet",
-        "--archive",
-        archive.to_str().unwrap(),
-        capture.to_str().unwrap(),
-    ]));
+    ingest(&capture, &archive);
     let archive = archive.to_str().unwrap();
-    let query = hindsight(&[
-        "query",
-        "--archive",
-        archive,
-        "http.request.uri contains \"/\"",
-    ]);
-    assert!(!query.status.success());
-    let message = String::from_utf8_lossy(&query.stderr);
-    assert!(
-        message.contains("not a name the connection index keeps"),
-        "{message}"
+    // Fails, saying `why`.
+    let refused = |args: &[&str], why: &str| {
+        let output = hindsight(args);
+        assert!(!output.status.success(), "{args:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(message.contains(why), "{args:?}: {message}");
+    };
+    let uri = "http.request.uri contains \"/\"";
+    refused(
+        &["query", "--archive", archive, uri],
+        "not a name the connection index keeps",
     );
-    let flows = hindsight(&[
-        "flows",
-        "--archive",
-        archive,
-        "http.request.uri contains \"/\"",
-    ]);
-    assert!(!flows.status.success());
-    let message = String::from_utf8_lossy(&flows.stderr);
-    assert!(
-        message.contains("keyed by address and by name"),
-        "{message}"
+    refused(
+        &["flows", "--archive", archive, uri],
+        "keyed by address and by name",
     );
     // With a kept name beside it, the URI is tested on its connections.
     let both = hindsight(&[
@@ -311,16 +291,16 @@ fn what_names_cannot_answer_is_refused_with_the_reason() {
         assert!(v["http_uri"].as_str().unwrap().contains(".jpg"), "{line}");
         assert_eq!(v["http_host"], "pic.1kxun.com");
     }
-    let record = hindsight(&[
-        "record",
-        "--archive",
-        work.path().join("b").to_str().unwrap(),
-        "-i",
-        "hindsight-none0",
-        "--trigger",
-        "ja4 == \"t13d\"",
-    ]);
-    assert!(!record.status.success());
-    let message = String::from_utf8_lossy(&record.stderr);
-    assert!(message.contains("a trigger tests each packet"), "{message}");
+    refused(
+        &[
+            "record",
+            "--archive",
+            work.path().join("b").to_str().unwrap(),
+            "-i",
+            "hindsight-none0",
+            "--trigger",
+            "ja4 == \"t13d\"",
+        ],
+        "a trigger tests each packet",
+    );
 }

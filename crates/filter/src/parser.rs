@@ -611,17 +611,7 @@ impl<'t, 'a> Parser<'t, 'a> {
             }
             Some(token) if is_word(token, "matches") => {
                 self.advance();
-                let value = match self.advance() {
-                    Some(token) if token.kind == TokenKind::Str => token,
-                    other => return Err(self.unexpected(other, "a quoted regular expression")),
-                };
-                let source = parse_bytes(strip_quotes(value.text), true)
-                    .map_err(|message| self.error_at(value, message))?;
-                let source = String::from_utf8(source)
-                    .map_err(|_| self.error_at(value, "a regular expression is text (UTF-8)"))?;
-                BytesOp::Matches(
-                    Pattern::new(&source).map_err(|message| self.error_at(value, message))?,
-                )
+                BytesOp::Matches(self.pattern()?)
             }
             Some(token) if comparison_operator(token).is_some() => {
                 let (op, _) = comparison_operator(token).unwrap_or((CmpOp::Eq, Quantifier::Any));
@@ -655,6 +645,19 @@ impl<'t, 'a> Parser<'t, 'a> {
         Ok(Expr::Bytes(Box::new(BytesTest { field, slice, op })))
     }
 
+    /// The quoted regular expression after `matches`, compiled.
+    fn pattern(&mut self) -> Result<Pattern, ParseError> {
+        let value = match self.advance() {
+            Some(token) if token.kind == TokenKind::Str => token,
+            other => return Err(self.unexpected(other, "a quoted regular expression")),
+        };
+        let source = parse_bytes(strip_quotes(value.text), true)
+            .map_err(|message| self.error_at(value, message))?;
+        let source = String::from_utf8(source)
+            .map_err(|_| self.error_at(value, "a regular expression is text (UTF-8)"))?;
+        Pattern::new(&source).map_err(|message| self.error_at(value, message))
+    }
+
     /// A test of a connection's text field, its name already read: `==` or
     /// `!=` a string, `contains` a string, `matches` "regex", or nothing
     /// (the field is there).
@@ -681,17 +684,7 @@ impl<'t, 'a> Parser<'t, 'a> {
             }
             Some(token) if is_word(token, "matches") => {
                 self.advance();
-                let value = match self.advance() {
-                    Some(token) if token.kind == TokenKind::Str => token,
-                    other => return Err(self.unexpected(other, "a quoted regular expression")),
-                };
-                let source = parse_bytes(strip_quotes(value.text), true)
-                    .map_err(|message| self.error_at(value, message))?;
-                let source = String::from_utf8(source)
-                    .map_err(|_| self.error_at(value, "a regular expression is text (UTF-8)"))?;
-                TextOp::Matches(
-                    Pattern::new(&source).map_err(|message| self.error_at(value, message))?,
-                )
+                TextOp::Matches(self.pattern()?)
             }
             Some(token) if comparison_operator(token).is_some() => {
                 self.advance();
