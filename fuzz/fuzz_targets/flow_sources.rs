@@ -1,10 +1,11 @@
-//! Fuzzes the flow sources: arbitrary text as a Zeek conn.log (TSV or JSON lines)
-//! must give records or line errors, never a panic; arbitrary frames through the
+//! Fuzzes the flow sources: arbitrary text as a Zeek log (TSV or JSON lines;
+//! conn.log records, or dns/ssl/http/ssh fields joined by uid) must give
+//! records or line errors, never a panic; arbitrary frames through the
 //! decoder into the flow table must give records that account for every packet.
 
 #![no_main]
 
-use hindsight_flow::zeek::ConnLogReader;
+use hindsight_flow::zeek::{ConnLogReader, LogReader, UidJoin, app_record};
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_model::LinkType;
 use libfuzzer_sys::fuzz_target;
@@ -19,6 +20,18 @@ fuzz_target!(|data: &[u8]| {
         for line in text.split('\n') {
             if let Ok(Some(record)) = reader.push_line(line) {
                 assert!(record.last_ns >= record.first_ns);
+            }
+        }
+        let mut log = LogReader::new();
+        let mut join = UidJoin::new(4);
+        for line in text.split('\n') {
+            if let Ok(Some(row)) = log.push_line(line) {
+                if let Ok(Some(record)) = app_record(&row) {
+                    let uid = record.uid.clone();
+                    if join.add(record) {
+                        assert!(join.take(&uid).is_some());
+                    }
+                }
             }
         }
         return;

@@ -586,3 +586,245 @@ fn zeek_conn_logs_in_tsv_and_json_become_flows() {
     assert!(stderr.contains("10.0.0.300"), "{stderr}");
     assert_eq!(archived_flows(&archive2).len(), zeek_lines(&tsv));
 }
+
+/// The records of a Zeek log, as JSON objects: JSON lines as they are, TSV
+/// lines by their `#fields` (unset and empty fields left out; sets and vectors
+/// as arrays of strings).
+fn zeek_records(path: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut names: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if line.starts_with('{') {
+            out.push(serde_json::from_str(line).unwrap());
+        } else if let Some(fields) = line.strip_prefix("#fields\t") {
+            names = fields.split('\t').collect();
+        } else if !line.starts_with('#') {
+            let mut record = serde_json::Map::new();
+            for (name, value) in names.iter().zip(line.split('\t')) {
+                if value == "-" || value == "(empty)" {
+                    continue;
+                }
+                let list = ["answers", "TTLs", "resp_mime_types"].contains(name);
+                let value = if list {
+                    serde_json::json!(value.split(',').collect::<Vec<_>>())
+                } else {
+                    serde_json::json!(value)
+                };
+                record.insert((*name).to_owned(), value);
+            }
+            out.push(record);
+        }
+    }
+    out
+}
+
+/// A JSON value as text (a string's contents, a number's digits).
+fn text_of(value: &serde_json::Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// The fields hindsight should give each uid of dns, ssl and http logs: for
+/// each protocol, those of the uid's first record by `ts` (as hindsight keeps
+/// a connection's first transaction). Cipher suites are named as tshark names
+/// them (`tshark -G values`).
+fn expected_app_fields(logs: &[&Path]) -> BTreeMap<String, hindsight_model::AppFields> {
+    use hindsight_model::app::{DnsFields, HttpFields, TlsFields};
+    let values = Command::new("tshark")
+        .args(["-G", "values"])
+        .output()
+        .unwrap();
+    let ciphers: BTreeMap<String, u16> = String::from_utf8_lossy(&values.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f.len() == 4 && f[1] == "tls.handshake.ciphersuite")
+                .then(|| (f[3].to_owned(), f[2].parse().unwrap()))
+        })
+        .collect();
+    let mut first: BTreeMap<(String, usize), (f64, hindsight_model::AppFields)> = BTreeMap::new();
+    for (kind, log) in logs.iter().enumerate() {
+        for r in zeek_records(log) {
+            let get = |name: &str| r.get(name).map(text_of);
+            let list = |name: &str| -> Vec<String> {
+                r.get(name)
+                    .and_then(|v| v.as_array())
+                    .map(|items| items.iter().map(text_of).collect())
+                    .unwrap_or_default()
+            };
+            let mut app = hindsight_model::AppFields::default();
+            if let Some(query) = get("query") {
+                let answers = list("answers");
+                // The transaction id is no column of the flows table.
+                app.dns = Some(DnsFields {
+                    id: 0,
+                    query,
+                    qtype: get("qtype").map_or(0, |q| q.parse().unwrap()),
+                    rcode: get("rcode").map(|c| c.parse().unwrap()),
+                    ttls: list("TTLs")
+                        .iter()
+                        .map(|t| t.parse::<f64>().unwrap().round() as u32)
+                        .collect(),
+                    answers,
+                });
+            } else if get("method").is_some() || get("trans_depth").is_some() {
+                app.http = Some(HttpFields {
+                    method: get("method"),
+                    host: get("host"),
+                    uri: get("uri"),
+                    user_agent: get("user_agent"),
+                    status: get("status_code").map(|c| c.parse().unwrap()),
+                    content_type: list("resp_mime_types").into_iter().next(),
+                });
+            } else if r.contains_key("cipher") || r.contains_key("server_name") {
+                let version = get("version").map(|v| match v.as_str() {
+                    "TLSv10" => 0x0301,
+                    "TLSv11" => 0x0302,
+                    "TLSv12" => 0x0303,
+                    "TLSv13" => 0x0304,
+                    other => panic!("version {other}"),
+                });
+                app.tls = Some(TlsFields {
+                    sni: get("server_name"),
+                    version,
+                    cipher: get("cipher").map(|c| ciphers[&c]),
+                    ..TlsFields::default()
+                });
+            } else {
+                continue;
+            }
+            let ts: f64 = get("ts").unwrap().parse().unwrap();
+            let key = (get("uid").unwrap(), kind);
+            if first.get(&key).is_none_or(|(kept, _)| ts < *kept) {
+                first.insert(key, (ts, app));
+            }
+        }
+    }
+    let mut by_uid: BTreeMap<String, hindsight_model::AppFields> = BTreeMap::new();
+    for ((uid, _), (_, app)) in first {
+        let merged = by_uid.entry(uid).or_default();
+        merged.dns = merged.dns.take().or(app.dns);
+        merged.tls = merged.tls.take().or(app.tls);
+        merged.http = merged.http.take().or(app.http);
+    }
+    by_uid
+}
+
+#[test]
+fn zeek_dns_ssl_and_http_logs_join_their_connections_with_their_fields_intact() {
+    require_tool("tshark");
+    let zeek = fixtures_dir().join("zeek");
+    let work = tempfile::tempdir().unwrap();
+    for form in ["tsv", "json"] {
+        let log = |name: &str| zeek.join(format!("{name}.{form}.log"));
+        let (conn, dns, ssl, http) = (log("conn"), log("dns"), log("ssl"), log("http"));
+        assert!(http.exists(), "run scripts/fetch-fixtures");
+        let archive = work.path().join(form);
+        // The conn.log first on the command line: the application logs are
+        // read first anyway.
+        let out = ok(&hindsight(&[
+            "ingest",
+            "--format",
+            "zeek",
+            "--archive",
+            archive.to_str().unwrap(),
+            conn.to_str().unwrap(),
+            dns.to_str().unwrap(),
+            ssl.to_str().unwrap(),
+            http.to_str().unwrap(),
+        ]));
+        let expected = expected_app_fields(&[&dns, &ssl, &http]);
+        let records = archived_flows(&archive);
+        let conn_uids: std::collections::BTreeSet<&str> =
+            records.iter().map(|r| r.uid.as_str()).collect();
+        let unjoined = expected
+            .keys()
+            .filter(|uid| !conn_uids.contains(uid.as_str()))
+            .count();
+        if unjoined > 0 {
+            assert!(
+                out.contains(&format!(
+                    "{unjoined} connection(s) of the dns/ssl/http/ssh logs have no conn.log record"
+                )),
+                "{out}"
+            );
+        }
+        let mut joined = 0;
+        for record in &records {
+            match expected.get(&record.uid) {
+                Some(app) => {
+                    joined += 1;
+                    assert_eq!(
+                        record.app.as_deref(),
+                        Some(app),
+                        "{form} uid {}",
+                        record.uid
+                    );
+                }
+                None => assert!(record.app.is_none(), "{form} uid {}", record.uid),
+            }
+        }
+        let protocols = |pick: fn(&hindsight_model::AppFields) -> bool| {
+            records
+                .iter()
+                .filter(|r| r.app.as_deref().is_some_and(pick))
+                .count()
+        };
+        let (with_dns, with_tls, with_http) = (
+            protocols(|a| a.dns.is_some()),
+            protocols(|a| a.tls.is_some()),
+            protocols(|a| a.http.is_some()),
+        );
+        eprintln!(
+            "{form}: {joined} of {} connections joined ({with_dns} dns, {with_tls} ssl, {with_http} http), {unjoined} uids unjoined",
+            records.len()
+        );
+        // The JSON sample's http.log holds no connection of its conn.log.
+        assert!(
+            with_dns > 0 && with_tls > 0 && (with_http > 0 || form == "json"),
+            "{form}"
+        );
+
+        // The connection index keys the joined names: every HTTP host and SNI
+        // finds its connections, with the fields.
+        let mut names: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for record in &records {
+            let Some(app) = record.app.as_deref() else {
+                continue;
+            };
+            if let Some(host) = app.http.as_ref().and_then(|h| h.host.clone()) {
+                *names.entry(("http.host".to_owned(), host)).or_default() += 1;
+            }
+            if let Some(sni) = app.tls.as_ref().and_then(|t| t.sni.clone()) {
+                *names
+                    .entry(("tls.handshake.extensions_server_name".to_owned(), sni))
+                    .or_default() += 1;
+            }
+        }
+        for ((field, name), count) in &names {
+            let listed = ok(&hindsight(&[
+                "flows",
+                &format!("{field} == \"{name}\""),
+                "--format",
+                "jsonl",
+                "--limit",
+                "100000",
+                "--archive",
+                archive.to_str().unwrap(),
+            ]));
+            let rows: Vec<serde_json::Value> = listed
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(rows.len(), *count, "{form}: {field} == {name}");
+            let column = if field == "http.host" {
+                "http_host"
+            } else {
+                "tls_sni"
+            };
+            assert!(rows.iter().all(|r| r[column] == name.as_str()), "{listed}");
+        }
+    }
+}

@@ -1,6 +1,9 @@
-//! Zeek `conn.log` as a source of connection records: the TSV format with its
-//! `#fields` header, and JSON lines (`LogAscii::use_json`), told apart by the
-//! first non-blank character of the file.
+//! Zeek logs as a source of connection records: `conn.log`, and the
+//! application fields of `dns.log`, `ssl.log`, `http.log` and `ssh.log`, joined
+//! to their connections by `uid` ([`UidJoin`]). Both of Zeek's formats are read:
+//! TSV with its `#fields` header, and JSON lines (`LogAscii::use_json`), told
+//! apart by the first non-blank character of the file. A log's kind is its
+//! `#path` (TSV) or `_path` (JSON), else what its first record's fields show.
 //!
 //! Mapping to [`FlowRecord`]: `ts` is the start, `ts + duration` the end;
 //! `orig_pkts`/`orig_ip_bytes` and `resp_pkts`/`resp_ip_bytes` are the counters
@@ -11,7 +14,8 @@
 //! `type << 8 | code`. A line that cannot be read is reported with its line
 //! number and skipped; the rest of the file is still read.
 
-use hindsight_model::{Addr16, FlowRecord, FlowSource, FlowState, ip_proto, tcp_flags};
+use hindsight_model::app::{DnsFields, HttpFields, SshFields, TlsFields};
+use hindsight_model::{Addr16, AppFields, FlowRecord, FlowSource, FlowState, ip_proto, tcp_flags};
 
 /// A line of a conn.log that could not be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,96 +35,174 @@ impl std::fmt::Display for ZeekLineError {
 /// Longest line accepted; a longer one is an error, not an allocation.
 const MAX_LINE: usize = 64 * 1024;
 
-/// Reads conn.log text line by line. Feed it lines with [`push_line`](Self::push_line).
-#[derive(Debug, Default)]
-pub struct ConnLogReader {
-    line: u64,
-    /// Column positions from `#fields` (TSV), once seen.
-    columns: Option<Columns>,
-    separator: Option<char>,
-    unset: String,
-    empty: String,
-    json: Option<bool>,
+/// The kind of a Zeek log: its `#path` (TSV), its `_path` member (JSON), or
+/// what its first record's fields show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogKind {
+    /// conn.log: connection records.
+    Conn,
+    /// dns.log: DNS transactions.
+    Dns,
+    /// ssl.log: TLS handshakes.
+    Ssl,
+    /// http.log: HTTP requests.
+    Http,
+    /// ssh.log: SSH connections.
+    Ssh,
+    /// Another log (its path), which hindsight does not read.
+    Other(String),
 }
 
-/// Positions of the fields hindsight reads, by name.
-#[derive(Clone, Debug, Default)]
-struct Columns {
-    ts: Option<usize>,
-    uid: Option<usize>,
-    orig_h: Option<usize>,
-    orig_p: Option<usize>,
-    resp_h: Option<usize>,
-    resp_p: Option<usize>,
-    proto: Option<usize>,
-    duration: Option<usize>,
-    conn_state: Option<usize>,
-    history: Option<usize>,
-    orig_pkts: Option<usize>,
-    orig_ip_bytes: Option<usize>,
-    resp_pkts: Option<usize>,
-    resp_ip_bytes: Option<usize>,
-}
-
-impl Columns {
-    fn from_names<'a>(names: impl Iterator<Item = &'a str>) -> Self {
-        let mut columns = Self::default();
-        for (i, name) in names.enumerate() {
-            let slot = match name {
-                "ts" => &mut columns.ts,
-                "uid" => &mut columns.uid,
-                "id.orig_h" => &mut columns.orig_h,
-                "id.orig_p" => &mut columns.orig_p,
-                "id.resp_h" => &mut columns.resp_h,
-                "id.resp_p" => &mut columns.resp_p,
-                "proto" => &mut columns.proto,
-                "duration" => &mut columns.duration,
-                "conn_state" => &mut columns.conn_state,
-                "history" => &mut columns.history,
-                "orig_pkts" => &mut columns.orig_pkts,
-                "orig_ip_bytes" => &mut columns.orig_ip_bytes,
-                "resp_pkts" => &mut columns.resp_pkts,
-                "resp_ip_bytes" => &mut columns.resp_ip_bytes,
-                _ => continue,
-            };
-            *slot = Some(i);
+impl LogKind {
+    fn from_path(path: &str) -> Self {
+        match path {
+            "conn" => LogKind::Conn,
+            "dns" => LogKind::Dns,
+            "ssl" => LogKind::Ssl,
+            "http" => LogKind::Http,
+            "ssh" => LogKind::Ssh,
+            other => LogKind::Other(other.to_owned()),
         }
-        columns
+    }
+
+    /// The log's name, as Zeek's `#path`.
+    pub fn name(&self) -> &str {
+        match self {
+            LogKind::Conn => "conn",
+            LogKind::Dns => "dns",
+            LogKind::Ssl => "ssl",
+            LogKind::Http => "http",
+            LogKind::Ssh => "ssh",
+            LogKind::Other(path) => path,
+        }
+    }
+
+    /// The kind of a record without a path, by the fields only one of the
+    /// logs hindsight reads has.
+    fn of_fields(has: impl Fn(&str) -> bool) -> Self {
+        if has("conn_state") || has("history") || has("orig_pkts") {
+            LogKind::Conn
+        } else if has("trans_id") || has("qtype") || has("query") {
+            LogKind::Dns
+        } else if has("method") || has("trans_depth") || has("status_code") {
+            LogKind::Http
+        } else if has("cipher") || has("server_name") || has("curve") {
+            LogKind::Ssl
+        } else if has("auth_success") || (has("client") && has("server")) {
+            LogKind::Ssh
+        } else {
+            LogKind::Other("unknown".to_owned())
+        }
     }
 }
 
-/// The fields of one connection, as text, before conversion.
-#[derive(Debug, Default)]
-struct Fields<'a> {
-    ts: Option<&'a str>,
-    uid: Option<&'a str>,
-    orig_h: Option<&'a str>,
-    orig_p: Option<&'a str>,
-    resp_h: Option<&'a str>,
-    resp_p: Option<&'a str>,
-    proto: Option<&'a str>,
-    duration: Option<&'a str>,
-    conn_state: Option<&'a str>,
-    history: Option<&'a str>,
-    orig_pkts: Option<&'a str>,
-    orig_ip_bytes: Option<&'a str>,
-    resp_pkts: Option<&'a str>,
-    resp_ip_bytes: Option<&'a str>,
+/// Reads the lines of a Zeek log, TSV (with its `#` directives) or JSON lines,
+/// into [`Row`]s. Feed it lines with [`push_line`](Self::push_line).
+#[derive(Debug)]
+pub struct LogReader {
+    line: u64,
+    /// Field names from `#fields` (TSV), once seen.
+    names: Option<Vec<String>>,
+    separator: char,
+    set_separator: char,
+    unset: String,
+    empty: String,
+    json: Option<bool>,
+    kind: Option<LogKind>,
 }
 
-impl ConnLogReader {
+impl Default for LogReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One record of a Zeek log: its fields by name, as text.
+#[derive(Debug)]
+pub struct Row<'a> {
+    reader: &'a LogReader,
+    form: RowForm<'a>,
+}
+
+#[derive(Debug)]
+enum RowForm<'a> {
+    Tsv {
+        names: &'a [String],
+        values: Vec<&'a str>,
+    },
+    Json(Vec<(String, json::Value)>),
+}
+
+impl Row<'_> {
+    /// The kind of the log the record is from.
+    pub fn kind(&self) -> &LogKind {
+        const UNKNOWN: &LogKind = &LogKind::Other(String::new());
+        self.reader.kind.as_ref().unwrap_or(UNKNOWN)
+    }
+
+    /// The field's value; `None` if it is absent, unset or empty.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        match &self.form {
+            RowForm::Tsv { names, values } => {
+                let at = names.iter().position(|n| n == name)?;
+                values
+                    .get(at)
+                    .copied()
+                    .filter(|v| *v != self.reader.unset && *v != self.reader.empty)
+            }
+            RowForm::Json(fields) => match &fields.iter().find(|(key, _)| key == name)?.1 {
+                json::Value::Text(text) => Some(text),
+                json::Value::List(_) => None,
+            },
+        }
+    }
+
+    /// The elements of a set or vector field (TSV: split by `#set_separator`;
+    /// JSON: an array's strings and numbers); empty if absent or unset.
+    pub fn list(&self, name: &str) -> Vec<String> {
+        match &self.form {
+            RowForm::Tsv { .. } => self.get(name).map_or_else(Vec::new, |text| {
+                text.split(self.reader.set_separator)
+                    .map(str::to_owned)
+                    .collect()
+            }),
+            RowForm::Json(fields) => match fields.iter().find(|(key, _)| key == name) {
+                Some((_, json::Value::List(items))) => items.clone(),
+                Some((_, json::Value::Text(text))) => vec![text.clone()],
+                None => Vec::new(),
+            },
+        }
+    }
+}
+
+impl LogReader {
     /// Returns a reader at the start of a file.
     pub fn new() -> Self {
         Self {
+            line: 0,
+            names: None,
+            separator: '\t',
+            set_separator: ',',
             unset: "-".to_owned(),
             empty: "(empty)".to_owned(),
-            ..Self::default()
+            json: None,
+            kind: None,
         }
+    }
+
+    /// Lines read so far.
+    pub fn lines(&self) -> u64 {
+        self.line
+    }
+
+    /// The log's kind, once its `#path` or first record is read.
+    pub fn kind(&self) -> Option<&LogKind> {
+        self.kind.as_ref()
     }
 
     /// Reads one line (without its newline). Returns the record it holds, `None`
     /// for header, comment and blank lines, or the reason it cannot be read.
-    pub fn push_line(&mut self, text: &str) -> Result<Option<FlowRecord>, ZeekLineError> {
+    pub fn push_line<'a>(&'a mut self, text: &'a str) -> Result<Option<Row<'a>>, ZeekLineError> {
         self.line += 1;
         let line = self.line;
         let fail = |reason: String| ZeekLineError { line, reason };
@@ -135,95 +217,102 @@ impl ConnLogReader {
             .json
             .get_or_insert_with(|| text.trim_start().starts_with('{'));
         if json {
-            return self.json_line(text).map_err(fail);
+            let fields = json::parse_object(text).map_err(fail)?;
+            if self.kind.is_none() {
+                let path = fields.iter().find_map(|(key, value)| match value {
+                    json::Value::Text(path) if key == "_path" => Some(path),
+                    _ => None,
+                });
+                self.kind = Some(match path {
+                    Some(path) => LogKind::from_path(path),
+                    None => LogKind::of_fields(|name| fields.iter().any(|(key, _)| key == name)),
+                });
+            }
+            return Ok(Some(Row {
+                reader: self,
+                form: RowForm::Json(fields),
+            }));
         }
         if let Some(directive) = text.strip_prefix('#') {
             self.directive(directive).map_err(fail)?;
             return Ok(None);
         }
-        self.tsv_line(text).map_err(fail)
+        let Some(names) = &self.names else {
+            return Err(fail("a data line before the #fields header".to_owned()));
+        };
+        Ok(Some(Row {
+            reader: self,
+            form: RowForm::Tsv {
+                names,
+                values: text.split(self.separator).collect(),
+            },
+        }))
     }
 
     fn directive(&mut self, directive: &str) -> Result<(), String> {
         if let Some(value) = directive.strip_prefix("separator ") {
-            let separator = match value {
-                "\\x09" | "\t" => '\t',
-                other if other.starts_with("\\x") => {
-                    let code = u8::from_str_radix(other.get(2..).unwrap_or(""), 16)
-                        .map_err(|_| format!("unreadable #separator {other:?}"))?;
-                    char::from(code)
-                }
-                other if other.chars().count() == 1 => other.chars().next().unwrap_or('\t'),
-                other => return Err(format!("unreadable #separator {other:?}")),
-            };
-            self.separator = Some(separator);
+            self.separator =
+                escaped_char(value).ok_or_else(|| format!("unreadable #separator {value:?}"))?;
             return Ok(());
         }
-        let separator = self.separator.unwrap_or('\t');
-        let mut parts = directive.split(separator);
+        let mut parts = directive.split(self.separator);
         match parts.next() {
-            Some("fields") => self.columns = Some(Columns::from_names(parts)),
+            Some("fields") => {
+                let names: Vec<String> = parts.map(str::to_owned).collect();
+                if self.kind.is_none() {
+                    self.kind = Some(LogKind::of_fields(|name| names.iter().any(|n| n == name)));
+                }
+                self.names = Some(names);
+            }
+            Some("path") => self.kind = parts.next().map(LogKind::from_path),
+            Some("set_separator") => {
+                let value = parts.next().unwrap_or(",");
+                self.set_separator = escaped_char(value)
+                    .ok_or_else(|| format!("unreadable #set_separator {value:?}"))?;
+            }
             Some("unset_field") => self.unset = parts.next().unwrap_or("-").to_owned(),
             Some("empty_field") => self.empty = parts.next().unwrap_or("(empty)").to_owned(),
             _ => {}
         }
         Ok(())
     }
+}
 
-    fn tsv_line(&self, text: &str) -> Result<Option<FlowRecord>, String> {
-        let Some(columns) = &self.columns else {
-            return Err("a data line before the #fields header".to_owned());
-        };
-        let values: Vec<&str> = text.split(self.separator.unwrap_or('\t')).collect();
-        let get = |index: Option<usize>| {
-            index
-                .and_then(|i| values.get(i).copied())
-                .filter(|v| *v != self.unset && *v != self.empty)
-        };
-        let fields = Fields {
-            ts: get(columns.ts),
-            uid: get(columns.uid),
-            orig_h: get(columns.orig_h),
-            orig_p: get(columns.orig_p),
-            resp_h: get(columns.resp_h),
-            resp_p: get(columns.resp_p),
-            proto: get(columns.proto),
-            duration: get(columns.duration),
-            conn_state: get(columns.conn_state),
-            history: get(columns.history),
-            orig_pkts: get(columns.orig_pkts),
-            orig_ip_bytes: get(columns.orig_ip_bytes),
-            resp_pkts: get(columns.resp_pkts),
-            resp_ip_bytes: get(columns.resp_ip_bytes),
-        };
-        record(&fields).map(Some)
+/// A separator as a directive writes it: `\x09`, or the character itself.
+fn escaped_char(value: &str) -> Option<char> {
+    match value {
+        "\\x09" | "\t" => Some('\t'),
+        other if other.starts_with("\\x") => {
+            u8::from_str_radix(other.get(2..)?, 16).ok().map(char::from)
+        }
+        other if other.chars().count() == 1 => other.chars().next(),
+        _ => None,
+    }
+}
+
+/// Reads conn.log text line by line into connection records. Feed it lines
+/// with [`push_line`](Self::push_line).
+#[derive(Debug, Default)]
+pub struct ConnLogReader {
+    log: LogReader,
+}
+
+impl ConnLogReader {
+    /// Returns a reader at the start of a file.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    fn json_line(&self, text: &str) -> Result<Option<FlowRecord>, String> {
-        let object = json::parse_object(text)?;
-        let get = |name: &str| {
-            object
-                .iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| value.as_str())
+    /// Reads one line (without its newline). Returns the record it holds, `None`
+    /// for header, comment and blank lines, or the reason it cannot be read.
+    pub fn push_line(&mut self, text: &str) -> Result<Option<FlowRecord>, ZeekLineError> {
+        let line = self.log.line + 1;
+        let Some(row) = self.log.push_line(text)? else {
+            return Ok(None);
         };
-        let fields = Fields {
-            ts: get("ts"),
-            uid: get("uid"),
-            orig_h: get("id.orig_h"),
-            orig_p: get("id.orig_p"),
-            resp_h: get("id.resp_h"),
-            resp_p: get("id.resp_p"),
-            proto: get("proto"),
-            duration: get("duration"),
-            conn_state: get("conn_state"),
-            history: get("history"),
-            orig_pkts: get("orig_pkts"),
-            orig_ip_bytes: get("orig_ip_bytes"),
-            resp_pkts: get("resp_pkts"),
-            resp_ip_bytes: get("resp_ip_bytes"),
-        };
-        record(&fields).map(Some)
+        conn_record(&row)
+            .map(Some)
+            .map_err(|reason| ZeekLineError { line, reason })
     }
 }
 
@@ -280,18 +369,19 @@ fn seconds_to_nanos(text: &str, name: &str) -> Result<i64, String> {
     Ok(if negative { -total } else { total })
 }
 
-fn record(f: &Fields<'_>) -> Result<FlowRecord, String> {
+/// The connection record of a conn.log record (mapped as the module says).
+pub fn conn_record(f: &Row<'_>) -> Result<FlowRecord, String> {
     let address = |value: Option<&str>, name: &str| -> Result<Addr16, String> {
         let text = required(value, name)?;
         text.parse::<std::net::IpAddr>()
             .map(Addr16::from)
             .map_err(|_| format!("{name} {text:?} is not an IP address"))
     };
-    let src = address(f.orig_h, "id.orig_h")?;
-    let dst = address(f.resp_h, "id.resp_h")?;
-    let orig_p: u16 = number(f.orig_p, "id.orig_p")?;
-    let resp_p: u16 = number(f.resp_p, "id.resp_p")?;
-    let proto = match required(f.proto, "proto")? {
+    let src = address(f.get("id.orig_h"), "id.orig_h")?;
+    let dst = address(f.get("id.resp_h"), "id.resp_h")?;
+    let orig_p: u16 = number(f.get("id.orig_p"), "id.orig_p")?;
+    let resp_p: u16 = number(f.get("id.resp_p"), "id.resp_p")?;
+    let proto = match required(f.get("proto"), "proto")? {
         "tcp" => ip_proto::TCP,
         "udp" => ip_proto::UDP,
         "icmp" if src.is_v4() => ip_proto::ICMP,
@@ -305,19 +395,19 @@ fn record(f: &Fields<'_>) -> Result<FlowRecord, String> {
     } else {
         (orig_p, resp_p)
     };
-    let first_ns = seconds_to_nanos(required(f.ts, "ts")?, "ts")?;
-    let duration_ns = match f.duration {
+    let first_ns = seconds_to_nanos(required(f.get("ts"), "ts")?, "ts")?;
+    let duration_ns = match f.get("duration") {
         Some(text) => seconds_to_nanos(text, "duration")?.max(0),
         None => 0,
     };
-    let state = match f.conn_state {
+    let state = match f.get("conn_state") {
         None => FlowState::Unknown,
         Some(name) => {
             FlowState::from_name(name).ok_or_else(|| format!("conn_state {name:?} is unknown"))?
         }
     };
     let tcp_flags = if proto == ip_proto::TCP {
-        f.history.map_or(0, history_flags)
+        f.get("history").map_or(0, history_flags)
     } else {
         0
     };
@@ -329,17 +419,196 @@ fn record(f: &Fields<'_>) -> Result<FlowRecord, String> {
         src_port,
         dst_port,
         proto,
-        packets_out: number(f.orig_pkts, "orig_pkts")?,
-        bytes_out: number(f.orig_ip_bytes, "orig_ip_bytes")?,
-        packets_in: number(f.resp_pkts, "resp_pkts")?,
-        bytes_in: number(f.resp_ip_bytes, "resp_ip_bytes")?,
+        packets_out: number(f.get("orig_pkts"), "orig_pkts")?,
+        bytes_out: number(f.get("orig_ip_bytes"), "orig_ip_bytes")?,
+        packets_in: number(f.get("resp_pkts"), "resp_pkts")?,
+        bytes_in: number(f.get("resp_ip_bytes"), "resp_ip_bytes")?,
         tcp_flags,
         state,
         source: FlowSource::Zeek,
         exporter: Addr16::default(),
-        uid: f.uid.unwrap_or_default().chars().take(64).collect(),
+        uid: f.get("uid").unwrap_or_default().chars().take(64).collect(),
         app: None,
     })
+}
+
+/// The application fields of one record of a dns, ssl, http or ssh log, for
+/// the connection of its `uid`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppRecord {
+    /// The connection's uid (as its conn.log record has it).
+    pub uid: String,
+    /// The record's `ts`, in nanoseconds.
+    pub ts_ns: i64,
+    /// The fields it gives (one protocol's).
+    pub fields: AppFields,
+}
+
+/// Reads the application fields of a record of a dns, ssl, http or ssh log,
+/// in hindsight's fields:
+/// - dns: `trans_id`, `query`, `qtype`, `rcode`, `answers` and `TTLs` (at most
+///   [`DnsFields::MAX_ANSWERS`]);
+/// - ssl: `server_name` (SNI), `version` and `cipher` (by name; a name
+///   hindsight does not know leaves the field unset), `next_protocol`
+///   (the ALPN protocol the server chose, as a list of one), and `ja3`, `ja3s`,
+///   `ja4` where a Zeek package adds them;
+/// - http: `method`, `host`, `uri`, `user_agent`, `status_code`, and the first
+///   of `resp_mime_types` as the content type (Zeek logs the type it sniffs,
+///   not the header);
+/// - ssh: `client` and `server` (the identification strings).
+///
+/// `None` for a record without the field that makes it one (a DNS record
+/// without a query) and for other kinds.
+pub fn app_record(row: &Row<'_>) -> Result<Option<AppRecord>, String> {
+    let text = |name: &str| row.get(name).map(str::to_owned);
+    let mut fields = AppFields::default();
+    match row.kind() {
+        LogKind::Dns => {
+            let Some(query) = text("query") else {
+                return Ok(None);
+            };
+            let mut answers = row.list("answers");
+            answers.truncate(DnsFields::MAX_ANSWERS);
+            let mut ttls = Vec::new();
+            for ttl in row.list("TTLs").iter().take(answers.len()) {
+                let nanos = seconds_to_nanos(ttl, "TTLs")?;
+                ttls.push(u32::try_from((nanos + 500_000_000) / 1_000_000_000).unwrap_or(0));
+            }
+            fields.dns = Some(DnsFields {
+                id: number(row.get("trans_id"), "trans_id")?,
+                query,
+                qtype: number(row.get("qtype"), "qtype")?,
+                rcode: row
+                    .get("rcode")
+                    .map(|code| number(Some(code), "rcode"))
+                    .transpose()?,
+                answers,
+                ttls,
+            });
+        }
+        LogKind::Ssl => {
+            fields.tls = Some(TlsFields {
+                sni: text("server_name"),
+                alpn: row.list("next_protocol"),
+                version: row.get("version").and_then(TlsFields::version_from_name),
+                cipher: row.get("cipher").and_then(TlsFields::cipher_from_name),
+                ja3: text("ja3"),
+                ja3s: text("ja3s"),
+                ja4: text("ja4"),
+                ..TlsFields::default()
+            });
+        }
+        LogKind::Http => {
+            fields.http = Some(HttpFields {
+                method: text("method"),
+                host: text("host"),
+                uri: text("uri"),
+                user_agent: text("user_agent"),
+                status: row
+                    .get("status_code")
+                    .map(|code| number(Some(code), "status_code"))
+                    .transpose()?,
+                content_type: row.list("resp_mime_types").into_iter().next(),
+            });
+        }
+        LogKind::Ssh => {
+            fields.ssh = Some(SshFields {
+                client: text("client"),
+                server: text("server"),
+            });
+        }
+        LogKind::Conn | LogKind::Other(_) => return Ok(None),
+    }
+    let uid = required(row.get("uid"), "uid")?;
+    let ts_ns = seconds_to_nanos(required(row.get("ts"), "ts")?, "ts")?;
+    Ok(Some(AppRecord {
+        uid: uid.chars().take(64).collect(),
+        ts_ns,
+        fields,
+    }))
+}
+
+/// The application fields of dns, ssl, http and ssh logs, by uid, waiting for
+/// the conn.log records they join. Of several records of one protocol for a
+/// uid (a DNS connection's many transactions), the first by `ts` is kept, as
+/// hindsight keeps a connection's first transaction. At most `limit` uids wait;
+/// records of further uids are counted and dropped.
+#[derive(Debug)]
+pub struct UidJoin {
+    pending: std::collections::HashMap<String, Pending>,
+    limit: usize,
+    over_limit: u64,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    fields: AppFields,
+    /// `ts` of the kept record of each protocol: dns, tls, http, ssh.
+    kept_ts: [Option<i64>; 4],
+}
+
+impl UidJoin {
+    /// An empty join holding at most `limit` uids.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            pending: std::collections::HashMap::new(),
+            limit,
+            over_limit: 0,
+        }
+    }
+
+    /// Adds a record's fields to its uid's; false (and counted) if the uid is
+    /// new and `limit` uids already wait.
+    pub fn add(&mut self, record: AppRecord) -> bool {
+        if !self.pending.contains_key(&record.uid) && self.pending.len() >= self.limit {
+            self.over_limit += 1;
+            return false;
+        }
+        let pending = self.pending.entry(record.uid).or_default();
+        let ts = record.ts_ns;
+        let newer = |kept: &mut Option<i64>| {
+            let take = kept.is_none_or(|k| ts < k);
+            if take {
+                *kept = Some(ts);
+            }
+            take
+        };
+        let f = record.fields;
+        let [dns, tls, http, ssh] = &mut pending.kept_ts;
+        if f.dns.is_some() && newer(dns) {
+            pending.fields.dns = f.dns;
+        }
+        if f.tls.is_some() && newer(tls) {
+            pending.fields.tls = f.tls;
+        }
+        if f.http.is_some() && newer(http) {
+            pending.fields.http = f.http;
+        }
+        if f.ssh.is_some() && newer(ssh) {
+            pending.fields.ssh = f.ssh;
+        }
+        true
+    }
+
+    /// The fields waiting for `uid`, removed.
+    pub fn take(&mut self, uid: &str) -> Option<AppFields> {
+        self.pending.remove(uid).map(|p| p.fields)
+    }
+
+    /// The uids waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// True if no uid waits.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Records dropped because `limit` uids waited.
+    pub fn over_limit(&self) -> u64 {
+        self.over_limit
+    }
 }
 
 /// The TCP flags Zeek's `history` letters imply (upper case originator, lower
@@ -359,18 +628,16 @@ fn history_flags(history: &str) -> u16 {
     flags
 }
 
-/// Just enough JSON for one flat Zeek log object: string, number, boolean, null
-/// and array values (arrays and nested objects are skipped), no allocation beyond
-/// the unescaped strings.
+/// Just enough JSON for one flat Zeek log object: string, number, boolean and
+/// null values, and arrays of them (a set or vector field); nested objects, and
+/// arrays and objects inside arrays, are skipped.
 mod json {
-    /// A value as text: strings unescaped, numbers and literals verbatim.
+    /// A value: text (strings unescaped, numbers and literals verbatim), or an
+    /// array's elements as text.
     #[derive(Debug)]
-    pub struct Value(String);
-
-    impl Value {
-        pub fn as_str(&self) -> &str {
-            &self.0
-        }
+    pub enum Value {
+        Text(String),
+        List(Vec<String>),
     }
 
     const MAX_DEPTH: usize = 32;
@@ -481,37 +748,41 @@ mod json {
             String::from_utf8(out).map_err(|_| self.error("string is not UTF-8"))
         }
 
-        /// Returns the value, or `None` for arrays and objects (skipped).
+        /// Returns the value, or `None` for null and objects (skipped).
         fn value(&mut self, depth: usize) -> Result<Option<Value>, String> {
             if depth > MAX_DEPTH {
                 return Err(self.error("nested too deep"));
             }
             match self.peek() {
-                Some(b'"') => Ok(Some(Value(self.string()?))),
+                Some(b'"') => Ok(Some(Value::Text(self.string()?))),
                 Some(open @ (b'[' | b'{')) => {
                     let close = if open == b'[' { b']' } else { b'}' };
                     self.at += 1;
                     self.space();
+                    let mut items = Vec::new();
                     if self.peek() == Some(close) {
                         self.at += 1;
-                        return Ok(None);
-                    }
-                    loop {
-                        self.space();
-                        if open == b'{' {
-                            self.string()?;
+                    } else {
+                        loop {
                             self.space();
-                            self.expect(b':')?;
+                            if open == b'{' {
+                                self.string()?;
+                                self.space();
+                                self.expect(b':')?;
+                                self.space();
+                            }
+                            if let Some(Value::Text(item)) = self.value(depth + 1)? {
+                                items.push(item);
+                            }
                             self.space();
-                        }
-                        self.value(depth + 1)?;
-                        self.space();
-                        match self.next() {
-                            Some(b',') => continue,
-                            Some(byte) if byte == close => return Ok(None),
-                            _ => return Err(self.error("unterminated array or object")),
+                            match self.next() {
+                                Some(b',') => continue,
+                                Some(byte) if byte == close => break,
+                                _ => return Err(self.error("unterminated array or object")),
+                            }
                         }
                     }
+                    Ok((open == b'[').then_some(Value::List(items)))
                 }
                 Some(_) => {
                     let start = self.at;
@@ -529,7 +800,7 @@ mod json {
                     if text == "null" {
                         return Ok(None);
                     }
-                    Ok(Some(Value(text.to_owned())))
+                    Ok(Some(Value::Text(text.to_owned())))
                 }
                 None => Err(self.error("expected a value")),
             }
@@ -590,6 +861,101 @@ mod tests {
         assert!(errors.is_empty(), "{errors:?}");
         let (tsv, _) = read_all(TSV);
         assert_eq!(records[0], tsv[0]);
+    }
+
+    /// The application records of a log's text, with its kind.
+    fn app_records(text: &str) -> (Option<LogKind>, Vec<AppRecord>) {
+        let mut reader = LogReader::new();
+        let mut records = Vec::new();
+        for line in text.lines() {
+            let row = reader.push_line(line).unwrap();
+            if let Some(row) = row {
+                records.extend(app_record(&row).unwrap());
+            }
+        }
+        (reader.kind, records)
+    }
+
+    #[test]
+    fn dns_ssl_http_and_ssh_records_give_their_fields() {
+        let dns = "#separator \\x09\n#set_separator\t,\n#empty_field\t(empty)\n#unset_field\t-\n#path\tdns\n#fields\tts\tuid\tid.orig_h\tid.orig_p\tid.resp_h\tid.resp_p\tproto\ttrans_id\tquery\tqclass\tqclass_name\tqtype\tqtype_name\trcode\trcode_name\tAA\tTC\tRD\tRA\tZ\tanswers\tTTLs\trejected\n1379288667.696869\tCZ\t192.168.33.10\t1030\t4.2.2.3\t53\tudp\t50071\twww.guyspy.com\t1\tC_INTERNET\t1\tA\t0\tNOERROR\tF\tF\tT\tT\t0\tguyspy.com,54.245.228.191\t1000.000000,36.000000\tF\n";
+        let (kind, records) = app_records(dns);
+        assert_eq!(kind, Some(LogKind::Dns));
+        let d = records[0].fields.dns.as_ref().unwrap();
+        assert_eq!(records[0].uid, "CZ");
+        assert_eq!(records[0].ts_ns, 1_379_288_667_696_869_000);
+        assert_eq!(
+            (d.id, d.query.as_str(), d.qtype, d.rcode),
+            (50071, "www.guyspy.com", 1, Some(0))
+        );
+        assert_eq!(d.answers, ["guyspy.com", "54.245.228.191"]);
+        assert_eq!(d.ttls, [1000, 36]);
+
+        let ssl = r#"{"ts":1575413156.177305,"uid":"Cj","id.orig_h":"10.18.20.97","id.orig_p":49204,"id.resp_h":"69.147.64.34","id.resp_p":443,"version":"TLSv12","cipher":"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256","curve":"secp256r1","server_name":"mail.aol.com","next_protocol":"h2","cert_chain_fuids":["F1","F2"]}"#;
+        let (kind, records) = app_records(ssl);
+        assert_eq!(kind, Some(LogKind::Ssl));
+        let t = records[0].fields.tls.as_ref().unwrap();
+        assert_eq!(t.sni.as_deref(), Some("mail.aol.com"));
+        assert_eq!((t.version, t.cipher), (Some(0x0303), Some(0xc02b)));
+        assert_eq!(t.alpn, ["h2"]);
+
+        let http = r#"{"_path":"http","ts":1575413155.938245,"uid":"Ct","method":"GET","host":"mail.aol.com","uri":"/","user_agent":"Mozilla/5.0","status_code":301,"tags":[],"resp_mime_types":["text/html"]}"#;
+        let (kind, records) = app_records(http);
+        assert_eq!(kind, Some(LogKind::Http));
+        let h = records[0].fields.http.as_ref().unwrap();
+        assert_eq!(
+            (
+                h.method.as_deref(),
+                h.host.as_deref(),
+                h.uri.as_deref(),
+                h.status
+            ),
+            (Some("GET"), Some("mail.aol.com"), Some("/"), Some(301))
+        );
+        assert_eq!(h.content_type.as_deref(), Some("text/html"));
+
+        let ssh = r#"{"ts":1.5,"uid":"Cs","auth_success":true,"client":"SSH-2.0-OpenSSH_9.2","server":"SSH-2.0-OpenSSH_8.4"}"#;
+        let (kind, records) = app_records(ssh);
+        assert_eq!(kind, Some(LogKind::Ssh));
+        let s = records[0].fields.ssh.as_ref().unwrap();
+        assert_eq!(s.client.as_deref(), Some("SSH-2.0-OpenSSH_9.2"));
+
+        let (kind, records) = app_records("#path\tx509\n#fields\tts\tid\n1.0\tF\n");
+        assert_eq!(kind, Some(LogKind::Other("x509".to_owned())));
+        assert!(records.is_empty());
+    }
+
+    #[test]
+    fn a_join_keeps_each_protocols_first_record_by_time_within_its_limit() {
+        let dns = |uid: &str, ts: i64, query: &str| AppRecord {
+            uid: uid.to_owned(),
+            ts_ns: ts,
+            fields: AppFields {
+                dns: Some(DnsFields {
+                    query: query.to_owned(),
+                    ..DnsFields::default()
+                }),
+                ..AppFields::default()
+            },
+        };
+        let mut join = UidJoin::new(2);
+        assert!(join.add(dns("A", 20, "second")));
+        assert!(join.add(dns("A", 10, "first")));
+        assert!(join.add(dns("A", 30, "third")));
+        let mut http = dns("A", 40, "");
+        http.fields = AppFields {
+            http: Some(HttpFields::default()),
+            ..AppFields::default()
+        };
+        assert!(join.add(http));
+        assert!(join.add(dns("B", 1, "b")));
+        assert!(!join.add(dns("C", 1, "c")));
+        assert_eq!((join.len(), join.over_limit()), (2, 1));
+        let a = join.take("A").unwrap();
+        assert_eq!(a.dns.unwrap().query, "first");
+        assert!(a.http.is_some());
+        assert!(join.take("A").is_none());
+        assert!(join.add(dns("C", 1, "c")));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use hindsight_capture::CaptureReader;
-use hindsight_flow::zeek::{ConnLogReader, ZeekLineError};
+use hindsight_flow::zeek::{LogKind, LogReader, UidJoin, ZeekLineError, app_record};
 use hindsight_flow::{FlowTable, FlowTableConfig, FlowTableStats, Payload};
 use hindsight_index::{AddressIndex, ConnectionIndex, Expiry, Maintenance};
 use hindsight_model::{DecodeStatus, FlowRecord, Frame, SegmentId, ip_proto};
@@ -69,6 +69,9 @@ pub struct IngestOptions {
     /// recorder), up to about this many bytes of packet batches, past which the
     /// open segment seals early; 0 keeps none ([`Ingestor::tail`]).
     pub tail_bytes: usize,
+    /// Most connections (uids) whose Zeek dns/ssl/http/ssh fields wait in
+    /// memory for their conn.log records ([`Ingestor::ingest_zeek_log`]).
+    pub zeek_pending_uids: usize,
 }
 
 /// Bounds of the `packets` table on disk, applied after every seal: the segments
@@ -96,6 +99,7 @@ impl Default for IngestOptions {
             community_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
             retention: Retention::default(),
             tail_bytes: 0,
+            zeek_pending_uids: 1_000_000,
         }
     }
 }
@@ -160,7 +164,12 @@ pub struct FileOutcome {
 /// What reading one flow log did.
 #[derive(Debug, Default)]
 pub struct LogOutcome {
-    /// Records read and archived.
+    /// The log's kind; `None` if the file holds no record or header to tell.
+    /// Logs of other kinds than conn, dns, ssl, http and ssh are not read
+    /// beyond their header.
+    pub kind: Option<LogKind>,
+    /// Records read: connection records archived (conn.log), or records whose
+    /// fields wait for their connection (dns, ssl, http and ssh logs).
     pub records: u64,
     /// Lines that could not be read (skipped).
     pub bad_lines: u64,
@@ -182,6 +191,27 @@ fn open_text(path: &Path) -> std::io::Result<Box<dyn std::io::BufRead>> {
     } else {
         Box::new(BufReader::with_capacity(1 << 16, file))
     })
+}
+
+/// The kind of a Zeek log file, from its header or first record (at most its
+/// first 64 lines); `None` if they do not tell.
+pub fn zeek_log_kind(path: &Path) -> std::io::Result<Option<LogKind>> {
+    let mut reader = open_text(path)?;
+    let mut parser = LogReader::new();
+    let mut line = Vec::with_capacity(1024);
+    for _ in 0..64 {
+        line.clear();
+        if std::io::BufRead::read_until(&mut reader, b'\n', &mut line)? == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        // A line that cannot be read does not tell; the next may.
+        let _ = parser.push_line(text.trim_end_matches('\n'));
+        if parser.kind().is_some() {
+            break;
+        }
+    }
+    Ok(parser.kind().cloned())
 }
 
 /// What a whole ingest run did.
@@ -220,6 +250,8 @@ pub struct Ingestor {
     maintenance: Option<Maintenance>,
     /// The unsealed rows, if kept.
     tail: Option<Arc<Tail>>,
+    /// Zeek application fields waiting for their conn.log records.
+    zeek_join: UidJoin,
 }
 
 /// Ended flows handed to the sink at once.
@@ -322,6 +354,7 @@ impl Ingestor {
             tail.clone(),
         );
         let ingestor = Self {
+            zeek_join: UidJoin::new(options.zeek_pending_uids),
             flow_table: FlowTable::new(options.flows),
             flow_out: Vec::new(),
             connections,
@@ -543,10 +576,14 @@ impl Ingestor {
         Ok(())
     }
 
-    /// Reads a Zeek conn.log (TSV or JSON lines, plain or gzip) into the `flows`
-    /// table and the connection index. Lines that cannot be read are counted and
-    /// the first few reported with their line numbers; the rest of the file is read.
-    pub fn ingest_conn_log(&mut self, path: &Path) -> Result<LogOutcome, IngestError> {
+    /// Reads a Zeek log (TSV or JSON lines, plain or gzip). A conn.log's records
+    /// go to the `flows` table and the connection index, each with the fields
+    /// that dns, ssl, http and ssh logs read before gave its uid; those logs'
+    /// fields wait (at most [`IngestOptions::zeek_pending_uids`] uids) for their
+    /// conn.log, so read them first ([`zeek_log_kind`] tells a file's kind).
+    /// Lines that cannot be read are counted and the first few reported with
+    /// their line numbers; the rest of the file is read.
+    pub fn ingest_zeek_log(&mut self, path: &Path) -> Result<LogOutcome, IngestError> {
         let mut outcome = LogOutcome::default();
         let mut reader = match open_text(path) {
             Ok(reader) => reader,
@@ -558,7 +595,7 @@ impl Ingestor {
                 return Ok(outcome);
             }
         };
-        let mut parser = ConnLogReader::new();
+        let mut parser = LogReader::new();
         let mut line = Vec::with_capacity(1024);
         loop {
             line.clear();
@@ -574,25 +611,51 @@ impl Ingestor {
                 }
             }
             let text = String::from_utf8_lossy(&line);
-            match parser.push_line(text.trim_end_matches('\n')) {
-                Ok(Some(record)) => {
-                    outcome.records += 1;
-                    self.flow_out.push(record);
-                    if self.flow_out.len() >= FLOW_BATCH {
-                        self.flush_flows()?;
-                    }
+            let number = parser.lines() + 1;
+            let read = match parser.push_line(text.trim_end_matches('\n')) {
+                Ok(None) => Ok(()),
+                Ok(Some(row)) => match row.kind() {
+                    LogKind::Conn => hindsight_flow::zeek::conn_record(&row).map(|mut record| {
+                        record.app = self.zeek_join.take(&record.uid).map(Box::new);
+                        outcome.records += 1;
+                        self.flow_out.push(record);
+                    }),
+                    LogKind::Other(_) => break,
+                    _ => app_record(&row).map(|record| {
+                        if let Some(record) = record {
+                            outcome.records += 1;
+                            self.zeek_join.add(record);
+                        }
+                    }),
+                },
+                Err(error) => Err(error.reason),
+            };
+            outcome.kind = parser.kind().cloned();
+            if let Err(reason) = read {
+                outcome.bad_lines += 1;
+                if outcome.first_errors.len() < 10 {
+                    outcome.first_errors.push(ZeekLineError {
+                        line: number,
+                        reason,
+                    });
                 }
-                Ok(None) => {}
-                Err(error) => {
-                    outcome.bad_lines += 1;
-                    if outcome.first_errors.len() < 10 {
-                        outcome.first_errors.push(error);
-                    }
-                }
+            }
+            if matches!(outcome.kind, Some(LogKind::Other(_))) {
+                break;
+            }
+            if self.flow_out.len() >= FLOW_BATCH {
+                self.flush_flows()?;
             }
         }
         self.flush_flows()?;
         Ok(outcome)
+    }
+
+    /// The uids whose Zeek application fields still wait for a conn.log record,
+    /// and the records dropped because [`IngestOptions::zeek_pending_uids`]
+    /// uids waited.
+    pub fn zeek_unjoined(&self) -> (usize, u64) {
+        (self.zeek_join.len(), self.zeek_join.over_limit())
     }
 
     /// Ends the open flows, seals the open segments and closes the archive.

@@ -101,6 +101,48 @@ pub struct TlsFields {
     pub ja4: Option<String>,
 }
 
+impl TlsFields {
+    /// The code of a cipher suite named as the IANA registry, Wireshark and
+    /// Zeek's ssl.log name it (`TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`), or as
+    /// Zeek writes one it has no name for (`unknown-49195`).
+    pub fn cipher_from_name(name: &str) -> Option<u16> {
+        if let Some(code) = name.strip_prefix("unknown-") {
+            return code.parse().ok();
+        }
+        crate::cipher_suites::CIPHER_SUITES
+            .iter()
+            .find(|(_, known)| *known == name)
+            .map(|(code, _)| *code)
+    }
+
+    /// The registry's name of a cipher suite.
+    pub fn cipher_name(code: u16) -> Option<&'static str> {
+        let suites = crate::cipher_suites::CIPHER_SUITES;
+        suites
+            .binary_search_by_key(&code, |(c, _)| *c)
+            .ok()
+            .map(|i| suites[i].1)
+    }
+
+    /// The version field of a protocol version as Zeek's ssl.log names it
+    /// (`TLSv12` is 0x0303, `SSLv3` 0x0300, `DTLSv12` 0xfefd), or as it writes
+    /// one it has no name for (`unknown-772`).
+    pub fn version_from_name(name: &str) -> Option<u16> {
+        Some(match name {
+            "SSLv2" => 0x0002,
+            "SSLv3" => 0x0300,
+            "TLSv10" => 0x0301,
+            "TLSv11" => 0x0302,
+            "TLSv12" => 0x0303,
+            "TLSv13" => 0x0304,
+            "DTLSv10" => 0xfeff,
+            "DTLSv12" => 0xfefd,
+            "DTLSv13" => 0xfefc,
+            other => return other.strip_prefix("unknown-")?.parse().ok(),
+        })
+    }
+}
+
 /// An HTTP/1.x request and its response (Wireshark's `http.*`, Zeek's http.log).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct HttpFields {
@@ -418,6 +460,30 @@ fn text(input: &mut &[u8]) -> Option<Option<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ciphers_and_versions_are_read_by_name() {
+        let suite = "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256";
+        assert_eq!(TlsFields::cipher_from_name(suite), Some(0xc02f));
+        assert_eq!(TlsFields::cipher_name(0xc02f), Some(suite));
+        assert_eq!(
+            TlsFields::cipher_from_name("TLS_AES_128_GCM_SHA256"),
+            Some(0x1301)
+        );
+        // The registry's code, not the draft's.
+        let chacha = "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256";
+        assert_eq!(TlsFields::cipher_from_name(chacha), Some(0xcca8));
+        assert_eq!(TlsFields::cipher_from_name("unknown-49195"), Some(49195));
+        assert_eq!(TlsFields::cipher_from_name("TLS_NO_SUCH"), None);
+        assert!(
+            crate::cipher_suites::CIPHER_SUITES
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0)
+        );
+        assert_eq!(TlsFields::version_from_name("TLSv12"), Some(0x0303));
+        assert_eq!(TlsFields::version_from_name("unknown-772"), Some(772));
+        assert_eq!(TlsFields::version_from_name("TLSv99"), None);
+    }
 
     fn sample() -> AppFields {
         AppFields {

@@ -9,6 +9,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub mod app;
+mod cipher_suites;
 pub mod community;
 mod covering;
 mod flow;

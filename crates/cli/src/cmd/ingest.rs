@@ -16,8 +16,9 @@ use hindsight_output::{human_bytes, human_rate};
 /// Arguments of `hindsight ingest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Input files: pcap or pcapng captures (or, with --format zeek, Zeek conn.log
-    /// files in TSV or JSON), optionally gzip-compressed; `-` reads a capture from
+    /// Input files: pcap or pcapng captures (or, with --format zeek, Zeek logs
+    /// in TSV or JSON: conn.log, and dns, ssl, http and ssh logs whose fields join
+    /// the connections by uid), optionally gzip-compressed; `-` reads a capture from
     /// standard input (`tcpdump -w - | hindsight ingest -`).
     #[arg(required = true, value_name = "CAPTURE")]
     captures: Vec<PathBuf>,
@@ -61,7 +62,8 @@ pub struct Args {
 pub enum InputFormat {
     /// Packet captures: pcap or pcapng (the format is read from the file).
     Pcap,
-    /// Zeek conn.log, TSV or JSON lines: connection records only.
+    /// Zeek logs, TSV or JSON lines: conn.log's connection records, with the
+    /// fields of dns.log, ssl.log, http.log and ssh.log joined by uid.
     Zeek,
 }
 
@@ -247,22 +249,43 @@ fn is_stdin(path: &std::path::Path) -> bool {
     path.as_os_str() == "-"
 }
 
-/// Reads Zeek conn.log files into the flows table and the connection index.
+/// Reads Zeek logs: conn.log files into the flows table and the connection
+/// index, with the fields of the dns, ssl, http and ssh logs joined by uid.
+/// Those are read first, whatever their order on the command line; other logs
+/// are skipped with a message.
 fn ingest_conn_logs(
     args: &Args,
     mut ingestor: Ingestor,
     settings: &hindsight_ingest::settings::ArchiveSettings,
 ) -> Result<ExitCode> {
+    use hindsight_flow::zeek::LogKind;
     if args.captures.iter().any(|p| is_stdin(p)) {
         bail!("--format zeek reads files; standard input (-) takes packet captures");
     }
     let mut damaged = 0usize;
-    let mut records = 0u64;
+    // Application logs first, so that their fields wait for the connections.
+    let mut paths = Vec::new();
     for path in &args.captures {
+        let kind = match hindsight_ingest::zeek_log_kind(path) {
+            Ok(kind) => kind,
+            Err(error) => {
+                eprintln!("cannot read Zeek log {}: {error}", path.display());
+                damaged += 1;
+                continue;
+            }
+        };
+        let order = match kind {
+            Some(LogKind::Conn) | None => 1,
+            Some(_) => 0,
+        };
+        paths.push((order, path));
+    }
+    paths.sort_by_key(|(order, _)| *order);
+    let (mut records, mut fields) = (0u64, 0u64);
+    for (_, path) in paths {
         let outcome = ingestor
-            .ingest_conn_log(path)
+            .ingest_zeek_log(path)
             .with_context(|| format!("archive failed while ingesting {}", path.display()))?;
-        records += outcome.records;
         for error in &outcome.first_errors {
             eprintln!("{}: {error}", path.display());
         }
@@ -279,11 +302,41 @@ fn ingest_conn_logs(
         } else if outcome.bad_lines > 0 {
             damaged += 1;
         }
+        let skipped = outcome.bad_lines;
+        match &outcome.kind {
+            Some(LogKind::Conn) | None => {
+                records += outcome.records;
+                println!(
+                    "{}: {} connection record(s), {skipped} unreadable line(s) skipped",
+                    path.display(),
+                    outcome.records
+                );
+            }
+            Some(LogKind::Other(name)) => println!(
+                "{}: skipped, a Zeek {name} log (hindsight reads conn, dns, ssl, http and ssh logs)",
+                path.display()
+            ),
+            Some(kind) => {
+                fields += outcome.records;
+                println!(
+                    "{}: {} {} record(s), {skipped} unreadable line(s) skipped",
+                    path.display(),
+                    outcome.records,
+                    kind.name()
+                );
+            }
+        }
+    }
+    let (unjoined, over_limit) = ingestor.zeek_unjoined();
+    if unjoined > 0 {
         println!(
-            "{}: {} connection record(s), {} unreadable line(s) skipped",
-            path.display(),
-            outcome.records,
-            outcome.bad_lines
+            "{unjoined} connection(s) of the dns/ssl/http/ssh logs have no conn.log record with their uid; their fields are not kept"
+        );
+    }
+    if over_limit > 0 {
+        eprintln!(
+            "{over_limit} dns/ssl/http/ssh record(s) dropped: more than {} connections waited for their conn.log records; ingest the logs of one rotation interval together",
+            IngestOptions::default().zeek_pending_uids
         );
     }
     let summary = ingestor.finish().context("cannot seal the last segment")?;
@@ -294,7 +347,7 @@ fn ingest_conn_logs(
         .filter(|s| s.table == Table::Flows.name())
         .count();
     println!(
-        "ingested {records} connection record(s) from {} file(s) into {flow_segments} flows segment(s)",
+        "ingested {records} connection record(s) and {fields} application record(s) from {} file(s) into {flow_segments} flows segment(s)",
         args.captures.len()
     );
     if damaged > 0 {
