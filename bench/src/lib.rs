@@ -67,6 +67,27 @@ pub fn default_source() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/lan-hour-2012.pcap")
 }
 
+/// A small deterministic generator (xorshift), so runs pick the same lookups.
+#[derive(Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The sample at rank `p` (0 to 1) of the sorted samples.
+pub fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort_unstable();
+    let rank = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
 /// Returns the median of the samples (the upper median for an even count).
 pub fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -154,6 +175,58 @@ pub fn hindsight_binary() -> PathBuf {
         hindsight.display()
     );
     hindsight
+}
+
+/// Packets at most in one file of a capture replicated by [`replicate_hosts`]:
+/// tshark keeps state for every packet it reads (over 17 GB for 50 M packets
+/// with `communityid`), so it reads the files one after the other, as a user
+/// would split a capture.
+pub const FILE_PACKETS: u64 = 5_000_000;
+
+/// Writes `frames` repeated, each copy an hour later with other hosts
+/// ([`shift_hosts`]), until at least `packets`, in files of at most
+/// [`FILE_PACKETS`] (whole copies) named `{name}-replicated-{packets}-{part}.pcap`;
+/// returns the files and the number of copies.
+pub fn replicate_hosts(
+    frames: &[(i64, u32, Vec<u8>)],
+    packets: u64,
+    work: &Path,
+    name: &str,
+) -> (Vec<PathBuf>, u64) {
+    let copies = packets.div_ceil(frames.len() as u64);
+    let per_file = (FILE_PACKETS / frames.len() as u64).max(1);
+    let mut files = Vec::new();
+    for (part, first) in (0..copies).step_by(per_file as usize).enumerate() {
+        let path = work.join(format!("{name}-replicated-{packets}-{part}.pcap"));
+        files.push(path.clone());
+        if path.exists() {
+            continue;
+        }
+        let partial = path.with_extension("partial");
+        let file = std::fs::File::create(&partial).expect("create the replicated capture");
+        let out = std::io::BufWriter::with_capacity(1 << 22, file);
+        let mut writer = PcapWriter::new(
+            out,
+            hindsight_model::LinkType::ETHERNET,
+            65_535,
+            TimestampPrecision::Micros,
+        )
+        .expect("pcap header");
+        let mut data = Vec::new();
+        for copy in first..(first + per_file).min(copies) {
+            for (ts, wire_len, frame) in frames {
+                data.clear();
+                data.extend_from_slice(frame);
+                shift_hosts(&mut data, copy as usize);
+                writer
+                    .write_frame(ts + copy as i64 * 3600 * NANOS, *wire_len, &data)
+                    .expect("write a frame");
+            }
+        }
+        writer.flush().expect("flush the replicated capture");
+        std::fs::rename(&partial, &path).expect("rename the replicated capture");
+    }
+    (files, copies)
 }
 
 /// Writes `source` repeated with timestamps shifted by one hour per copy until at

@@ -10,19 +10,19 @@
 //! query` process. Run with
 //! `cargo build --release -p hindsight && cargo run --release -p hindsight-bench --bin community_bench -- [--packets N] [--lookups N] [--work DIR]`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use hindsight_bench::{hindsight_binary, median, read_frames, run_quiet, shift_hosts};
-use hindsight_capture::{PcapWriter, TimestampPrecision};
+use hindsight_bench::{
+    FILE_PACKETS, Rng, hindsight_binary, median, percentile, read_frames, replicate_hosts,
+    run_quiet, shift_hosts,
+};
 use hindsight_model::LinkType;
 use hindsight_model::community::community_id_text;
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest};
 use hindsight_store::TimeRange;
-
-const NANOS: i64 = 1_000_000_000;
 
 struct Args {
     packets: u64,
@@ -57,74 +57,11 @@ fn parse_args() -> Args {
     args
 }
 
-/// Packets at most in one file of the replicated capture: tshark keeps state
-/// for every packet it reads (over 17 GB for 50 M packets with `communityid`),
-/// so it reads the files one after the other, as a user would split a capture.
-const FILE_PACKETS: u64 = 5_000_000;
-
-/// Writes the source repeated, each copy an hour later with other hosts, until
-/// at least `packets`, in files of at most [`FILE_PACKETS`] (whole copies);
-/// returns the files and the number of copies.
-fn replicate_hosts(
-    frames: &[(i64, u32, Vec<u8>)],
-    packets: u64,
-    work: &Path,
-) -> (Vec<PathBuf>, u64) {
-    let copies = packets.div_ceil(frames.len() as u64);
-    let per_file = (FILE_PACKETS / frames.len() as u64).max(1);
-    let mut files = Vec::new();
-    for (part, first) in (0..copies).step_by(per_file as usize).enumerate() {
-        let path = work.join(format!("hosts-replicated-{packets}-{part}.pcap"));
-        files.push(path.clone());
-        if path.exists() {
-            continue;
-        }
-        let partial = path.with_extension("partial");
-        let file = std::fs::File::create(&partial).expect("create the replicated capture");
-        let out = std::io::BufWriter::with_capacity(1 << 22, file);
-        let mut writer =
-            PcapWriter::new(out, LinkType::ETHERNET, 65_535, TimestampPrecision::Micros)
-                .expect("pcap header");
-        let mut data = Vec::new();
-        for copy in first..(first + per_file).min(copies) {
-            for (ts, wire_len, frame) in frames {
-                data.clear();
-                data.extend_from_slice(frame);
-                shift_hosts(&mut data, copy as usize);
-                writer
-                    .write_frame(ts + copy as i64 * 3600 * NANOS, *wire_len, &data)
-                    .expect("write a frame");
-            }
-        }
-        writer.flush().expect("flush the replicated capture");
-        std::fs::rename(&partial, &path).expect("rename the replicated capture");
-    }
-    (files, copies)
-}
-
-/// A small deterministic generator (xorshift), so runs pick the same lookups.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
-    samples.sort_unstable();
-    let rank = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[rank.min(samples.len() - 1)]
-}
-
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("work directory");
     let frames = read_frames(&args.source);
-    let (pcaps, copies) = replicate_hosts(&frames, args.packets, &args.work);
+    let (pcaps, copies) = replicate_hosts(&frames, args.packets, &args.work, "hosts");
     let total = copies * frames.len() as u64;
     let archive = args
         .work

@@ -572,39 +572,13 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
 
     // The download button saves what tcpdump selects.
     browser.click("#download");
-    let saved = downloads.join("hindsight.pcap");
-    // Chromium reserves the name with an empty file and writes into a
-    // `.crdownload` beside it, renamed over the name at the end: the download
-    // is whole once no `.crdownload` is left and the name holds the size of a
-    // pcap of the expected packets (file header, then a record header each).
+    // A pcap of the expected packets: the file header, then a record header each.
     let size = 24
         + expected
             .iter()
             .map(|(_, _, data)| 16 + data.len() as u64)
             .sum::<u64>();
-    let in_progress = || {
-        std::fs::read_dir(&downloads).unwrap().any(|e| {
-            e.unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".crdownload")
-        })
-    };
-    let whole = || saved.metadata().is_ok_and(|m| m.len() == size) && !in_progress();
-    let started = Instant::now();
-    while !whole() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no download of {size} bytes in {}: {:?}",
-            downloads.display(),
-            std::fs::read_dir(&downloads)
-                .unwrap()
-                .map(|e| e.unwrap())
-                .map(|e| (e.file_name(), e.metadata().map(|m| m.len()).ok()))
-                .collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let saved = downloaded(&downloads, "hindsight.pcap", size);
     assert_eq!(read_frames(&saved), expected);
 
     // Past the server's max_rows (1,000 here) the button asks for the first
@@ -835,4 +809,181 @@ fn sql_only_reads_and_serve_listens_beyond_loopback_only_with_a_token() {
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(stderr.contains("without a token"), "{stderr}");
     }
+}
+
+/// Waits until `downloads` holds `name` whole and at least `size` bytes;
+/// returns its path. Chromium reserves the name with an empty file and writes
+/// into a `.crdownload` beside it, renamed over the name at the end: the
+/// download is whole once no `.crdownload` is left.
+fn downloaded(downloads: &Path, name: &str, size: u64) -> PathBuf {
+    let saved = downloads.join(name);
+    let in_progress = || {
+        std::fs::read_dir(downloads).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".crdownload")
+        })
+    };
+    let whole = || saved.metadata().is_ok_and(|m| m.len() >= size) && !in_progress();
+    let started = Instant::now();
+    while !whole() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no download {name} of {size} bytes in {}: {:?}",
+            downloads.display(),
+            std::fs::read_dir(downloads)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|e| (e.file_name(), e.metadata().map(|m| m.len()).ok()))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    saved
+}
+
+/// The sessions view: a search by SNI lists the connection with its fields,
+/// the top-values panel shows the name, the row's pcap equals what `tcpdump -r`
+/// selects for the connection's 5-tuple, its Community ID is tshark's, and the
+/// link to a host's other sessions lists them.
+#[test]
+fn the_sessions_view_finds_a_connection_by_sni_and_downloads_its_packets_in_headless_chromium() {
+    require_tool("chromedriver");
+    require_tool("tcpdump");
+    require_tool("tshark");
+    let dir = tempfile::tempdir().unwrap();
+    let capture = common::fixtures_dir().join("ndpi/facebook.pcap");
+    assert!(capture.exists(), "run scripts/fetch-fixtures");
+    let archive = dir.path().join("archive");
+    common::ingest_whole(&capture, &archive, &[]);
+    let server = Server::start(
+        dir.path(),
+        &format!("archive = {:?}\n", archive.to_str().unwrap()),
+    );
+    let downloads = dir.path().join("downloads");
+    std::fs::create_dir_all(&downloads).unwrap();
+    let browser = Browser::start(&downloads, &dir.path().join("profile"));
+    browser.open(&server.url("/sessions"));
+    browser.wait_for("return document.title === 'hindsight sessions'");
+
+    // The connection, as tshark sees it.
+    let (client, client_port, server_addr) = ("192.168.43.18", 44614, "31.13.86.36");
+    let tshark = Command::new("tshark")
+        .args(["-n", "--enable-protocol", "communityid", "-r"])
+        .arg(&capture)
+        .args([
+            "-Y",
+            &format!("tcp.srcport == {client_port} && tls.handshake.type == 1"),
+            "-T",
+            "fields",
+            "-e",
+            "communityid",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    let community_id = String::from_utf8_lossy(&tshark.stdout).trim().to_owned();
+    assert!(community_id.starts_with("1:"), "{community_id}");
+
+    browser.type_into(
+        "#filter",
+        "tls.handshake.extensions_server_name == \"www.facebook.com\"",
+    );
+    browser.click("#search");
+    let status = browser.wait_for(
+        "const s = document.getElementById('status').textContent; \
+         return s.includes('sessions') ? s : ''",
+    );
+    assert_eq!(status, "1 sessions.");
+    assert_eq!(
+        browser.script("return document.getElementById('error').textContent"),
+        ""
+    );
+    let row = browser.script(
+        "return [...document.querySelector('#sessions tbody tr').cells].map(c => c.textContent)",
+    );
+    let row: Vec<&str> = row
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (row[2], row[3], row[4], row[5], row[6]),
+        ("TCP", client, "44614", server_addr, "443"),
+        "{row:?}"
+    );
+    assert_eq!((row[10], row[11]), ("ssl", "www.facebook.com"), "{row:?}");
+    assert!(row[12].starts_with("t1"), "a JA4: {row:?}");
+    assert_eq!(row[13], community_id);
+
+    // The top-values panel names it.
+    let top = browser.script("return document.getElementById('top-tls_sni').textContent");
+    assert!(top.as_str().unwrap().contains("www.facebook.com"), "{top}");
+
+    // Its pcap is what tcpdump selects for its 5-tuple (the capture is one
+    // connection's time on that 5-tuple).
+    let out = dir.path().join("tcpdump.pcap");
+    let status = Command::new("tcpdump")
+        .arg("-r")
+        .arg(&capture)
+        .arg("-w")
+        .arg(&out)
+        .arg(format!(
+            "host {client} and host {server_addr} and tcp port {client_port} and tcp port 443"
+        ))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let expected = read_frames(&out);
+    assert!(expected.len() > 5, "{}", expected.len());
+    // The link is in a column that a narrow window scrolls to: clicked from a
+    // script, as WebDriver would not click what is out of view.
+    browser.script("document.querySelector('#sessions tbody tr td:nth-child(15) a').click()");
+    let size = 24
+        + expected
+            .iter()
+            .map(|(_, _, data)| 16 + data.len() as u64)
+            .sum::<u64>();
+    // The server names the file (Content-Disposition).
+    let saved = downloaded(&downloads, "hindsight.pcap", size);
+    assert_eq!(read_frames(&saved), expected);
+
+    // The client's other sessions: every connection of the capture it has.
+    let listed = ok(&hindsight(&[
+        "flows",
+        &format!("host {client}"),
+        "--format",
+        "csv",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    let count = listed.lines().count() - 1;
+    assert!(count >= 2, "{listed}");
+    let href = browser
+        .script("return document.querySelector('#sessions tbody tr td:nth-child(16) a').href");
+    browser.open(href.as_str().unwrap());
+    browser.wait_for(&format!(
+        "return document.getElementById('status').textContent === '{count} sessions.'"
+    ));
+    assert_eq!(
+        browser.script("return document.getElementById('filter').value"),
+        format!("host {client}")
+    );
+    let rows = browser.script("return document.querySelectorAll('#sessions tbody tr').length");
+    assert_eq!(rows, count);
+
+    // Sorted by a column, both ways.
+    browser.click("#sessions th[data-key='resp_port']");
+    let ports = "return [...document.querySelectorAll('#sessions tbody tr')].map(r => Number(r.cells[6].textContent))";
+    let ascending: Vec<u64> = serde_json::from_value(browser.script(ports)).unwrap();
+    assert!(ascending.windows(2).all(|w| w[0] <= w[1]), "{ascending:?}");
+    browser.click("#sessions th[data-key='resp_port']");
+    let descending: Vec<u64> = serde_json::from_value(browser.script(ports)).unwrap();
+    assert!(
+        descending.windows(2).all(|w| w[0] >= w[1]),
+        "{descending:?}"
+    );
 }

@@ -1363,7 +1363,7 @@ impl ConnectionIndex {
         }
         let connections = self.family(CF_CONNECTIONS)?;
         let mut iter = self.db.raw_iterator_cf(family);
-        let mut last_key = Vec::new();
+        let mut pending = Vec::new();
         // The last name read, and whether `name_ok` took it.
         let mut verdict: Option<(Vec<u8>, Vec<u8>, bool)> = None;
         for (low, high) in name_ranges(lookups) {
@@ -1411,33 +1411,63 @@ impl ConnectionIndex {
                     }
                 };
                 if ok {
-                    let stored = self
-                        .db
-                        .get_pinned_cf(connections, entry_key)
-                        .map_err(rocks(&self.path))?;
-                    // Gone: expired before its name key was compacted away.
-                    if let Some(stored) = stored {
-                        let entry = decode_entry(&entry_key, &stored).ok_or_else(|| {
-                            self.corrupt(CF_CONNECTIONS, "an entry that does not decode".to_owned())
-                        })?;
-                        if keep(&entry) {
-                            if page.entries.len() == limit {
-                                // One more than the page holds: it ends here.
-                                page.next = Some(last_key);
-                                return Ok(page);
-                            }
-                            page.entries.push(entry);
-                            page.places.push(key.to_vec());
-                            last_key.clear();
-                            last_key.extend_from_slice(key);
-                        }
+                    pending.push((key.to_vec(), entry_key));
+                    // Entries are read in batches (one multi-get each), no more
+                    // at once than the page can still take.
+                    if pending.len() >= (limit + 1 - page.entries.len()).clamp(1, 256)
+                        && self.take_entries(connections, &mut pending, &mut page, limit, keep)?
+                    {
+                        return Ok(page);
                     }
                 }
                 iter.next();
             }
             iter.status().map_err(rocks(&self.path))?;
+            if self.take_entries(connections, &mut pending, &mut page, limit, keep)? {
+                return Ok(page);
+            }
         }
         Ok(page)
+    }
+
+    /// Reads the entries of `pending` (name key, entry key), in order, into
+    /// `page` as `keep` accepts them; true once the page is full and one more
+    /// was accepted (the page's `next` is then its last name key).
+    fn take_entries(
+        &self,
+        connections: &rocksdb::ColumnFamily,
+        pending: &mut Vec<(Vec<u8>, [u8; KEY_LEN])>,
+        page: &mut ConnPage,
+        limit: usize,
+        keep: &dyn Fn(&ConnEntry) -> bool,
+    ) -> Result<bool> {
+        if pending.is_empty() {
+            return Ok(false);
+        }
+        let stored = self.db.batched_multi_get_cf(
+            connections,
+            pending.iter().map(|(_, entry_key)| entry_key),
+            false,
+        );
+        for ((place, entry_key), stored) in pending.drain(..).zip(stored) {
+            // Gone: expired before its name key was compacted away.
+            let Some(stored) = stored.map_err(rocks(&self.path))? else {
+                continue;
+            };
+            let entry = decode_entry(&entry_key, &stored).ok_or_else(|| {
+                self.corrupt(CF_CONNECTIONS, "an entry that does not decode".to_owned())
+            })?;
+            if keep(&entry) {
+                if page.entries.len() == limit {
+                    // One more than the page holds: it ends here.
+                    page.next = page.places.last().cloned();
+                    return Ok(true);
+                }
+                page.entries.push(entry);
+                page.places.push(place);
+            }
+        }
+        Ok(false)
     }
 
     /// The entries of `connections` keyed by `addr` (16 bytes) that start at

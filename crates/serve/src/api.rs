@@ -40,6 +40,7 @@ use super::metrics;
 /// The web UI: a search page and a live page, no external resources.
 const UI: &str = include_str!("ui.html");
 const LIVE_UI: &str = include_str!("live.html");
+const SESSIONS_UI: &str = include_str!("sessions.html");
 
 /// The API's contract.
 const OPENAPI: &str = include_str!("../../../docs/openapi.yaml");
@@ -234,6 +235,15 @@ pub fn router(state: Shared) -> Router {
                 (
                     [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
                     LIVE_UI,
+                )
+            }),
+        )
+        .route(
+            "/sessions",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    SESSIONS_UI,
                 )
             }),
         )
