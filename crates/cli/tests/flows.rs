@@ -722,6 +722,13 @@ fn zeek_dns_ssl_and_http_logs_join_their_connections_with_their_fields_intact() 
         let (conn, dns, ssl, http) = (log("conn"), log("dns"), log("ssl"), log("http"));
         assert!(http.exists(), "run scripts/fetch-fixtures");
         let archive = work.path().join(form);
+        // A log hindsight does not read is skipped, with a message.
+        let files = work.path().join(format!("files.{form}.log"));
+        std::fs::write(
+            &files,
+            "{\"_path\":\"files\",\"ts\":1575413155.9,\"fuid\":\"FAbjvB2sWxQoaj6bye\"}\n",
+        )
+        .unwrap();
         // The conn.log first on the command line: the application logs are
         // read first anyway.
         let out = ok(&hindsight(&[
@@ -734,7 +741,9 @@ fn zeek_dns_ssl_and_http_logs_join_their_connections_with_their_fields_intact() 
             dns.to_str().unwrap(),
             ssl.to_str().unwrap(),
             http.to_str().unwrap(),
+            files.to_str().unwrap(),
         ]));
+        assert!(out.contains("skipped, a Zeek files log"), "{out}");
         let expected = expected_app_fields(&[&dns, &ssl, &http]);
         let records = archived_flows(&archive);
         let conn_uids: std::collections::BTreeSet<&str> =

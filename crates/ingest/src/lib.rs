@@ -620,7 +620,8 @@ impl Ingestor {
                         outcome.records += 1;
                         self.flow_out.push(record);
                     }),
-                    LogKind::Other(_) => break,
+                    // Not read: the loop ends below, once the kind is kept.
+                    LogKind::Other(_) => Ok(()),
                     _ => app_record(&row).map(|record| {
                         if let Some(record) = record {
                             outcome.records += 1;
