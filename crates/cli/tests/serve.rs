@@ -572,13 +572,7 @@ fn the_web_ui_searches_and_downloads_a_pcap_in_headless_chromium() {
 
     // The download button saves what tcpdump selects.
     browser.click("#download");
-    // A pcap of the expected packets: the file header, then a record header each.
-    let size = 24
-        + expected
-            .iter()
-            .map(|(_, _, data)| 16 + data.len() as u64)
-            .sum::<u64>();
-    let saved = downloaded(&downloads, "hindsight.pcap", size);
+    let saved = downloaded(&downloads, "hindsight.pcap", &expected);
     assert_eq!(read_frames(&saved), expected);
 
     // Past the server's max_rows (1,000 here) the button asks for the first
@@ -811,11 +805,16 @@ fn sql_only_reads_and_serve_listens_beyond_loopback_only_with_a_token() {
     }
 }
 
-/// Waits until `downloads` holds `name` whole and at least `size` bytes;
-/// returns its path. Chromium reserves the name with an empty file and writes
+/// Waits until `downloads` holds `name` whole and at least the size of a pcap
+/// of `frames` (its file header, then a record header each); returns its path. Chromium reserves the name with an empty file and writes
 /// into a `.crdownload` beside it, renamed over the name at the end: the
 /// download is whole once no `.crdownload` is left.
-fn downloaded(downloads: &Path, name: &str, size: u64) -> PathBuf {
+fn downloaded(downloads: &Path, name: &str, frames: &[common::PacketKey]) -> PathBuf {
+    let size = 24
+        + frames
+            .iter()
+            .map(|(_, _, data)| 16 + data.len() as u64)
+            .sum::<u64>();
     let saved = downloads.join(name);
     let in_progress = || {
         std::fs::read_dir(downloads).unwrap().any(|e| {
@@ -942,13 +941,8 @@ fn the_sessions_view_finds_a_connection_by_sni_and_downloads_its_packets_in_head
     // The link is in a column that a narrow window scrolls to: clicked from a
     // script, as WebDriver would not click what is out of view.
     browser.script("document.querySelector('#sessions tbody tr td:nth-child(15) a').click()");
-    let size = 24
-        + expected
-            .iter()
-            .map(|(_, _, data)| 16 + data.len() as u64)
-            .sum::<u64>();
     // The server names the file (Content-Disposition).
-    let saved = downloaded(&downloads, "hindsight.pcap", size);
+    let saved = downloaded(&downloads, "hindsight.pcap", &expected);
     assert_eq!(read_frames(&saved), expected);
 
     // The client's other sessions: every connection of the capture it has.
