@@ -177,6 +177,20 @@ pub fn hindsight_binary() -> PathBuf {
     hindsight
 }
 
+/// A new Ethernet pcap file (microseconds, snaplen 65,535), buffered, for the
+/// replicated captures.
+fn create_pcap(path: &Path) -> PcapWriter<std::io::BufWriter<std::fs::File>> {
+    let file = std::fs::File::create(path).expect("create the replicated capture");
+    let out = std::io::BufWriter::with_capacity(1 << 22, file);
+    PcapWriter::new(
+        out,
+        hindsight_model::LinkType::ETHERNET,
+        65_535,
+        TimestampPrecision::Micros,
+    )
+    .expect("pcap header")
+}
+
 /// Packets at most in one file of a capture replicated by [`replicate_hosts`]:
 /// tshark keeps state for every packet it reads (over 17 GB for 50 M packets
 /// with `communityid`), so it reads the files one after the other, as a user
@@ -203,15 +217,7 @@ pub fn replicate_hosts(
             continue;
         }
         let partial = path.with_extension("partial");
-        let file = std::fs::File::create(&partial).expect("create the replicated capture");
-        let out = std::io::BufWriter::with_capacity(1 << 22, file);
-        let mut writer = PcapWriter::new(
-            out,
-            hindsight_model::LinkType::ETHERNET,
-            65_535,
-            TimestampPrecision::Micros,
-        )
-        .expect("pcap header");
+        let mut writer = create_pcap(&partial);
         let mut data = Vec::new();
         for copy in first..(first + per_file).min(copies) {
             for (ts, wire_len, frame) in frames {
@@ -238,15 +244,7 @@ pub fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64
     let copies = packets.div_ceil(frames.len() as u64);
     let total = copies * frames.len() as u64;
     if !path.exists() {
-        let file = std::fs::File::create(&path).expect("create replicated capture");
-        let out = std::io::BufWriter::with_capacity(1 << 22, file);
-        let mut writer = PcapWriter::new(
-            out,
-            hindsight_model::LinkType::ETHERNET,
-            65_535,
-            TimestampPrecision::Micros,
-        )
-        .expect("pcap header");
+        let mut writer = create_pcap(&path);
         for copy in 0..copies as i64 {
             for (ts, wire_len, data) in &frames {
                 writer
