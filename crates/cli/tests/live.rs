@@ -1070,3 +1070,327 @@ unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
 }
+
+/// A tmpfs of `mib` MiB mounted on a directory of its own; unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn new(mib: u32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        run(privileged("mount").args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={mib}m"),
+            "hindsight-test",
+            dir.path().to_str().unwrap(),
+        ]));
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Remounts it `mib` MiB large (an operator freeing space).
+    fn grow(&self, mib: u32) {
+        run(privileged("mount").args([
+            "-o",
+            &format!("remount,size={mib}m"),
+            self.dir.path().to_str().unwrap(),
+        ]));
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = privileged("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// lan-hour with its timestamps `hours` later (editcap -t), in `dir`.
+fn lan_hour_shifted(dir: &Path, hours: u32) -> std::path::PathBuf {
+    let out = dir.join(format!("lan-hour+{hours}h.pcap"));
+    run(Command::new("editcap")
+        .args(["-F", "pcap", "-t", &(hours * 3600).to_string()])
+        .arg(lan_hour())
+        .arg(&out));
+    out
+}
+
+fn ingest_into(archive: &Path, capture: &Path) -> std::process::Output {
+    hindsight(&[
+        "ingest",
+        "-q",
+        "--segment-packets",
+        "8192",
+        capture.to_str().unwrap(),
+        "--archive",
+        archive.to_str().unwrap(),
+    ])
+}
+
+/// `hindsight stats` as JSON.
+fn stats_json(archive: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&hindsight(&[
+        "stats",
+        "--json",
+        "--archive",
+        archive.to_str().unwrap(),
+    ])))
+    .unwrap()
+}
+
+/// Packets `hindsight query` finds between two instants.
+fn packets_between(archive: &Path, start: &str, end: &str) -> usize {
+    let out = archive.parent().unwrap().join("between.pcap");
+    ok(&hindsight(&[
+        "query",
+        "",
+        "--between",
+        start,
+        end,
+        "-o",
+        out.to_str().unwrap(),
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    read_capture(&out).len()
+}
+
+#[test]
+fn a_full_disk_stops_ingest_cleanly_or_expires_the_oldest_keeping_every_sealed_segment() {
+    if !live_tests_enabled() {
+        return;
+    }
+    require_tool("editcap");
+    let work = tempfile::tempdir().unwrap();
+    let captures: Vec<_> = (0..8).map(|h| lan_hour_shifted(work.path(), h)).collect();
+
+    // An archive that keeps everything stops at its floor, with a message
+    // that names the filesystem and its free bytes.
+    let disk = SmallDisk::new(24);
+    let archive = disk.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[packets]\nmin_free_bytes = 8388608\n",
+    )
+    .unwrap();
+    let mut before = Vec::new();
+    let mut stopped = None;
+    for capture in &captures {
+        let output = ingest_into(&archive, capture);
+        if !output.status.success() {
+            stopped = Some(String::from_utf8_lossy(&output.stderr).into_owned());
+            break;
+        }
+        before = catalog(&archive);
+    }
+    let message = stopped.expect("24 MiB hold fewer than 8 copies of lan-hour");
+    let mount = disk.path().canonicalize().unwrap();
+    for needle in [
+        format!("filesystem at {}", mount.display()).as_str(),
+        "bytes free",
+        "min_free_bytes (8388608)",
+        "sets no [packets] max_bytes",
+        "every sealed segment is kept",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
+    }
+    // Every segment sealed before survives whole, what the failed run sealed
+    // with them; the archive opens, checks clean and answers.
+    let after = catalog(&archive);
+    assert!(after.len() >= before.len());
+    assert_eq!(after[..before.len()], before[..]);
+    assert_intact(&archive, &after);
+    ok(&hindsight(&[
+        "check",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    let sealed_rows: u64 = after
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .map(|s| s.2)
+        .sum();
+    assert_eq!(count_packets(&archive), sealed_rows);
+    assert_eq!(stats_json(&archive)["packets"], sealed_rows);
+    drop(disk);
+
+    // An archive with a retention bound expires its oldest segments instead,
+    // and keeps the newest hour whole.
+    let disk = SmallDisk::new(24);
+    let archive = disk.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[packets]\nmax_bytes = 1073741824\nmin_free_bytes = 8388608\n",
+    )
+    .unwrap();
+    for capture in &captures {
+        ok(&ingest_into(&archive, capture));
+    }
+    // lan-hour spans 17:00:39 to 18:00:38.42; copy h is h hours later.
+    let oldest = packets_between(&archive, "2012-11-23T17:00:00Z", "2012-11-23T18:00:38.5Z");
+    assert!(oldest < 62_781, "the oldest hour was not expired");
+    let newest = packets_between(&archive, "2012-11-24T00:00:38.5Z", "2012-11-24T02:00:00Z");
+    assert_eq!(newest, 62_781);
+    ok(&hindsight(&[
+        "check",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    let free = hindsight_store_free(disk.path());
+    assert!(free > 4 << 20, "{free} bytes free");
+    drop(disk);
+
+    // Without a floor the disk fills (ENOSPC, here in the address index's
+    // log): the write stops with the device's error named, and nothing sealed
+    // is lost.
+    let disk = SmallDisk::new(24);
+    let archive = disk.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[packets]\nmin_free_bytes = 0\n",
+    )
+    .unwrap();
+    let mut before = Vec::new();
+    let mut stopped = None;
+    for capture in &captures {
+        let output = ingest_into(&archive, capture);
+        if !output.status.success() {
+            stopped = Some(String::from_utf8_lossy(&output.stderr).into_owned());
+            break;
+        }
+        before = catalog(&archive);
+    }
+    let message = stopped.expect("24 MiB hold fewer than 8 copies of lan-hour");
+    let mount = disk.path().canonicalize().unwrap();
+    for needle in [
+        format!("filesystem at {}", mount.display()).as_str(),
+        "No space left on device",
+        "every sealed segment is kept",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
+    }
+    let after = catalog(&archive);
+    assert_eq!(after[..before.len()], before[..]);
+    assert_intact(&archive, &after);
+    let sealed_rows: u64 = after
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .map(|s| s.2)
+        .sum();
+    // The full disk answers (a segment whose postings the full log refused is
+    // read whole)...
+    assert_eq!(count_packets(&archive), sealed_rows);
+    // ...and once there is room again, `check --repair` indexes what the
+    // disk refused and the archive checks clean.
+    disk.grow(48);
+    ok(&hindsight(&[
+        "check",
+        "--repair",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    ok(&hindsight(&[
+        "check",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    assert_eq!(count_packets(&archive), sealed_rows);
+}
+
+/// Free bytes of the filesystem at `path`, as df counts them.
+fn hindsight_store_free(path: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_full_disk_stops_record_cleanly_with_every_sealed_segment_kept() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Namespaces::new();
+    let disk = SmallDisk::new(40);
+    let archive = disk.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[packets]\nmin_free_bytes = 16777216\n",
+    )
+    .unwrap();
+    let mut recorder = Reaped(
+        ns.exec(&ns.receiver, env!("CARGO_BIN_EXE_hindsight"))
+            .args(["record", "-i", "hs-a", "--seal-secs", "1", "--archive"])
+            .arg(&archive)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let recorder_err = wait_for_stderr(&mut recorder, "recording on");
+    // A new archive takes about 8 MiB (the indexes' logs); then about 3 MB a
+    // loop, until the 16 MiB above the floor are gone.
+    let replay = ns
+        .exec(&ns.sender, "tcpreplay")
+        .args(["-i", "hs-b", "--pps", "100000", "--loop", "20"])
+        .arg(lan_hour())
+        .output()
+        .unwrap();
+    assert!(replay.status.success());
+    // The recorder stops by itself: the disk, not a signal, ended it.
+    let mut status = None;
+    for _ in 0..600 {
+        if let Some(exit) = recorder.try_wait().unwrap() {
+            status = Some(exit);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = status.expect("record went on past its floor");
+    let log = recorder_err.join().unwrap();
+    assert!(!status.success(), "{log}");
+    let mount = disk.path().canonicalize().unwrap();
+    for needle in [
+        format!("filesystem at {}", mount.display()).as_str(),
+        "bytes free",
+        "min_free_bytes (16777216)",
+        "every sealed segment is kept",
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in {log}");
+    }
+    let segments = catalog(&archive);
+    assert!(
+        segments.iter().any(|s| s.1.starts_with("packets/")),
+        "{log}"
+    );
+    assert_intact(&archive, &segments);
+    ok(&hindsight(&[
+        "check",
+        "--archive",
+        archive.to_str().unwrap(),
+    ]));
+    let sealed_rows: u64 = segments
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .map(|s| s.2)
+        .sum();
+    assert_eq!(count_packets(&archive), sealed_rows);
+}

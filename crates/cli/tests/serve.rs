@@ -981,3 +981,139 @@ fn the_sessions_view_finds_a_connection_by_sni_and_downloads_its_packets_in_head
         "{descending:?}"
     );
 }
+
+/// A metric's value in `/metrics` (its sample with exactly `labels`).
+fn metric(server: &Server, name: &str, labels: &str) -> f64 {
+    let text = get(server, "/metrics", None).text();
+    let key = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&key))
+        .unwrap_or_else(|| panic!("no {key:?} in the metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (bounded in polls, not timed as a result) until `metric` reads `value`.
+fn await_metric(server: &Server, name: &str, labels: &str, value: f64) {
+    for _ in 0..600 {
+        if metric(server, name, labels) == value {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{name}{{{labels}}} never became {value}");
+}
+
+#[test]
+fn cheap_questions_are_answered_while_scans_hold_every_scan_slot_and_a_refused_scan_says_when_to_retry()
+ {
+    use std::io::Write;
+    require_tool("tcpdump");
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    // Twice, so that a whole-archive answer (about 30 MB of JSON lines) is
+    // larger than the socket buffers between a client that does not read and
+    // the server: its search waits, holding its slot.
+    for _ in 0..2 {
+        common::ingest_whole(&lan_hour(), &archive, &[]);
+    }
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_concurrent = 2\nmax_scans = 1\nmax_queued = 1\ncheap_rows = 20000\ntimeout_secs = 120\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    assert_eq!(
+        get(&server, "/api/v1/health", None).json()["limits"]["max_scans"],
+        1
+    );
+
+    // A scan whose client never reads holds the one scan slot.
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut holder = std::net::TcpStream::connect(&address).unwrap();
+    write!(
+        holder,
+        "GET /api/v1/query?filter=ip&format=jsonl HTTP/1.1\r\nHost: {address}\r\n\r\n"
+    )
+    .unwrap();
+    await_metric(&server, "hindsight_api_running", "class=\"scan\"", 1.0);
+
+    // A second scan waits in the queue...
+    let base = server.base.clone();
+    let queued = std::thread::spawn(move || {
+        let response = agent()
+            .get(format!("{base}/api/v1/histogram"))
+            .query("filter", "tcp")
+            .call()
+            .unwrap();
+        answer(response)
+    });
+    await_metric(&server, "hindsight_api_queued", "class=\"scan\"", 1.0);
+    // ...and a third finds the queue full: 503, with when to retry.
+    let refused = agent()
+        .post(server.url("/api/v1/sql"))
+        .header("Content-Type", "application/json")
+        .send(br#"{"sql": "SELECT count(*) FROM packets"}"#.as_slice())
+        .unwrap();
+    let retry_after: u64 = refused
+        .headers()
+        .get("retry-after")
+        .expect("a refusal carries Retry-After")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    answer(refused).error(503, "max_scans");
+
+    // Cheap questions have slots of their own: a rare address, a connection
+    // lookup, a one-second window.
+    let filter = format!("host {RARE}");
+    let rare = get_with(
+        &server,
+        "/api/v1/query",
+        &[("filter", &filter), ("format", "pcap")],
+        None,
+    );
+    assert_eq!(rare.status, 200, "{}", rare.text());
+    let mut expected = tcpdump_frames(dir.path(), &filter);
+    expected.extend(expected.clone());
+    expected.sort();
+    let mut got = frames_of(dir.path(), &rare.body);
+    got.sort();
+    assert_eq!(got, expected);
+    let flows = get_with(&server, "/api/v1/flows", &[("ip", RARE)], None);
+    assert_eq!(flows.status, 200, "{}", flows.text());
+    assert!(!flows.json()["connections"].as_array().unwrap().is_empty());
+    let window = get_with(
+        &server,
+        "/api/v1/histogram",
+        &[
+            ("filter", "tcp"),
+            ("since", "2012-11-23T17:10:00Z"),
+            ("until", "2012-11-23T17:10:00.05Z"),
+        ],
+        None,
+    );
+    assert_eq!(window.status, 200, "{}", window.text());
+    assert_eq!(
+        metric(&server, "hindsight_api_refused_total", "class=\"cheap\""),
+        0.0
+    );
+    assert_eq!(
+        metric(&server, "hindsight_api_refused_total", "class=\"scan\""),
+        1.0
+    );
+
+    // The holder goes away: its search stops, and the queued scan runs.
+    drop(holder);
+    let histogram = queued.join().unwrap();
+    assert_eq!(histogram.status, 200, "{}", histogram.text());
+    assert_eq!(
+        histogram.json()["total"],
+        2 * tcpdump_frames(dir.path(), "tcp").len()
+    );
+    await_metric(&server, "hindsight_api_running", "class=\"scan\"", 0.0);
+}

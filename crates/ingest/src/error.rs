@@ -22,6 +22,28 @@ pub enum IngestError {
         #[source]
         source: std::io::Error,
     },
+    /// The archive's filesystem is full, or under its free-space floor with
+    /// nothing the retention may expire: writing stopped, every sealed segment
+    /// is kept.
+    #[error(
+        "the filesystem at {} (holding the archive {}) has {free_bytes} bytes free{}: {reason}; \
+         writing stopped and every sealed segment is kept",
+        mount.display(),
+        archive.display(),
+        if *min_free_bytes > 0 { format!(", under [packets] min_free_bytes ({min_free_bytes})") } else { String::new() }
+    )]
+    DiskFull {
+        /// The archive's directory.
+        archive: std::path::PathBuf,
+        /// The mount point of its filesystem.
+        mount: std::path::PathBuf,
+        /// Bytes free when writing stopped.
+        free_bytes: u64,
+        /// The configured floor (0: none).
+        min_free_bytes: u64,
+        /// Why it stopped rather than expiring.
+        reason: String,
+    },
     /// The segment sink thread stopped without saying why (it panicked).
     #[error("the segment writer thread stopped unexpectedly")]
     SinkStopped,

@@ -84,6 +84,18 @@ pub struct Retention {
     /// from the newest packet archived (so that replayed captures age by their own
     /// clock, not the wall clock).
     pub max_age: Option<Duration>,
+    /// Free bytes to leave on the archive's filesystem (`[packets]
+    /// min_free_bytes`; 0: none). Below it, an archive with a bound above
+    /// expires its oldest segments to make room; one without stops writing.
+    pub min_free_bytes: u64,
+}
+
+impl Retention {
+    /// Whether a bound lets the oldest segments go (the archive is a ring
+    /// rather than a store of everything).
+    pub fn expires(&self) -> bool {
+        self.max_packet_bytes > 0 || self.max_age.is_some()
+    }
 }
 
 impl Default for IngestOptions {

@@ -14,6 +14,9 @@
 //! [packets]
 //! max_bytes = 0                    # bound of the packets segments on disk (0: none)
 //! max_age_secs = 0                 # drop segments this far behind the newest packet (0: never)
+//! min_free_bytes = 1073741824      # free bytes to leave on the filesystem (0: none); below it
+//!                                  # the oldest segments are expired if a bound above is set,
+//!                                  # else writing stops (every sealed segment is kept)
 //!
 //! [network]
 //! home = ["10.0.0.0/8", "2001:db8::/32"]  # the networks inside (continuous queries' ip_home)
@@ -77,11 +80,25 @@ struct Network {
     home: Vec<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct Packets {
     max_bytes: u64,
     max_age_secs: u64,
+    min_free_bytes: u64,
+}
+
+/// The free-space floor of an archive that sets none: 1 GiB.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 1 << 30;
+
+impl Default for Packets {
+    fn default() -> Self {
+        Self {
+            max_bytes: 0,
+            max_age_secs: 0,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +182,7 @@ pub fn archive_settings(
         max_packet_bytes: config.packets.max_bytes,
         max_age: (config.packets.max_age_secs > 0)
             .then(|| Duration::from_secs(config.packets.max_age_secs)),
+        min_free_bytes: config.packets.min_free_bytes,
     };
     let home = config
         .network

@@ -215,22 +215,69 @@ fn run(
         table: Table::Flows,
         writer: None,
     };
-    let mut flow_batch = FlowBatchBuilder::new();
-    let mut next_id = archive.next_segment_id();
     // The last flows segment sealed: all staged connection entries are of it or
     // of segments before it once the open flows segment is sealed.
     let mut last_flows: Option<SegmentId> = None;
+    let result = run_commands(
+        &mut archive,
+        indexes,
+        (options, retention),
+        commands,
+        &mut report,
+        [&mut packets, &mut flows],
+        &mut last_flows,
+    );
+    match result {
+        Ok(()) => {}
+        Err(error @ IngestError::DiskFull { .. }) => {
+            // Under the floor: what was read is sealed in the room the floor
+            // leaves, so that nothing read so far is lost.
+            for open in [&mut packets, &mut flows] {
+                if let Some(writer) = open.writer.take()
+                    && seal(writer, &mut archive, indexes, &mut report, &mut last_flows).is_err()
+                {
+                    break;
+                }
+            }
+            abort([packets, flows]);
+            let _committed = indexes.commit(last_flows);
+            return Err(error);
+        }
+        Err(error) => {
+            abort([packets, flows]);
+            return Err(full_disk_error(&archive, retention, error));
+        }
+    }
+    abort([packets, flows]);
+    indexes.addresses.flush()?;
+    indexes.connections.flush()?;
+    Ok((report, archive))
+}
+
+/// The sink's commands, until the channel closes or one fails.
+fn run_commands(
+    archive: &mut Archive,
+    indexes: &Indexes,
+    (options, retention): (&SegmentOptions, Retention),
+    commands: &Receiver<Command>,
+    report: &mut SinkReport,
+    [packets, flows]: [&mut Open; 2],
+    last_flows: &mut Option<SegmentId>,
+) -> Result<(), IngestError> {
+    let mut flow_batch = FlowBatchBuilder::new();
+    let mut next_id = archive.next_segment_id();
     for command in commands {
         match command {
             Command::Write(batch) => {
-                let writer = packets.writer(&archive, &mut next_id, options)?;
+                make_room(archive, indexes, retention)?;
+                let writer = packets.writer(archive, &mut next_id, options)?;
                 writer.write(&batch)?;
                 if let Some(tail) = &indexes.tail {
                     tail.push_packets(writer.id(), batch);
                     if tail.is_full() {
                         // Memory is bounded: the segment seals early.
                         if let Some(writer) = packets.writer.take() {
-                            seal(writer, &mut archive, indexes, &mut report, &mut last_flows)?;
+                            seal(writer, archive, indexes, report, last_flows)?;
                         }
                     }
                 }
@@ -245,7 +292,8 @@ fn run(
                 for i in order {
                     flow_batch.append(&records[i as usize]);
                 }
-                let writer = flows.writer(&archive, &mut next_id, options)?;
+                make_room(archive, indexes, retention)?;
+                let writer = flows.writer(archive, &mut next_id, options)?;
                 writer.write(&flow_batch.finish())?;
                 if let Some(tail) = &indexes.tail {
                     tail.push_flows(writer.id(), records.into());
@@ -254,18 +302,17 @@ fn run(
                     // Memory is bounded: the flows segment is sealed early, so
                     // that every staged entry is of a sealed segment.
                     if let Some(writer) = flows.writer.take() {
-                        seal(writer, &mut archive, indexes, &mut report, &mut last_flows)?;
+                        seal(writer, archive, indexes, report, last_flows)?;
                     }
-                    indexes.commit(last_flows)?;
+                    indexes.commit(*last_flows)?;
                 }
             }
             Command::Seal(ack) => {
                 let mut result = Ok(());
-                for open in [&mut packets, &mut flows] {
+                for open in [&mut *packets, &mut *flows] {
                     if let Some(writer) = open.writer.take() {
-                        result = result.and_then(|()| {
-                            seal(writer, &mut archive, indexes, &mut report, &mut last_flows)
-                        });
+                        result = result
+                            .and_then(|()| seal(writer, archive, indexes, report, last_flows));
                     }
                 }
                 // Every staged entry is now of a sealed segment. A seal that is
@@ -276,12 +323,13 @@ fn run(
                 let result = result
                     .and_then(|()| {
                         if commit {
-                            indexes.commit(last_flows)?;
+                            indexes.commit(*last_flows)?;
                         }
                         Ok(())
                     })
-                    .and_then(|()| expire_flows(&mut archive, indexes))
-                    .and_then(|()| expire_packets(&mut archive, indexes, retention));
+                    .and_then(|()| expire_flows(archive, indexes))
+                    .and_then(|()| expire_packets(archive, indexes, retention))
+                    .map_err(|error| full_disk_error(archive, retention, error));
                 match (ack, result) {
                     (Some(ack), result) => {
                         let failed = result.is_err();
@@ -291,18 +339,12 @@ fn run(
                         }
                     }
                     (None, Ok(())) => {}
-                    (None, Err(error)) => {
-                        abort([packets, flows]);
-                        return Err(error);
-                    }
+                    (None, Err(error)) => return Err(error),
                 }
             }
         }
     }
-    abort([packets, flows]);
-    indexes.addresses.flush()?;
-    indexes.connections.flush()?;
-    Ok((report, archive))
+    Ok(())
 }
 
 /// Removes the temporary files of segments left open.
@@ -345,24 +387,30 @@ fn seal(
     Ok(())
 }
 
-/// Removes the oldest `packets` segments beyond the retention bounds, with their
-/// address postings; never the newest segment. The catalog line goes first, so a
-/// crash in between leaves only postings of a segment no query plans.
-fn expire_packets(
-    archive: &mut Archive,
-    indexes: &Indexes,
-    retention: Retention,
-) -> Result<(), IngestError> {
-    if retention == Retention::default() {
-        return Ok(());
-    }
+/// The `packets` segments, oldest first (by their newest packet), and the
+/// newest apart: retention never removes it.
+fn packets_by_age(archive: &Archive) -> (Vec<CatalogEntry>, Option<CatalogEntry>) {
     let mut entries: Vec<CatalogEntry> = archive
         .catalog()
         .entries_of(Table::Packets)
         .cloned()
         .collect();
     entries.sort_by_key(|entry| (entry.max_ts_nanos, entry.id));
-    let Some(newest) = entries.pop() else {
+    let newest = entries.pop();
+    (entries, newest)
+}
+
+/// Removes the oldest `packets` segments beyond the retention bounds, with their
+/// address postings; never the newest segment.
+fn expire_packets(
+    archive: &mut Archive,
+    indexes: &Indexes,
+    retention: Retention,
+) -> Result<(), IngestError> {
+    if !retention.expires() {
+        return Ok(());
+    }
+    let (entries, Some(newest)) = packets_by_age(archive) else {
         return Ok(());
     };
     let mut total: u64 = entries.iter().map(|e| e.size_bytes).sum::<u64>() + newest.size_bytes;
@@ -376,25 +424,116 @@ fn expire_packets(
         if !too_old && !too_big {
             continue;
         }
-        // The postings to delete are the segment's addresses, from its file or,
-        // for a segment held only as a copy, as they were kept when its local
-        // file was removed; a segment that cannot be read leaves its postings,
-        // which no query plans without it.
-        let root = archive.root().to_owned();
-        let addresses: Vec<_> = SegmentReader::open(&archive.segment_path(&entry))
-            .and_then(|reader| reader.address_postings())
-            .map(|postings| postings.into_iter().map(|(address, _)| address).collect())
-            .ok()
-            .or_else(|| hindsight_store::objects::copy_only_addresses(&root, entry.segment_id()))
-            .unwrap_or_default();
-        archive.remove_segment(entry.segment_id())?;
-        indexes
-            .addresses
-            .remove_segment(entry.segment_id(), &addresses)?;
-        hindsight_store::objects::forget_copy_only(&root, entry.segment_id());
+        remove_packets_segment(archive, indexes, &entry)?;
         total -= entry.size_bytes;
     }
     Ok(())
+}
+
+/// Removes one `packets` segment with its address postings. The catalog line
+/// goes first, so a crash in between leaves only postings of a segment no
+/// query plans.
+fn remove_packets_segment(
+    archive: &mut Archive,
+    indexes: &Indexes,
+    entry: &CatalogEntry,
+) -> Result<(), IngestError> {
+    // The postings to delete are the segment's addresses, from its file or,
+    // for a segment held only as a copy, as they were kept when its local
+    // file was removed; a segment that cannot be read leaves its postings,
+    // which no query plans without it.
+    let root = archive.root().to_owned();
+    let addresses: Vec<_> = SegmentReader::open(&archive.segment_path(entry))
+        .and_then(|reader| reader.address_postings())
+        .map(|postings| postings.into_iter().map(|(address, _)| address).collect())
+        .ok()
+        .or_else(|| hindsight_store::objects::copy_only_addresses(&root, entry.segment_id()))
+        .unwrap_or_default();
+    archive.remove_segment(entry.segment_id())?;
+    indexes
+        .addresses
+        .remove_segment(entry.segment_id(), &addresses)?;
+    hindsight_store::objects::forget_copy_only(&root, entry.segment_id());
+    Ok(())
+}
+
+/// Keeps the free-space floor (`[packets] min_free_bytes`) before a write:
+/// under it, an archive whose retention expires removes its oldest `packets`
+/// segments (never the newest) until their bytes make up the shortfall; one
+/// that keeps everything, or has nothing left to remove, fails with
+/// [`IngestError::DiskFull`].
+fn make_room(
+    archive: &mut Archive,
+    indexes: &Indexes,
+    retention: Retention,
+) -> Result<(), IngestError> {
+    let floor = retention.min_free_bytes;
+    if floor == 0 {
+        return Ok(());
+    }
+    let Some(free) = hindsight_store::disk::free_bytes(archive.root()) else {
+        return Ok(());
+    };
+    if free >= floor {
+        return Ok(());
+    }
+    if !retention.expires() {
+        return Err(disk_full(
+            archive,
+            free,
+            floor,
+            "the archive sets no [packets] max_bytes or max_age_secs, so nothing is expired to make room"
+                .to_owned(),
+        ));
+    }
+    // By the removed files' sizes rather than asking again: a file a reader
+    // still holds open frees its blocks only when it is closed.
+    let mut made = 0u64;
+    for entry in packets_by_age(archive).0 {
+        if free.saturating_add(made) >= floor {
+            return Ok(());
+        }
+        remove_packets_segment(archive, indexes, &entry)?;
+        made = made.saturating_add(entry.size_bytes);
+    }
+    if free.saturating_add(made) >= floor {
+        return Ok(());
+    }
+    Err(disk_full(
+        archive,
+        hindsight_store::disk::free_bytes(archive.root()).unwrap_or(free),
+        floor,
+        "every segment but the newest has been expired, and that is not room enough".to_owned(),
+    ))
+}
+
+fn disk_full(
+    archive: &Archive,
+    free_bytes: u64,
+    min_free_bytes: u64,
+    reason: String,
+) -> IngestError {
+    IngestError::DiskFull {
+        archive: archive.root().to_owned(),
+        mount: hindsight_store::disk::mount_point(archive.root()),
+        free_bytes,
+        min_free_bytes,
+        reason,
+    }
+}
+
+/// `error` as [`IngestError::DiskFull`] if it is ENOSPC, else unchanged.
+fn full_disk_error(archive: &Archive, retention: Retention, error: IngestError) -> IngestError {
+    if matches!(error, IngestError::DiskFull { .. }) || !hindsight_store::disk::is_disk_full(&error)
+    {
+        return error;
+    }
+    disk_full(
+        archive,
+        hindsight_store::disk::free_bytes(archive.root()).unwrap_or(0),
+        retention.min_free_bytes,
+        format!("a write failed: {error}"),
+    )
 }
 
 /// Removes the `flows` segments whose newest record starts before the connection

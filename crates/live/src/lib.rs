@@ -136,6 +136,9 @@ pub struct LiveCounters {
     pub archive_missed_chunks: AtomicU64,
     /// Times the archiver sealed its open segments.
     pub seals: AtomicU64,
+    /// Set when the archiver has stopped before it was asked to (an error: a
+    /// full disk); [`Recorder::stop`] returns why.
+    pub archiver_failed: std::sync::atomic::AtomicBool,
     /// Dumps written (triggers and requests).
     pub dumps: AtomicU64,
     /// Trigger matches suppressed by the hold-off.
@@ -293,7 +296,13 @@ impl Recorder {
             let counters = Arc::clone(&counters);
             std::thread::Builder::new()
                 .name("archiver".to_owned())
-                .spawn(move || archive(cursor, ingestor, link_type, seal_every, &counters))
+                .spawn(move || {
+                    let archived = archive(cursor, ingestor, link_type, seal_every, &counters);
+                    if archived.is_err() {
+                        counters.archiver_failed.store(true, Ordering::Relaxed);
+                    }
+                    archived
+                })
                 .map_err(|e| capture_error(e.to_string()))?
         };
         let analyzer = config.trigger.map(|trigger| {

@@ -89,6 +89,8 @@ pub enum LimitExceeded {
     Rows(u64),
     /// Longer than `timeout`.
     Time(Duration),
+    /// Cancelled: its client went away.
+    Cancelled,
 }
 
 impl std::fmt::Display for LimitExceeded {
@@ -103,6 +105,7 @@ impl std::fmt::Display for LimitExceeded {
                 "the request ran longer than {} s and was stopped",
                 timeout.as_secs_f64()
             ),
+            Self::Cancelled => write!(f, "the request was cancelled: its client went away"),
         }
     }
 }
@@ -112,7 +115,7 @@ impl std::fmt::Display for LimitExceeded {
 pub const SMALL_PLAN_ROWS: usize = 4096;
 
 /// The bounds one request carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Fail once the answer has more rows than this.
     pub max_rows: Option<u64>,
@@ -120,6 +123,8 @@ pub struct Limits {
     pub timeout: Option<Duration>,
     /// Memory for SQL operators (sorts, joins, aggregations), bytes.
     pub memory_bytes: Option<usize>,
+    /// Stop once this is set (its client went away).
+    pub cancel: hindsight_sql::Cancel,
 }
 
 impl Limits {
@@ -129,6 +134,7 @@ impl Limits {
         hindsight_sql::Limits {
             max_rows: self.max_rows,
             timeout: self.timeout,
+            cancel: self.cancel.clone(),
         }
     }
 }
@@ -448,6 +454,43 @@ impl Snapshot {
                 .is_none_or(|tail| tail.packets.is_empty())
     }
 
+    /// About how many rows `plan` decodes for `request`: its covering
+    /// postings, the granules of the segments with an address constraint,
+    /// the share of every other segment's rows that its time window spans
+    /// (row groups outside the window are skipped by their statistics), and
+    /// the unsealed tail. What the API's admission sorts requests by.
+    pub fn plan_rows(&self, request: &SearchRequest, plan: &SearchPlan) -> u64 {
+        let granule_rows = u64::from(hindsight_model::GRANULE_ROWS);
+        let time = request.time;
+        let sealed: u64 = plan
+            .segments
+            .iter()
+            .map(|entry| {
+                let id = entry.segment_id();
+                if let Some(covered) = plan.covered.get(&id) {
+                    return covered.len() as u64;
+                }
+                let rows = match plan.granules.get(&id) {
+                    Some(granules) => {
+                        (granules.granules().len() as u64 * granule_rows).min(entry.rows)
+                    }
+                    None => entry.rows,
+                };
+                // The window's share of the segment's span, at least a granule.
+                let span = (i128::from(entry.max_ts_nanos) - i128::from(entry.min_ts_nanos)).max(1);
+                let overlap = (i128::from(time.end_nanos.min(entry.max_ts_nanos))
+                    - i128::from(time.start_nanos.max(entry.min_ts_nanos)))
+                .clamp(0, span);
+                let share = (rows as f64 * (overlap as f64 / span as f64)).ceil() as u64;
+                share.max(granule_rows.min(rows))
+            })
+            .sum();
+        let tail: u64 = self.tail.as_ref().map_or(0, |tail| {
+            tail.packets.iter().map(|(_, b)| b.num_rows() as u64).sum()
+        });
+        sealed + tail
+    }
+
     /// [`Self::search`] with its plan made.
     pub fn search_planned(
         &self,
@@ -472,12 +515,17 @@ impl Snapshot {
                 exceeded.set(Some(LimitExceeded::Rows(max)));
                 return Ok(false);
             }
-            if let Some((deadline, timeout)) = deadline
-                && rows.is_multiple_of(256)
-                && Instant::now() > deadline
-            {
-                exceeded.set(Some(LimitExceeded::Time(timeout)));
-                return Ok(false);
+            if rows.is_multiple_of(256) {
+                if let Some((deadline, timeout)) = deadline
+                    && Instant::now() > deadline
+                {
+                    exceeded.set(Some(LimitExceeded::Time(timeout)));
+                    return Ok(false);
+                }
+                if limits.cancel.is_cancelled() {
+                    exceeded.set(Some(LimitExceeded::Cancelled));
+                    return Ok(false);
+                }
             }
             let go_on = visit(record, data)?;
             stopped.set(!go_on);

@@ -2,7 +2,8 @@
 //! route, the bearer-token check, the request bounds, and errors as JSON.
 //!
 //! Archive work (search, SQL, connection lookups) is blocking and runs on threads
-//! of its own, at most `max_concurrent` at once; packet results stream to the
+//! of its own, admitted by its cost (`admission`: at most `max_concurrent`
+//! cheap requests and `max_scans` scans at once); packet results stream to the
 //! client as they are found, through a bounded channel, so a slow client slows
 //! the search rather than filling memory.
 
@@ -29,12 +30,13 @@ use hindsight_output::time::{format_nanos, parse_instant, time_range};
 use hindsight_query::search::SearchRequest;
 use hindsight_reader::{ConnQuery, Limits, Reader, ReaderError, Snapshot};
 use hindsight_ring::Ring;
-use hindsight_sql::SqlError;
+use hindsight_sql::{Cancel, SqlError};
 use hindsight_store::TimeRange;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::admission::{Admission, Cost, Ticket};
 use super::metrics;
 
 /// The web UI: a search page and a live page, no external resources.
@@ -54,8 +56,10 @@ pub struct ApiLimits {
     pub max_rows: u64,
     /// Longest a request may run.
     pub timeout: Duration,
-    /// Queries running at once.
+    /// Cheap requests running at once.
     pub max_concurrent: usize,
+    /// Scans running at once.
+    pub max_scans: usize,
     /// Memory of one SQL statement's operators, bytes.
     pub max_memory_bytes: usize,
 }
@@ -68,6 +72,7 @@ impl ApiLimits {
             max_rows: Some(max_rows),
             timeout: Some(self.timeout),
             memory_bytes: Some(self.max_memory_bytes),
+            ..Limits::default()
         }
     }
 }
@@ -100,8 +105,8 @@ pub struct AppState {
     pub live: Option<Live>,
     /// When the server started.
     pub started: Instant,
-    /// Permits of the archive work running at once.
-    pub work: Arc<Semaphore>,
+    /// Slots of the archive work running at once, by cost.
+    pub admission: Admission,
     /// Dump requests running at once.
     pub dump_requests: Arc<Semaphore>,
     /// Dump requests made, to name them.
@@ -129,6 +134,14 @@ type Shared = Arc<AppState>;
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    /// Seconds a refused request should wait before it asks again.
+    retry_after: Option<u64>,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.status)
+    }
 }
 
 impl ApiError {
@@ -136,7 +149,24 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error, answered with `Retry-After: seconds`.
+    pub(crate) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// Its status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Its `Retry-After`, seconds.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
@@ -164,6 +194,11 @@ impl ApiError {
             }
             ReaderError::Sql(SqlError::ReadOnly { .. }) => StatusCode::FORBIDDEN,
             ReaderError::Sql(SqlError::TimedOut { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            // Nobody reads it: nginx's "client closed request".
+            ReaderError::Limit(hindsight_reader::LimitExceeded::Cancelled)
+            | ReaderError::Sql(SqlError::Cancelled) => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+            }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         let mut message = format!("{:#}", anyhow::Error::from(error));
@@ -182,7 +217,13 @@ fn snapshot(state: &AppState) -> ApiResult<Arc<Snapshot>> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": self.message, "status": self.status.as_u16()});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -372,48 +413,63 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Takes a permit for archive work, or answers 503.
-fn permit(state: &AppState) -> ApiResult<OwnedSemaphorePermit> {
-    Arc::clone(&state.work).try_acquire_owned().map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{} queries are running, the server's max_concurrent: try again shortly",
-                state.limits.max_concurrent
-            ),
-        )
-    })
+/// Sets a request's cancel flag when dropped: when its handler's future is
+/// dropped because the client went away, the work it started stops.
+pub(crate) struct CancelOnDrop(pub(crate) Cancel);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
-/// Runs blocking archive work on a thread of its own, within the time bound.
+/// Runs blocking archive work of `cost` on a thread of its own, within the
+/// time bound, once admitted (see [`Admission`]); the work is handed the
+/// request's cancel flag, set when the client goes away.
 pub(crate) async fn blocking<T: Send + 'static>(
     state: &AppState,
-    work: impl FnOnce() -> ApiResult<T> + Send + 'static,
+    cost: Cost,
+    work: impl FnOnce(Cancel) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let permit = permit(state)?;
+    let ticket = state.admission.admit(cost).await?;
+    run_admitted(state, ticket, work).await
+}
+
+/// [`blocking`] with its slot taken.
+pub(crate) async fn run_admitted<T: Send + 'static>(
+    state: &AppState,
+    ticket: Ticket,
+    work: impl FnOnce(Cancel) -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    let cancel = CancelOnDrop(Cancel::new());
+    let flag = cancel.0.clone();
     let (done, result) = oneshot::channel();
     // On the runtime's pool of blocking threads, kept between requests: a new
     // thread per request cost more than a rare-address query itself.
     tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let _ = done.send(work());
+        let _ticket = ticket;
+        let _ = done.send(work(flag));
     });
     // A little after the work's own bound, so that work which cancels itself
     // (SQL) reports first.
-    match tokio::time::timeout(state.limits.timeout + Duration::from_secs(2), result).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(_)) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the request's worker ended without an answer",
-        )),
-        Err(_) => Err(ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "the request took longer than the server's timeout_secs ({} s)",
-                state.limits.timeout.as_secs()
-            ),
-        )),
-    }
+    let answer =
+        match tokio::time::timeout(state.limits.timeout + Duration::from_secs(2), result).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request's worker ended without an answer",
+            )),
+            Err(_) => Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the request took longer than the server's timeout_secs ({} s)",
+                    state.limits.timeout.as_secs()
+                ),
+            )),
+        };
+    // Done (or timed out): the flag stops whatever still runs.
+    drop(cancel);
+    answer
 }
 
 async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
@@ -440,6 +496,7 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
             "max_body_bytes": state.limits.max_body_bytes,
             "timeout_secs": state.limits.timeout.as_secs(),
             "max_concurrent": state.limits.max_concurrent,
+            "max_scans": state.limits.max_scans,
         },
     }))
 }
@@ -529,9 +586,11 @@ async fn query(
     let limits = Limits {
         max_rows: Some(state.limits.max_rows),
         timeout: Some(state.limits.timeout),
-        memory_bytes: None,
+        ..Limits::default()
     };
-    let permit = permit(&state)?;
+    // Planned under a cheap slot (it reads the indexes, not the segments);
+    // a plan that decodes more than `CHEAP_ROWS` rows then waits for a scan slot.
+    let mut ticket = state.admission.admit(Cost::Cheap).await?;
     let snapshot = snapshot(&state)?;
     let request = SearchRequest {
         filter,
@@ -540,32 +599,38 @@ async fn query(
         with_data: format.carries_bytes(),
         capture_only: format.is_capture(),
     };
+    let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
     // A node's share of a cluster's answer, asked by the node that merges:
     // when its plan reads covering postings alone it is answered here, on the
     // runtime's thread, without the two thread hops of the blocking pool
     // (docs/ARCHITECTURE.md, "A federated packet answer asks its nodes from
-    // one thread"); any other plan is read there, not made again.
-    let mut made = None;
-    if format == Format::Rows {
-        let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
-        if snapshot.is_small(&plan) {
-            let (bytes, incomplete) =
-                super::cluster::rows_answer(&snapshot, &request, &plan, &limits)
-                    .map_err(ApiError::of_reader)?;
-            drop(permit);
-            return Ok(packet_answer(
-                format,
-                incomplete,
-                Body::from(bytes).into_response(),
-            ));
-        }
-        made = Some(plan);
+    // one thread"); any other plan is read there.
+    if format == Format::Rows && snapshot.is_small(&plan) {
+        let (bytes, incomplete) = super::cluster::rows_answer(&snapshot, &request, &plan, &limits)
+            .map_err(ApiError::of_reader)?;
+        drop(ticket);
+        return Ok(packet_answer(
+            format,
+            incomplete,
+            Body::from(bytes).into_response(),
+        ));
     }
+    // By the rows it may decode, whatever its limit: a limit does not bound
+    // the rows read before the first match.
+    if state
+        .admission
+        .cost_of_rows(snapshot.plan_rows(&request, &plan))
+        == Cost::Scan
+    {
+        drop(ticket);
+        ticket = state.admission.admit(Cost::Scan).await?;
+    }
+    let made = Some(plan);
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
     let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     // The runtime's blocking pool (see `blocking`).
     tokio::task::spawn_blocking(move || {
-        let _permit = permit;
+        let _ticket = ticket;
         let mut out = PieceWriter::new(pieces);
         let mut planned = Some(planned);
         let mut skipped_before = 0;
@@ -817,21 +882,34 @@ async fn histogram(
         until: params.until,
     };
     let time = window.range()?;
-    let snapshot = snapshot(&state)?;
     let timeout = state.limits.timeout;
     let explicit = (window.since.is_some(), window.until.is_some());
-    let answer = blocking(&state, move || {
-        let request = SearchRequest {
-            filter,
-            time,
-            limit: None,
-            with_data: false,
-            capture_only: true,
-        };
+    let request = SearchRequest {
+        filter,
+        time,
+        limit: None,
+        with_data: false,
+        capture_only: true,
+    };
+    // Planned under a cheap slot; a plan that decodes more than a cheap
+    // request's rows runs under a scan slot (see `query`).
+    let mut ticket = state.admission.admit(Cost::Cheap).await?;
+    let snapshot = snapshot(&state)?;
+    let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
+    if state
+        .admission
+        .cost_of_rows(snapshot.plan_rows(&request, &plan))
+        == Cost::Scan
+    {
+        drop(ticket);
+        ticket = state.admission.admit(Cost::Scan).await?;
+    }
+    let answer = run_admitted(&state, ticket, move |cancel| {
         let limits = Limits {
             max_rows: None,
             timeout: Some(timeout),
-            memory_bytes: None,
+            cancel,
+            ..Limits::default()
         };
         // Without a window, the span of the segments the filter can match and
         // of the unsealed packets: known once the search is planned.
@@ -841,8 +919,9 @@ async fn histogram(
         // (start, end, bucket width), set when the search is planned.
         let bounds = std::cell::Cell::new((0i64, 1i64, 1i64));
         let stats = snapshot
-            .search(
+            .search_with(
                 &request,
+                Some(plan),
                 &limits,
                 &mut |plan| {
                     let first = plan
@@ -947,9 +1026,10 @@ async fn sql(
     if body.cluster {
         return super::cluster::federated_sql(state, body.sql, format, max_rows).await;
     }
-    let limits = state.limits.sql(max_rows);
+    let mut limits = state.limits.sql(max_rows);
     let reader = Arc::clone(&state.reader);
-    let output = blocking(&state, move || {
+    let output = blocking(&state, Cost::Scan, move |cancel| {
+        limits.cancel = cancel;
         let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
         let mut out = Vec::new();
         session
@@ -1038,7 +1118,7 @@ async fn flows(
             .map_err(ApiError::of_reader)?,
     };
     let snapshot = snapshot(&state)?;
-    let page = blocking(&state, move || {
+    let page = blocking(&state, Cost::Cheap, move |_| {
         snapshot.connections(&query).map_err(ApiError::of_reader)
     })
     .await?;

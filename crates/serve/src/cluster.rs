@@ -295,7 +295,7 @@ pub(crate) async fn federated_query(
 ) -> ApiResult<Response> {
     let client = cluster(&state)?.client.clone();
     let max_rows = state.limits.max_rows;
-    let (bytes, outcome) = crate::api::blocking(&state, move || {
+    let (bytes, outcome) = crate::api::blocking(&state, crate::admission::Cost::Cheap, move |_| {
         let mut bytes = Vec::new();
         let question = hindsight_cluster::client::PacketQuestion {
             filter,
@@ -346,17 +346,20 @@ pub(crate) async fn federated_sql(
 ) -> ApiResult<Response> {
     let client = cluster(&state)?.client.clone();
     let timeout = state.limits.timeout;
-    let (bytes, outcome) = crate::api::blocking(&state, move || {
-        let mut bytes = Vec::new();
-        let limits = hindsight_sql::Limits {
-            max_rows: Some(max_rows),
-            timeout: Some(timeout),
-        };
-        let (_, outcome) = hindsight_cluster::sql::run(client, &sql, format, &mut bytes, &limits)
-            .map_err(|e| ApiError::of_reader(e.into()))?;
-        Ok((bytes, outcome))
-    })
-    .await?;
+    let (bytes, outcome) =
+        crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {
+            let mut bytes = Vec::new();
+            let limits = hindsight_sql::Limits {
+                max_rows: Some(max_rows),
+                timeout: Some(timeout),
+                cancel,
+            };
+            let (_, outcome) =
+                hindsight_cluster::sql::run(client, &sql, format, &mut bytes, &limits)
+                    .map_err(|e| ApiError::of_reader(e.into()))?;
+            Ok((bytes, outcome))
+        })
+        .await?;
     Ok(federated_answer(bytes, format, &outcome))
 }
 
@@ -441,9 +444,10 @@ async fn fragment(
             hindsight_sql::MAX_FRAGMENT_BYTES
         )));
     }
-    let limits = state.limits.sql(state.limits.max_rows);
+    let mut limits = state.limits.sql(state.limits.max_rows);
     let reader = Arc::clone(&state.reader);
-    let bytes = crate::api::blocking(&state, move || {
+    let bytes = crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {
+        limits.cancel = cancel;
         let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
         let mut out = Vec::new();
         session
@@ -478,7 +482,7 @@ pub(crate) async fn federated_flows(
     text: Option<Format>,
 ) -> ApiResult<Response> {
     let client = cluster(&state)?.client.clone();
-    let page = crate::api::blocking(&state, move || {
+    let page = crate::api::blocking(&state, crate::admission::Cost::Cheap, move |_| {
         client
             .connections(&question)
             .map_err(|e| ApiError::bad_request(format!("{e:#}")))

@@ -47,7 +47,10 @@
 //! max_body_bytes = 65536
 //! max_rows = 1000000
 //! timeout_secs = 60
-//! max_concurrent = 4               # queries running at once; more get 503
+//! max_concurrent = 4               # cheap requests running at once (index lookups, small windows)
+//! max_scans = 2                    # scans running at once (histograms, SQL, broad filters)
+//! max_queued = 64                  # per class, waiting for a slot; more get 503 with Retry-After
+//! cheap_rows = 1048576             # rows a request may decode and still be cheap
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
 //!
 //! [cluster]                        # optional: this server is a node of a cluster
@@ -314,8 +317,14 @@ pub struct ApiSection {
     pub max_rows: u64,
     /// Longest a request may run.
     pub timeout_secs: u64,
-    /// Queries running at once.
+    /// Cheap requests running at once.
     pub max_concurrent: usize,
+    /// Scans running at once.
+    pub max_scans: usize,
+    /// Requests of each class waiting for a slot.
+    pub max_queued: usize,
+    /// Rows a request may decode and still count as cheap.
+    pub cheap_rows: u64,
     /// Memory of one SQL statement's operators, MiB.
     pub max_memory_mib: usize,
 }
@@ -329,6 +338,9 @@ impl Default for ApiSection {
             max_rows: 1_000_000,
             timeout_secs: 60,
             max_concurrent: 4,
+            max_scans: 2,
+            max_queued: 64,
+            cheap_rows: crate::admission::CHEAP_ROWS,
             max_memory_mib: 1024,
         }
     }
@@ -430,10 +442,11 @@ impl ServeConfig {
         if api.max_rows == 0
             || api.timeout_secs == 0
             || api.max_concurrent == 0
+            || api.max_scans == 0
             || api.max_memory_mib == 0
         {
             bail!(
-                "[api] max_rows, timeout_secs, max_concurrent and max_memory_mib must be positive"
+                "[api] max_rows, timeout_secs, max_concurrent, max_scans and max_memory_mib must be positive"
             );
         }
         if api.token.as_deref().is_some_and(str::is_empty) {

@@ -8,6 +8,7 @@
 //! A SIGKILL loses only what was not sealed: the next start recovers the archive
 //! as `ingest` does (temporary files removed, every catalogued segment intact).
 
+pub mod admission;
 pub mod api;
 pub mod client;
 pub mod cluster;
@@ -174,11 +175,18 @@ pub fn run(args: Options) -> Result<()> {
             max_rows: config.api.max_rows,
             timeout: Duration::from_secs(config.api.timeout_secs),
             max_concurrent: config.api.max_concurrent,
+            max_scans: config.api.max_scans,
             max_memory_bytes: config.api.max_memory_mib.saturating_mul(1 << 20),
         },
         live,
         started: Instant::now(),
-        work: Arc::new(Semaphore::new(config.api.max_concurrent)),
+        admission: admission::Admission::new(
+            config.api.max_concurrent,
+            config.api.max_scans,
+            config.api.max_queued,
+            Duration::from_secs(config.api.timeout_secs),
+            config.api.cheap_rows,
+        ),
         dump_requests: Arc::new(Semaphore::new(api::MAX_DUMP_REQUESTS)),
         dump_requests_made: AtomicU64::new(0),
         responses: Default::default(),
@@ -190,7 +198,7 @@ pub fn run(args: Options) -> Result<()> {
             let limits = hindsight_reader::Limits {
                 max_rows: Some(config_max_rows),
                 timeout: Some(Duration::from_secs(config_timeout)),
-                memory_bytes: None,
+                ..Default::default()
             };
             cluster::ClusterState::new(config, Arc::clone(&reader_for_cluster), limits)
         }),
@@ -231,6 +239,7 @@ pub fn run(args: Options) -> Result<()> {
         }
     );
     let app = api::router(Arc::clone(&state));
+    let archiver_counters = recorder.as_ref().map(|(recorder, _)| recorder.counters());
     let served = runtime.block_on(async move {
         let sampler = tokio::spawn(api::sample_rates(
             Arc::clone(&state),
@@ -252,6 +261,12 @@ pub fn run(args: Options) -> Result<()> {
             result = &mut server => result,
             name = shutdown_signal() => {
                 eprintln!("hindsight serve: {name}: stopping");
+                let _ = stopping.send(true);
+                // Requests in flight get a bound, then the archive seals anyway.
+                tokio::time::timeout(DRAIN_REQUESTS, server).await.unwrap_or(Ok(()))
+            }
+            () = archiver_failed(archiver_counters) => {
+                eprintln!("hindsight serve: the archiver stopped on an error: stopping");
                 let _ = stopping.send(true);
                 // Requests in flight get a bound, then the archive seals anyway.
                 tokio::time::timeout(DRAIN_REQUESTS, server).await.unwrap_or(Ok(()))
@@ -392,6 +407,20 @@ fn copy_segments(reader: &hindsight_reader::Reader, said: &mut Said) {
                 );
             }
         }
+    }
+}
+
+/// Returns once the recorder's archiver has stopped on an error (never
+/// without a recorder).
+async fn archiver_failed(counters: Option<Arc<hindsight_live::LiveCounters>>) {
+    let Some(counters) = counters else {
+        return std::future::pending().await;
+    };
+    while !counters
+        .archiver_failed
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -231,7 +231,7 @@ pub fn render(state: &AppState) -> Result<String> {
         "Bytes of every file under the archive directory (segments, indexes, catalog, dumps).",
         snapshot.disk_bytes(),
     );
-    if let Some(free) = free_bytes(state.reader.root()) {
+    if let Some(free) = hindsight_store::disk::free_bytes(state.reader.root()) {
         single(
             &mut out,
             "hindsight_filesystem_free_bytes",
@@ -272,6 +272,43 @@ pub fn render(state: &AppState) -> Result<String> {
             &format!("code=\"{}xx\"", i + 1),
             count.load(Ordering::Relaxed),
         );
+    }
+    let classes = state.admission.counts();
+    for (name, kind, help, value) in [
+        (
+            "hindsight_api_running",
+            "gauge",
+            "Archive requests running, by cost class (cheap, scan).",
+            (|c: &crate::admission::ClassCounts| c.running as u64) as fn(&_) -> u64,
+        ),
+        (
+            "hindsight_api_queued",
+            "gauge",
+            "Archive requests waiting for a slot, by cost class.",
+            |c| c.queued as u64,
+        ),
+        (
+            "hindsight_api_admitted_total",
+            "counter",
+            "Archive requests admitted, by cost class.",
+            |c| c.admitted,
+        ),
+        (
+            "hindsight_api_refused_total",
+            "counter",
+            "Archive requests refused with 503 and Retry-After, by cost class.",
+            |c| c.refused,
+        ),
+    ] {
+        head(&mut out, name, kind, help);
+        for class in &classes {
+            sample(
+                &mut out,
+                name,
+                &format!("class=\"{}\"", class.name),
+                value(class),
+            );
+        }
     }
     head(
         &mut out,
@@ -402,15 +439,4 @@ fn watches(out: &mut String, stats: &[(String, hindsight_watch::hub::WatchStats)
             );
         }
     }
-}
-
-/// Bytes available to unprivileged users on the file system of `path`.
-fn free_bytes(path: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain data, zero is a valid value of it.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a pointer to a statvfs we own.
-    let status = unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) };
-    (status == 0).then(|| stat.f_bavail.saturating_mul(stat.f_frsize))
 }

@@ -85,6 +85,9 @@ pub enum SqlError {
         /// The configured limit, seconds.
         seconds: u64,
     },
+    /// The statement was cancelled before it finished (its client went away).
+    #[error("the statement was cancelled: its client went away")]
+    Cancelled,
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
     TooManyRows {
@@ -115,7 +118,47 @@ pub struct Limits {
     pub max_rows: Option<u64>,
     /// Cancel the statement once it has run this long.
     pub timeout: Option<std::time::Duration>,
+    /// Cancel the statement once this is set.
+    pub cancel: Cancel,
 }
+
+/// A flag that stops work once set: a request's, set when its client goes
+/// away. Work checks it where it checks its deadline.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Option<Arc<std::sync::atomic::AtomicBool>>);
+
+impl Cancel {
+    /// A flag not yet set.
+    pub fn new() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    /// Sets the flag (a flag made by `default` cannot be set).
+    pub fn cancel(&self) {
+        if let Some(flag) = &self.0 {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the flag is set.
+    pub fn is_cancelled(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl PartialEq for Cancel {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Cancel {}
 
 /// Rows not yet in a sealed segment (a live writer's tail), which the tables
 /// hold besides their segments.
@@ -378,7 +421,7 @@ impl SqlSession {
             let schema = stream.schema();
             Ok::<_, SqlError>((schema, gather(stream, max_rows).await?))
         };
-        let (schema, batches) = self.within(limits.timeout, run)?;
+        let (schema, batches) = self.within(limits.timeout, &limits.cancel, run)?;
         let mut writer = datafusion::arrow::ipc::writer::StreamWriter::try_new(out, &schema)?;
         let mut rows = 0u64;
         for batch in &batches {
@@ -696,9 +739,10 @@ impl SqlSession {
         out: &mut dyn Write,
         limits: &Limits,
     ) -> Result<u64, SqlError> {
-        let batches = match limits.timeout {
-            Some(timeout) => self.collect_within(sql, limits.max_rows, timeout)?,
-            None => self.collect(sql, limits.max_rows)?,
+        let batches = if limits.timeout.is_some() || limits.cancel != Cancel::default() {
+            self.collect_within(sql, limits)?
+        } else {
+            self.collect(sql, limits.max_rows)?
         };
         hindsight_output::rows::write(&batches, format, out)?;
         Ok(batches.iter().map(|b| b.num_rows() as u64).sum())
@@ -717,18 +761,15 @@ impl SqlSession {
         ))
     }
 
-    /// As [`Self::collect`], cancelled after `timeout` (see [`Self::within`]).
-    fn collect_within(
-        &self,
-        sql: &str,
-        max_rows: Option<u64>,
-        timeout: std::time::Duration,
-    ) -> Result<Vec<RecordBatch>, SqlError> {
+    /// As [`Self::collect`], cancelled after the limits' timeout or once
+    /// their flag is set (see [`Self::within`]).
+    fn collect_within(&self, sql: &str, limits: &Limits) -> Result<Vec<RecordBatch>, SqlError> {
         let context = self.context.clone();
         let statement = self.parse(sql)?;
         let writes = self.writes;
         let scans = Arc::clone(&self.scans);
-        self.within(Some(timeout), async move {
+        let max_rows = limits.max_rows;
+        self.within(limits.timeout, &limits.cancel, async move {
             let binding = Binding::params(None);
             collect_async(&context, &statement, &binding, max_rows, writes, &scans).await
         })
@@ -736,35 +777,53 @@ impl SqlSession {
 
     /// Runs `work` as a task of the session's runtime while this thread waits
     /// on a plain channel (the runtime's timers are driven by its workers, which
-    /// a heavy statement keeps busy), cancelled after `timeout`: at the deadline
-    /// the task is aborted, which drops its streams and with them DataFusion's
-    /// tasks. A panic in DataFusion ends the task, not this thread.
+    /// a heavy statement keeps busy), cancelled after `timeout` or once `cancel`
+    /// is set (looked at every [`CANCEL_POLL`]): the task is aborted, which
+    /// drops its streams and with them DataFusion's tasks. A panic in
+    /// DataFusion ends the task, not this thread.
     fn within<T: Send + 'static>(
         &self,
         timeout: Option<std::time::Duration>,
+        cancel: &Cancel,
         work: impl std::future::Future<Output = Result<T, SqlError>> + Send + 'static,
     ) -> Result<T, SqlError> {
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
             let _ = done.send(work.await);
         });
-        let wait = timeout.unwrap_or(std::time::Duration::MAX);
-        match result.recv_timeout(wait) {
-            Ok(result) => result,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                task.abort();
-                Err(SqlError::TimedOut {
-                    seconds: wait.as_secs(),
-                })
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err(SqlError::DataFusion(DataFusionError::Execution(
-                    "the statement failed as it ran (a panic in DataFusion)".to_owned(),
-                )))
+        let deadline = timeout.map(|timeout| std::time::Instant::now() + timeout);
+        loop {
+            let left = deadline.map_or(CANCEL_POLL, |deadline| {
+                deadline.saturating_duration_since(std::time::Instant::now())
+            });
+            match result.recv_timeout(left.min(CANCEL_POLL)) {
+                Ok(result) => return result,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if cancel.is_cancelled() {
+                        task.abort();
+                        return Err(SqlError::Cancelled);
+                    }
+                    if let (Some(deadline), Some(timeout)) = (deadline, timeout)
+                        && std::time::Instant::now() >= deadline
+                    {
+                        task.abort();
+                        return Err(SqlError::TimedOut {
+                            seconds: timeout.as_secs(),
+                        });
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(SqlError::DataFusion(DataFusionError::Execution(
+                        "the statement failed as it ran (a panic in DataFusion)".to_owned(),
+                    )));
+                }
             }
         }
     }
 }
+
+/// How often a running statement looks at its cancel flag.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Named parameters as DataFusion binds them.
 fn param_values(params: &[(&str, ScalarValue)]) -> ParamValues {

@@ -218,7 +218,7 @@ fn errors_are_clear() {
     assert!(error.to_string().contains("not-an-address"), "{error}");
     let limits = Limits {
         max_rows: Some(10),
-        timeout: None,
+        ..Limits::default()
     };
     let error = session
         .run("SELECT ts FROM packets", Format::Csv, &mut out, &limits)
@@ -227,6 +227,33 @@ fn errors_are_clear() {
         matches!(error, SqlError::TooManyRows { max_rows: 10 }),
         "{error}"
     );
+}
+
+#[test]
+fn a_statement_stops_when_its_cancel_flag_is_set() {
+    let session = SqlSession::open(archive()).unwrap();
+    let limits = Limits {
+        cancel: hindsight_sql::Cancel::new(),
+        ..Limits::default()
+    };
+    let flag = limits.cancel.clone();
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        flag.cancel();
+    });
+    // Hours of work: only the flag ends it.
+    let mut out = Vec::new();
+    let error = session
+        .run(
+            "SELECT count(*) FROM packets a, packets b, packets c WHERE a.wire_len + b.wire_len = c.wire_len + 1",
+            Format::Csv,
+            &mut out,
+            &limits,
+        )
+        .unwrap_err();
+    setter.join().unwrap();
+    assert!(matches!(error, SqlError::Cancelled), "{error}");
+    assert!(error.to_string().contains("client went away"), "{error}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub use parquet;
 pub mod app_columns;
 pub mod archive;
 pub mod catalog;
+pub mod disk;
 pub mod error;
 pub mod flows;
 pub mod objects;

@@ -129,7 +129,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         human_bytes((args.ring_mib as u64) << 20)
     );
     let started = Instant::now();
-    while !stop.load(Ordering::Relaxed) && duration.is_none_or(|d| started.elapsed() < d) {
+    let counters = recorder.counters();
+    // Until a signal, the duration, or the archiver stops on an error (a full
+    // disk): then `stop` returns it.
+    while !stop.load(Ordering::Relaxed)
+        && duration.is_none_or(|d| started.elapsed() < d)
+        && !counters.archiver_failed.load(Ordering::Relaxed)
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     let summary = recorder.stop()?;

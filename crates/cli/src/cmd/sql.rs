@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let limits = Limits {
         max_rows: Some(args.max_rows),
-        timeout: None,
+        ..Limits::default()
     };
     if let Some(cluster) = &args.source.cluster {
         let client = super::cluster::client(cluster)?;

@@ -334,6 +334,16 @@ impl SegmentWriter {
     /// Finishes the file, makes it durable and gives it its final name. A crash at any
     /// point leaves either no segment or a whole one under its final name.
     pub fn seal(self) -> Result<SealedSegment> {
+        let temp_path = self.temp_path.clone();
+        let sealed = self.finish_file();
+        if sealed.is_err() {
+            // Not left behind to take space a full disk needs.
+            let _ignored = fs::remove_file(&temp_path);
+        }
+        sealed
+    }
+
+    fn finish_file(self) -> Result<SealedSegment> {
         let temp_path = self.temp_path;
         let (sink, column_cpu) = self
             .encoder
