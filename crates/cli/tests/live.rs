@@ -1160,6 +1160,53 @@ fn packets_between(archive: &Path, start: &str, end: &str) -> usize {
     read_capture(&out).len()
 }
 
+/// A new archive with `config` on a 24 MiB tmpfs, filled with `captures` by
+/// `ingest` until a run fails: the disk, the archive, its catalog before the
+/// failed run, and the failed run's message, which must name the filesystem
+/// and contain `needles`.
+fn fill_until_stopped(
+    captures: &[std::path::PathBuf],
+    config: &str,
+    needles: &[&str],
+) -> (SmallDisk, std::path::PathBuf, Vec<Sealed>) {
+    let disk = SmallDisk::new(24);
+    let archive = disk.path().join("archive");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(archive.join("config.toml"), config).unwrap();
+    let mut before = Vec::new();
+    for capture in captures {
+        let output = ingest_into(&archive, capture);
+        if !output.status.success() {
+            let message = String::from_utf8_lossy(&output.stderr);
+            let mount = disk.path().canonicalize().unwrap();
+            let named = format!("filesystem at {}", mount.display());
+            for needle in needles.iter().copied().chain([named.as_str()]) {
+                assert!(message.contains(needle), "{needle:?} not in {message}");
+            }
+            return (disk, archive, before);
+        }
+        before = catalog(&archive);
+    }
+    panic!(
+        "24 MiB hold fewer than {} copies of lan-hour",
+        captures.len()
+    );
+}
+
+/// Every segment of `before` is still catalogued and whole, after it what the
+/// failed run sealed; returns the packets of the sealed segments.
+fn assert_sealed_kept(archive: &Path, before: &[Sealed]) -> u64 {
+    let after = catalog(archive);
+    assert!(after.len() >= before.len());
+    assert_eq!(after[..before.len()], before[..]);
+    assert_intact(archive, &after);
+    after
+        .iter()
+        .filter(|s| s.1.starts_with("packets/"))
+        .map(|s| s.2)
+        .sum()
+}
+
 #[test]
 fn a_full_disk_stops_ingest_cleanly_or_expires_the_oldest_keeping_every_sealed_segment() {
     if !live_tests_enabled() {
@@ -1170,52 +1217,25 @@ fn a_full_disk_stops_ingest_cleanly_or_expires_the_oldest_keeping_every_sealed_s
     let captures: Vec<_> = (0..8).map(|h| lan_hour_shifted(work.path(), h)).collect();
 
     // An archive that keeps everything stops at its floor, with a message
-    // that names the filesystem and its free bytes.
-    let disk = SmallDisk::new(24);
-    let archive = disk.path().join("archive");
-    std::fs::create_dir_all(&archive).unwrap();
-    std::fs::write(
-        archive.join("config.toml"),
+    // that names the filesystem and its free bytes; every segment sealed
+    // before survives whole, with what the failed run sealed, and the archive
+    // opens, checks clean and answers.
+    let (disk, archive, before) = fill_until_stopped(
+        &captures,
         "[packets]\nmin_free_bytes = 8388608\n",
-    )
-    .unwrap();
-    let mut before = Vec::new();
-    let mut stopped = None;
-    for capture in &captures {
-        let output = ingest_into(&archive, capture);
-        if !output.status.success() {
-            stopped = Some(String::from_utf8_lossy(&output.stderr).into_owned());
-            break;
-        }
-        before = catalog(&archive);
-    }
-    let message = stopped.expect("24 MiB hold fewer than 8 copies of lan-hour");
-    let mount = disk.path().canonicalize().unwrap();
-    for needle in [
-        format!("filesystem at {}", mount.display()).as_str(),
-        "bytes free",
-        "min_free_bytes (8388608)",
-        "sets no [packets] max_bytes",
-        "every sealed segment is kept",
-    ] {
-        assert!(message.contains(needle), "{needle:?} not in {message}");
-    }
-    // Every segment sealed before survives whole, what the failed run sealed
-    // with them; the archive opens, checks clean and answers.
-    let after = catalog(&archive);
-    assert!(after.len() >= before.len());
-    assert_eq!(after[..before.len()], before[..]);
-    assert_intact(&archive, &after);
+        &[
+            "bytes free",
+            "min_free_bytes (8388608)",
+            "sets no [packets] max_bytes",
+            "every sealed segment is kept",
+        ],
+    );
+    let sealed_rows = assert_sealed_kept(&archive, &before);
     ok(&hindsight(&[
         "check",
         "--archive",
         archive.to_str().unwrap(),
     ]));
-    let sealed_rows: u64 = after
-        .iter()
-        .filter(|s| s.1.starts_with("packets/"))
-        .map(|s| s.2)
-        .sum();
     assert_eq!(count_packets(&archive), sealed_rows);
     assert_eq!(stats_json(&archive)["packets"], sealed_rows);
     drop(disk);
@@ -1250,41 +1270,12 @@ fn a_full_disk_stops_ingest_cleanly_or_expires_the_oldest_keeping_every_sealed_s
     // Without a floor the disk fills (ENOSPC, here in the address index's
     // log): the write stops with the device's error named, and nothing sealed
     // is lost.
-    let disk = SmallDisk::new(24);
-    let archive = disk.path().join("archive");
-    std::fs::create_dir_all(&archive).unwrap();
-    std::fs::write(
-        archive.join("config.toml"),
+    let (disk, archive, before) = fill_until_stopped(
+        &captures,
         "[packets]\nmin_free_bytes = 0\n",
-    )
-    .unwrap();
-    let mut before = Vec::new();
-    let mut stopped = None;
-    for capture in &captures {
-        let output = ingest_into(&archive, capture);
-        if !output.status.success() {
-            stopped = Some(String::from_utf8_lossy(&output.stderr).into_owned());
-            break;
-        }
-        before = catalog(&archive);
-    }
-    let message = stopped.expect("24 MiB hold fewer than 8 copies of lan-hour");
-    let mount = disk.path().canonicalize().unwrap();
-    for needle in [
-        format!("filesystem at {}", mount.display()).as_str(),
-        "No space left on device",
-        "every sealed segment is kept",
-    ] {
-        assert!(message.contains(needle), "{needle:?} not in {message}");
-    }
-    let after = catalog(&archive);
-    assert_eq!(after[..before.len()], before[..]);
-    assert_intact(&archive, &after);
-    let sealed_rows: u64 = after
-        .iter()
-        .filter(|s| s.1.starts_with("packets/"))
-        .map(|s| s.2)
-        .sum();
+        &["No space left on device", "every sealed segment is kept"],
+    );
+    let sealed_rows = assert_sealed_kept(&archive, &before);
     // The full disk answers (a segment whose postings the full log refused is
     // read whole)...
     assert_eq!(count_packets(&archive), sealed_rows);

@@ -435,6 +435,28 @@ pub(crate) async fn blocking<T: Send + 'static>(
     run_admitted(state, ticket, work).await
 }
 
+/// The slot a planned search runs under: the cheap `ticket` it was planned
+/// under, or a scan slot if its plan decodes more than a cheap request's rows
+/// (whatever its limit: a limit does not bound the rows read before the
+/// first match).
+async fn by_plan(
+    state: &AppState,
+    ticket: Ticket,
+    snapshot: &Snapshot,
+    request: &SearchRequest,
+    plan: &hindsight_query::search::SearchPlan,
+) -> ApiResult<Ticket> {
+    if state
+        .admission
+        .cost_of_rows(snapshot.plan_rows(request, plan))
+        == Cost::Cheap
+    {
+        return Ok(ticket);
+    }
+    drop(ticket);
+    state.admission.admit(Cost::Scan).await
+}
+
 /// [`blocking`] with its slot taken.
 pub(crate) async fn run_admitted<T: Send + 'static>(
     state: &AppState,
@@ -590,7 +612,7 @@ async fn query(
     };
     // Planned under a cheap slot (it reads the indexes, not the segments);
     // a plan that decodes more than `CHEAP_ROWS` rows then waits for a scan slot.
-    let mut ticket = state.admission.admit(Cost::Cheap).await?;
+    let ticket = state.admission.admit(Cost::Cheap).await?;
     let snapshot = snapshot(&state)?;
     let request = SearchRequest {
         filter,
@@ -615,16 +637,7 @@ async fn query(
             Body::from(bytes).into_response(),
         ));
     }
-    // By the rows it may decode, whatever its limit: a limit does not bound
-    // the rows read before the first match.
-    if state
-        .admission
-        .cost_of_rows(snapshot.plan_rows(&request, &plan))
-        == Cost::Scan
-    {
-        drop(ticket);
-        ticket = state.admission.admit(Cost::Scan).await?;
-    }
+    let ticket = by_plan(&state, ticket, &snapshot, &request, &plan).await?;
     let made = Some(plan);
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
     let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
@@ -893,17 +906,10 @@ async fn histogram(
     };
     // Planned under a cheap slot; a plan that decodes more than a cheap
     // request's rows runs under a scan slot (see `query`).
-    let mut ticket = state.admission.admit(Cost::Cheap).await?;
+    let ticket = state.admission.admit(Cost::Cheap).await?;
     let snapshot = snapshot(&state)?;
     let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
-    if state
-        .admission
-        .cost_of_rows(snapshot.plan_rows(&request, &plan))
-        == Cost::Scan
-    {
-        drop(ticket);
-        ticket = state.admission.admit(Cost::Scan).await?;
-    }
+    let ticket = by_plan(&state, ticket, &snapshot, &request, &plan).await?;
     let answer = run_admitted(&state, ticket, move |cancel| {
         let limits = Limits {
             max_rows: None,
