@@ -76,7 +76,9 @@ pub struct IngestOptions {
 
 /// Bounds of the `packets` table on disk, applied after every seal: the segments
 /// with the oldest packets go first, and the newest segment always stays.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// With retention classes, expiry takes the oldest segments of the classes
+/// over their guarantee first, and each class's newest segment stays.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
     /// Most bytes of `packets` segments (0: no bound).
     pub max_packet_bytes: u64,
@@ -88,13 +90,66 @@ pub struct Retention {
     /// min_free_bytes`; 0: none). Below it, an archive with a bound above
     /// expires its oldest segments to make room; one without stops writing.
     pub min_free_bytes: u64,
+    /// Retention classes (`[[retention.class]]`), in order: a packet belongs to
+    /// the first whose filter and interface it matches, else to the default
+    /// class. Each class's packets are segments of their own.
+    pub classes: Vec<RetentionClass>,
+}
+
+/// One retention class: which packets, their guaranteed share of the disk and
+/// their longest age (Hyperion's per-stream guarantees).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionClass {
+    /// Its name, in the catalog, `stats` and the metrics.
+    pub name: String,
+    /// Its packets match this filter (header fields: addresses, ports,
+    /// protocols), if one is set.
+    pub filter: Option<hindsight_filter::Filter>,
+    /// Its packets were captured on this interface (the pcapng interface
+    /// number, or the capture thread's), if one is set.
+    pub interface: Option<u32>,
+    /// Bytes of its segments that expiry for the `max_bytes` bound or the
+    /// free-space floor leaves alone.
+    pub min_bytes: u64,
+    /// Its segments are removed once their newest packet is older than this,
+    /// counted back from the newest packet archived.
+    pub max_age: Option<Duration>,
+}
+
+impl RetentionClass {
+    /// Whether `record` belongs to this class.
+    pub fn matches(&self, record: &hindsight_model::PacketRecord) -> bool {
+        self.interface.is_none_or(|iface| record.iface == iface)
+            && self
+                .filter
+                .as_ref()
+                .is_none_or(|filter| filter.matches(record))
+    }
 }
 
 impl Retention {
     /// Whether a bound lets the oldest segments go (the archive is a ring
     /// rather than a store of everything).
     pub fn expires(&self) -> bool {
-        self.max_packet_bytes > 0 || self.max_age.is_some()
+        self.max_packet_bytes > 0
+            || self.max_age.is_some()
+            || self.classes.iter().any(|c| c.max_age.is_some())
+    }
+
+    /// The class of `record`: 0 for the default class, `i + 1` for class `i`.
+    pub fn class_of(&self, record: &hindsight_model::PacketRecord) -> usize {
+        self.classes
+            .iter()
+            .position(|class| class.matches(record))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The name of class `index` (`None`: the default class).
+    pub fn class_name(&self, index: usize) -> Option<&str> {
+        index
+            .checked_sub(1)
+            .and_then(|i| self.classes.get(i))
+            .map(|class| class.name.as_str())
     }
 }
 
@@ -244,7 +299,8 @@ pub struct IngestSummary {
 pub struct Ingestor {
     options: IngestOptions,
     sink: SegmentSink,
-    builder: PacketBatchBuilder,
+    /// One batch builder per retention class (0: the default class).
+    builders: Vec<PacketBatchBuilder>,
     /// End (exclusive, in nanoseconds) of the partition of the open segment, if a
     /// segment is open; `i64::MAX` where no later partition starts within `i64`.
     /// Kept as a bound, so that a packet costs a comparison and not a division.
@@ -362,7 +418,7 @@ impl Ingestor {
             index,
             Arc::clone(&connections),
             options.segment.clone(),
-            options.retention,
+            options.retention.clone(),
             tail.clone(),
         );
         let ingestor = Self {
@@ -372,7 +428,16 @@ impl Ingestor {
             connections,
             maintenance,
             tail,
-            builder: PacketBatchBuilder::with_capacity(batch_rows, data_capacity),
+            // The classes' builders grow as their packets come.
+            builders: std::iter::once(PacketBatchBuilder::with_capacity(batch_rows, data_capacity))
+                .chain(
+                    options
+                        .retention
+                        .classes
+                        .iter()
+                        .map(|_| PacketBatchBuilder::with_capacity(0, 0)),
+                )
+                .collect(),
             options,
             sink,
             partition_end: None,
@@ -406,8 +471,15 @@ impl Ingestor {
             0 => frame.data.len(),
             snaplen => frame.data.len().min(snaplen as usize),
         };
-        self.builder
-            .append(&record, frame.data.get(..keep).unwrap_or(frame.data));
+        let class = if self.options.retention.classes.is_empty() {
+            0
+        } else {
+            self.options.retention.class_of(&record)
+        };
+        let builder = &mut self.builders[class];
+        builder.append(&record, frame.data.get(..keep).unwrap_or(frame.data));
+        let batch_full = builder.len() >= self.options.segment.row_group_rows
+            || builder.data_bytes() >= MAX_BATCH_DATA_BYTES;
         if self.options.flows_from_packets {
             let (bytes, seq, cut) =
                 layout.payload(frame.data, headers.ip_proto == Some(ip_proto::TCP));
@@ -424,9 +496,7 @@ impl Ingestor {
         }
         self.counts.add_frame(frame, headers.status);
         self.segment_rows += 1;
-        if self.builder.len() >= self.options.segment.row_group_rows
-            || self.builder.data_bytes() >= MAX_BATCH_DATA_BYTES
-        {
+        if batch_full {
             self.flush_batch()?;
         }
         if self.segment_rows >= self.options.segment_max_rows {
@@ -436,8 +506,10 @@ impl Ingestor {
     }
 
     fn flush_batch(&mut self) -> Result<(), IngestError> {
-        if !self.builder.is_empty() {
-            self.sink.write(self.builder.finish())?;
+        for (class, builder) in self.builders.iter_mut().enumerate() {
+            if !builder.is_empty() {
+                self.sink.write(class, builder.finish())?;
+            }
         }
         self.flush_flows()
     }

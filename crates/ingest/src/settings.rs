@@ -18,6 +18,12 @@
 //!                                  # the oldest segments are expired if a bound above is set,
 //!                                  # else writing stops (every sealed segment is kept)
 //!
+//! [[retention.class]]              # a class of packets with a guaranteed share (Hyperion)
+//! name = "dns"
+//! filter = "udp port 53"           # header fields; and/or interface = N (pcapng interface)
+//! min_bytes = 1000000000           # expiry for max_bytes or the floor leaves this much of it
+//! max_age_secs = 7776000           # its own longest age (0: the [packets] one)
+//!
 //! [network]
 //! home = ["10.0.0.0/8", "2001:db8::/32"]  # the networks inside (continuous queries' ip_home)
 //!
@@ -40,7 +46,7 @@ use hindsight_index::Expiry;
 use hindsight_store::archive::CONFIG_FILE;
 use serde::Deserialize;
 
-use crate::Retention;
+use crate::{Retention, RetentionClass};
 
 /// An archive's `config.toml` that cannot be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +69,26 @@ struct ArchiveConfig {
     network: Network,
     #[serde(default)]
     archive: ArchiveSection,
+    #[serde(default)]
+    retention: RetentionSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RetentionSection {
+    class: Vec<ClassSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassSection {
+    name: String,
+    filter: Option<String>,
+    interface: Option<u32>,
+    #[serde(default)]
+    min_bytes: u64,
+    #[serde(default)]
+    max_age_secs: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -183,6 +209,8 @@ pub fn archive_settings(
         max_age: (config.packets.max_age_secs > 0)
             .then(|| Duration::from_secs(config.packets.max_age_secs)),
         min_free_bytes: config.packets.min_free_bytes,
+        classes: retention_classes(config.retention.class, config.packets.max_bytes)
+            .map_err(error)?,
     };
     let home = config
         .network
@@ -217,9 +245,90 @@ pub fn archive_settings(
     })
 }
 
+/// The `[[retention.class]]` sections, checked: named once each, with a filter
+/// that parses or an interface, and guarantees that fit in `max_bytes`.
+fn retention_classes(
+    sections: Vec<ClassSection>,
+    max_bytes: u64,
+) -> Result<Vec<RetentionClass>, String> {
+    let mut classes: Vec<RetentionClass> = Vec::new();
+    for section in sections {
+        let name = section.name;
+        if name.is_empty() || classes.iter().any(|c| c.name == name) {
+            return Err(format!(
+                "[[retention.class]] name {name:?} is empty or given twice"
+            ));
+        }
+        if section.filter.is_none() && section.interface.is_none() {
+            return Err(format!(
+                "[[retention.class]] {name:?} needs a filter or an interface"
+            ));
+        }
+        let filter = section
+            .filter
+            .map(|text| {
+                hindsight_filter::Filter::parse(&text)
+                    .map_err(|e| format!("[[retention.class]] {name:?}: invalid filter:\n{e}"))
+            })
+            .transpose()?;
+        classes.push(RetentionClass {
+            name,
+            filter,
+            interface: section.interface,
+            min_bytes: section.min_bytes,
+            max_age: (section.max_age_secs > 0).then(|| Duration::from_secs(section.max_age_secs)),
+        });
+    }
+    let guaranteed: u64 = classes.iter().map(|c| c.min_bytes).sum();
+    if max_bytes > 0 && guaranteed > max_bytes {
+        return Err(format!(
+            "the retention classes guarantee {guaranteed} bytes, more than [packets] max_bytes ({max_bytes})"
+        ));
+    }
+    Ok(classes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retention_classes_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+        write(
+            "[packets]\nmax_bytes = 1000\n[[retention.class]]\nname = \"dns\"\nfilter = \"udp port 53\"\nmin_bytes = 400\nmax_age_secs = 60\n[[retention.class]]\nname = \"wan\"\ninterface = 1\n",
+        );
+        let retention = archive_settings(dir.path(), None).unwrap().retention;
+        assert_eq!(retention.classes.len(), 2);
+        assert_eq!(retention.class_name(1), Some("dns"));
+        assert_eq!(retention.class_name(2), Some("wan"));
+        assert_eq!(retention.class_name(0), None);
+        assert_eq!(retention.classes[0].max_age, Some(Duration::from_secs(60)));
+        assert_eq!(retention.classes[1].interface, Some(1));
+        for (text, needle) in [
+            (
+                "[packets]\nmax_bytes = 100\n[[retention.class]]\nname = \"dns\"\nfilter = \"udp\"\nmin_bytes = 400\n",
+                "more than [packets] max_bytes",
+            ),
+            (
+                "[[retention.class]]\nname = \"dns\"\n",
+                "needs a filter or an interface",
+            ),
+            (
+                "[[retention.class]]\nname = \"dns\"\nfilter = \"udp port\"\n",
+                "invalid filter",
+            ),
+            (
+                "[[retention.class]]\nname = \"a\"\ninterface = 1\n[[retention.class]]\nname = \"a\"\ninterface = 2\n",
+                "given twice",
+            ),
+        ] {
+            write(text);
+            let error = archive_settings(dir.path(), None).unwrap_err().to_string();
+            assert!(error.contains(needle), "{error}");
+        }
+    }
 
     #[test]
     fn settings_come_from_the_file_and_the_flag_overrides_them() {

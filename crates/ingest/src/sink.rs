@@ -29,8 +29,9 @@ const CHANNEL_BATCHES: usize = 4;
 /// A command for the sink thread.
 #[derive(Debug)]
 enum Command {
-    /// Append a batch to the open packets segment, opening one if none is.
-    Write(RecordBatch),
+    /// Append a batch to the open packets segment of a retention class (0:
+    /// the default), opening one if none is.
+    Write(usize, RecordBatch),
     /// Index flow records and append them to the open flows segment.
     Flows(Vec<FlowRecord>),
     /// Seal the open segments, if any, and acknowledge if asked to. A failed seal
@@ -79,7 +80,7 @@ impl SegmentSink {
                     connections,
                     tail,
                 };
-                let result = run(archive, &indexes, &options, retention, &receiver);
+                let result = run(archive, &indexes, &options, &retention, &receiver);
                 if let Some(tail) = &indexes.tail {
                     // What was not sealed is not in the archive.
                     tail.clear();
@@ -94,8 +95,8 @@ impl SegmentSink {
     }
 
     /// Hands a batch to the sink. Fails if the sink has stopped on an error.
-    pub fn write(&mut self, batch: RecordBatch) -> Result<(), IngestError> {
-        self.send(Command::Write(batch))
+    pub fn write(&mut self, class: usize, batch: RecordBatch) -> Result<(), IngestError> {
+        self.send(Command::Write(class, batch))
     }
 
     /// Hands flow records to the sink. Fails if the sink has stopped on an error.
@@ -177,9 +178,10 @@ impl Indexes {
     }
 }
 
-/// An open segment of one table.
+/// An open segment of one table (and, for `packets`, of one retention class).
 struct Open {
     table: Table,
+    class: Option<String>,
     writer: Option<SegmentWriter>,
 }
 
@@ -197,24 +199,57 @@ impl Open {
         }
         self.writer.as_mut().ok_or(IngestError::SinkStopped)
     }
+
+    /// Seals the open segment, if any (see [`seal`]).
+    fn seal(
+        &mut self,
+        archive: &mut Archive,
+        indexes: &Indexes,
+        report: &mut SinkReport,
+        last_flows: &mut Option<SegmentId>,
+    ) -> Result<(), IngestError> {
+        match self.writer.take() {
+            Some(writer) => seal(
+                writer,
+                self.class.as_deref(),
+                archive,
+                indexes,
+                report,
+                last_flows,
+            ),
+            None => Ok(()),
+        }
+    }
 }
+
+/// The open segments: `flows` first, then `packets` of each retention class
+/// (the default class first).
+fn open_segments(retention: &Retention) -> Vec<Open> {
+    let flows = Open {
+        table: Table::Flows,
+        class: None,
+        writer: None,
+    };
+    let packets = (0..=retention.classes.len()).map(|class| Open {
+        table: Table::Packets,
+        class: retention.class_name(class).map(str::to_owned),
+        writer: None,
+    });
+    std::iter::once(flows).chain(packets).collect()
+}
+
+/// The index in [`open_segments`] of the `flows` segment.
+const FLOWS: usize = 0;
 
 fn run(
     mut archive: Archive,
     indexes: &Indexes,
     options: &SegmentOptions,
-    retention: Retention,
+    retention: &Retention,
     commands: &Receiver<Command>,
 ) -> Result<(SinkReport, Archive), IngestError> {
     let mut report = SinkReport::default();
-    let mut packets = Open {
-        table: Table::Packets,
-        writer: None,
-    };
-    let mut flows = Open {
-        table: Table::Flows,
-        writer: None,
-    };
+    let mut opens = open_segments(retention);
     // The last flows segment sealed: all staged connection entries are of it or
     // of segments before it once the open flows segment is sealed.
     let mut last_flows: Option<SegmentId> = None;
@@ -224,7 +259,7 @@ fn run(
         (options, retention),
         commands,
         &mut report,
-        [&mut packets, &mut flows],
+        &mut opens,
         &mut last_flows,
     );
     match result {
@@ -232,23 +267,24 @@ fn run(
         Err(error @ IngestError::DiskFull { .. }) => {
             // Under the floor: what was read is sealed in the room the floor
             // leaves, so that nothing read so far is lost.
-            for open in [&mut packets, &mut flows] {
-                if let Some(writer) = open.writer.take()
-                    && seal(writer, &mut archive, indexes, &mut report, &mut last_flows).is_err()
+            for open in opens.iter_mut().rev() {
+                if open
+                    .seal(&mut archive, indexes, &mut report, &mut last_flows)
+                    .is_err()
                 {
                     break;
                 }
             }
-            abort([packets, flows]);
+            abort(opens);
             let _committed = indexes.commit(last_flows);
             return Err(error);
         }
         Err(error) => {
-            abort([packets, flows]);
+            abort(opens);
             return Err(full_disk_error(&archive, retention, error));
         }
     }
-    abort([packets, flows]);
+    abort(opens);
     indexes.addresses.flush()?;
     indexes.connections.flush()?;
     Ok((report, archive))
@@ -258,26 +294,29 @@ fn run(
 fn run_commands(
     archive: &mut Archive,
     indexes: &Indexes,
-    (options, retention): (&SegmentOptions, Retention),
+    (options, retention): (&SegmentOptions, &Retention),
     commands: &Receiver<Command>,
     report: &mut SinkReport,
-    [packets, flows]: [&mut Open; 2],
+    opens: &mut [Open],
     last_flows: &mut Option<SegmentId>,
 ) -> Result<(), IngestError> {
     let mut flow_batch = FlowBatchBuilder::new();
     let mut next_id = archive.next_segment_id();
     for command in commands {
         match command {
-            Command::Write(batch) => {
+            Command::Write(class, batch) => {
                 make_room(archive, indexes, retention)?;
-                let writer = packets.writer(archive, &mut next_id, options)?;
+                let open = opens
+                    .get_mut(FLOWS + 1 + class)
+                    .ok_or(IngestError::SinkStopped)?;
+                let writer = open.writer(archive, &mut next_id, options)?;
                 writer.write(&batch)?;
                 if let Some(tail) = &indexes.tail {
                     tail.push_packets(writer.id(), batch);
                     if tail.is_full() {
-                        // Memory is bounded: the segment seals early.
-                        if let Some(writer) = packets.writer.take() {
-                            seal(writer, archive, indexes, report, last_flows)?;
+                        // Memory is bounded: the segments seal early.
+                        for open in opens.iter_mut().skip(FLOWS + 1) {
+                            open.seal(archive, indexes, report, last_flows)?;
                         }
                     }
                 }
@@ -293,6 +332,7 @@ fn run_commands(
                     flow_batch.append(&records[i as usize]);
                 }
                 make_room(archive, indexes, retention)?;
+                let flows = &mut opens[FLOWS];
                 let writer = flows.writer(archive, &mut next_id, options)?;
                 writer.write(&flow_batch.finish())?;
                 if let Some(tail) = &indexes.tail {
@@ -301,19 +341,16 @@ fn run_commands(
                 if indexes.connections.staged_bytes() >= STAGED_MAX_BYTES {
                     // Memory is bounded: the flows segment is sealed early, so
                     // that every staged entry is of a sealed segment.
-                    if let Some(writer) = flows.writer.take() {
-                        seal(writer, archive, indexes, report, last_flows)?;
-                    }
+                    flows.seal(archive, indexes, report, last_flows)?;
                     indexes.commit(*last_flows)?;
                 }
             }
             Command::Seal(ack) => {
+                // The packets first, so that a flows segment is never sealed
+                // before the packets its records stand for.
                 let mut result = Ok(());
-                for open in [&mut *packets, &mut *flows] {
-                    if let Some(writer) = open.writer.take() {
-                        result = result
-                            .and_then(|()| seal(writer, archive, indexes, report, last_flows));
-                    }
+                for open in opens.iter_mut().rev() {
+                    result = result.and_then(|()| open.seal(archive, indexes, report, last_flows));
                 }
                 // Every staged entry is now of a sealed segment. A seal that is
                 // waited for makes them visible; others leave them staged (one
@@ -348,18 +385,19 @@ fn run_commands(
 }
 
 /// Removes the temporary files of segments left open.
-fn abort(open: [Open; 2]) {
-    for open in open {
+fn abort(opens: Vec<Open>) {
+    for open in opens {
         if let Some(writer) = open.writer {
             writer.abort();
         }
     }
 }
 
-/// Seals, catalogues and (for packets) indexes the segment, or drops it if it is
-/// empty. A sealed `flows` segment becomes `last_flows`.
+/// Seals, catalogues (in `class`) and (for packets) indexes the segment, or
+/// drops it if it is empty. A sealed `flows` segment becomes `last_flows`.
 fn seal(
     writer: SegmentWriter,
+    class: Option<&str>,
     archive: &mut Archive,
     indexes: &Indexes,
     report: &mut SinkReport,
@@ -370,7 +408,7 @@ fn seal(
         return Ok(());
     }
     let sealed = writer.seal()?;
-    let entry = archive.register(&sealed)?;
+    let entry = archive.register_in_class(&sealed, class)?;
     if sealed.table == Table::Packets {
         indexes
             .addresses
@@ -387,45 +425,146 @@ fn seal(
     Ok(())
 }
 
-/// The `packets` segments, oldest first (by their newest packet), and the
-/// newest apart: retention never removes it.
-fn packets_by_age(archive: &Archive) -> (Vec<CatalogEntry>, Option<CatalogEntry>) {
-    let mut entries: Vec<CatalogEntry> = archive
-        .catalog()
-        .entries_of(Table::Packets)
-        .cloned()
-        .collect();
-    entries.sort_by_key(|entry| (entry.max_ts_nanos, entry.id));
-    let newest = entries.pop();
-    (entries, newest)
+/// The `packets` segments by retention class, each class oldest first (by
+/// their newest packet) without its newest segment, which retention never
+/// removes; with the newest packet archived.
+struct ByClass {
+    classes: Vec<ClassSegments>,
+    newest_ts: Option<i64>,
 }
 
-/// Removes the oldest `packets` segments beyond the retention bounds, with their
-/// address postings; never the newest segment.
+struct ClassSegments {
+    /// Bytes the class keeps whatever the others need.
+    min_bytes: u64,
+    /// Its longest age, else the archive's.
+    max_age: Option<Duration>,
+    /// Bytes of all its segments, the newest included.
+    bytes: u64,
+    /// Its segments but the newest, oldest first.
+    removable: std::collections::VecDeque<CatalogEntry>,
+}
+
+impl ByClass {
+    fn of(archive: &Archive, retention: &Retention) -> Self {
+        let mut classes: Vec<ClassSegments> = (0..=retention.classes.len())
+            .map(|class| {
+                let config = class.checked_sub(1).and_then(|i| retention.classes.get(i));
+                ClassSegments {
+                    min_bytes: config.map_or(0, |c| c.min_bytes),
+                    max_age: config.and_then(|c| c.max_age).or(retention.max_age),
+                    bytes: 0,
+                    removable: std::collections::VecDeque::new(),
+                }
+            })
+            .collect();
+        let mut entries: Vec<CatalogEntry> = archive
+            .catalog()
+            .entries_of(Table::Packets)
+            .cloned()
+            .collect();
+        entries.sort_by_key(|entry| (entry.max_ts_nanos, entry.id));
+        let newest_ts = entries.last().map(|entry| entry.max_ts_nanos);
+        for entry in entries {
+            // A class no longer configured is the default class's.
+            let class = entry
+                .class
+                .as_deref()
+                .and_then(|name| retention.classes.iter().position(|c| c.name == name))
+                .map_or(0, |i| i + 1);
+            let segments = &mut classes[class];
+            segments.bytes += entry.size_bytes;
+            segments.removable.push_back(entry);
+        }
+        for segments in &mut classes {
+            segments.removable.pop_back();
+        }
+        Self { classes, newest_ts }
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.classes.iter().map(|c| c.bytes).sum()
+    }
+
+    /// Takes the segments past their class's age.
+    fn take_too_old(&mut self) -> Vec<CatalogEntry> {
+        let Some(newest) = self.newest_ts else {
+            return Vec::new();
+        };
+        let mut old = Vec::new();
+        for segments in &mut self.classes {
+            let Some(age) = segments.max_age else {
+                continue;
+            };
+            let cutoff = newest.saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX));
+            let keep = segments.removable.split_off(
+                segments
+                    .removable
+                    .iter()
+                    .position(|entry| entry.max_ts_nanos >= cutoff)
+                    .unwrap_or(segments.removable.len()),
+            );
+            for entry in std::mem::replace(&mut segments.removable, keep) {
+                segments.bytes -= entry.size_bytes;
+                old.push(entry);
+            }
+        }
+        old
+    }
+
+    /// Takes the segment expiry removes next for room: the oldest of the
+    /// classes that stay at or above their guarantee without it, else of the
+    /// classes over their guarantee, else (guarantees larger than the bound
+    /// allows) the oldest of all.
+    fn take_next(&mut self) -> Option<CatalogEntry> {
+        let tiers: [fn(&ClassSegments, &CatalogEntry) -> bool; 3] = [
+            |c, e| c.bytes - e.size_bytes >= c.min_bytes,
+            |c, _| c.bytes > c.min_bytes,
+            |_, _| true,
+        ];
+        for keeps_guarantee in tiers {
+            let oldest = self
+                .classes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.removable.front().map(|e| (i, c, e)))
+                .filter(|(_, c, e)| keeps_guarantee(c, e))
+                .min_by_key(|(_, _, e)| (e.max_ts_nanos, e.id))
+                .map(|(i, _, _)| i);
+            if let Some(i) = oldest {
+                let segments = &mut self.classes[i];
+                let entry = segments.removable.pop_front()?;
+                segments.bytes -= entry.size_bytes;
+                return Some(entry);
+            }
+        }
+        None
+    }
+}
+
+/// Removes the `packets` segments beyond the retention bounds, with their
+/// address postings: those past their class's age, then, while the archive
+/// is over `max_bytes`, the oldest of the classes over their guarantee
+/// ([`ByClass::take_next`]). Never a class's newest segment.
 fn expire_packets(
     archive: &mut Archive,
     indexes: &Indexes,
-    retention: Retention,
+    retention: &Retention,
 ) -> Result<(), IngestError> {
     if !retention.expires() {
         return Ok(());
     }
-    let (entries, Some(newest)) = packets_by_age(archive) else {
-        return Ok(());
-    };
-    let mut total: u64 = entries.iter().map(|e| e.size_bytes).sum::<u64>() + newest.size_bytes;
-    let age_cutoff = retention.max_age.map(|age| {
-        let age = i64::try_from(age.as_nanos()).unwrap_or(i64::MAX);
-        newest.max_ts_nanos.saturating_sub(age)
-    });
-    for entry in entries {
-        let too_old = age_cutoff.is_some_and(|cutoff| entry.max_ts_nanos < cutoff);
-        let too_big = retention.max_packet_bytes > 0 && total > retention.max_packet_bytes;
-        if !too_old && !too_big {
-            continue;
-        }
+    let mut segments = ByClass::of(archive, retention);
+    for entry in segments.take_too_old() {
         remove_packets_segment(archive, indexes, &entry)?;
-        total -= entry.size_bytes;
+    }
+    if retention.max_packet_bytes == 0 {
+        return Ok(());
+    }
+    while segments.total_bytes() > retention.max_packet_bytes {
+        let Some(entry) = segments.take_next() else {
+            break;
+        };
+        remove_packets_segment(archive, indexes, &entry)?;
     }
     Ok(())
 }
@@ -465,7 +604,7 @@ fn remove_packets_segment(
 fn make_room(
     archive: &mut Archive,
     indexes: &Indexes,
-    retention: Retention,
+    retention: &Retention,
 ) -> Result<(), IngestError> {
     let floor = retention.min_free_bytes;
     if floor == 0 {
@@ -489,10 +628,11 @@ fn make_room(
     // By the removed files' sizes rather than asking again: a file a reader
     // still holds open frees its blocks only when it is closed.
     let mut made = 0u64;
-    for entry in packets_by_age(archive).0 {
-        if free.saturating_add(made) >= floor {
-            return Ok(());
-        }
+    let mut segments = ByClass::of(archive, retention);
+    while free.saturating_add(made) < floor {
+        let Some(entry) = segments.take_next() else {
+            break;
+        };
         remove_packets_segment(archive, indexes, &entry)?;
         made = made.saturating_add(entry.size_bytes);
     }
@@ -503,7 +643,8 @@ fn make_room(
         archive,
         hindsight_store::disk::free_bytes(archive.root()).unwrap_or(free),
         floor,
-        "every segment but the newest has been expired, and that is not room enough".to_owned(),
+        "every segment but the newest of each retention class has been expired, and that is not room enough"
+            .to_owned(),
     ))
 }
 
@@ -523,7 +664,7 @@ fn disk_full(
 }
 
 /// `error` as [`IngestError::DiskFull`] if it is ENOSPC, else unchanged.
-fn full_disk_error(archive: &Archive, retention: Retention, error: IngestError) -> IngestError {
+fn full_disk_error(archive: &Archive, retention: &Retention, error: IngestError) -> IngestError {
     if matches!(error, IngestError::DiskFull { .. }) || !hindsight_store::disk::is_disk_full(&error)
     {
         return error;

@@ -35,7 +35,7 @@ use hindsight_query::search::{
     PacketSearch, RemoteSegments, SearchPlan, SearchRequest, SearchStats,
 };
 use hindsight_sql::{SqlError, SqlSession};
-use hindsight_store::{Archive, CatalogEntry, StoreError, Tail, TailView};
+use hindsight_store::{Archive, CatalogEntry, StoreError, Table, Tail, TailView};
 
 pub use crate::connections::{
     ConnQuery, Connections, MAX_CURSOR_HEX, decode_cursor, encode_cursor,
@@ -108,6 +108,27 @@ impl std::fmt::Display for LimitExceeded {
             Self::Cancelled => write!(f, "the request was cancelled: its client went away"),
         }
     }
+}
+
+/// The `packets` segments of one retention class.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClassUsage {
+    /// The class (`default` for packets of no class).
+    pub name: String,
+    /// Its guaranteed bytes.
+    pub min_bytes: u64,
+    /// Its own longest age, if it has one.
+    pub max_age_secs: Option<u64>,
+    /// Its segments.
+    pub segments: u64,
+    /// Their packets.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Its oldest and newest packets, ns since the epoch.
+    pub first_ns: Option<i64>,
+    /// See `first_ns`.
+    pub last_ns: Option<i64>,
 }
 
 /// Most covering postings a plan may read to count as small
@@ -354,6 +375,48 @@ impl Snapshot {
         &self.summary
     }
 
+    /// The `packets` segments of each retention class (`[[retention.class]]`),
+    /// the default class first; empty when the archive sets no classes.
+    pub fn retention_classes(&self) -> Vec<ClassUsage> {
+        let classes = &self.settings.retention.classes;
+        if classes.is_empty() {
+            return Vec::new();
+        }
+        let mut usage: Vec<ClassUsage> = std::iter::once(ClassUsage {
+            name: "default".to_owned(),
+            ..ClassUsage::default()
+        })
+        .chain(classes.iter().map(|class| ClassUsage {
+            name: class.name.clone(),
+            min_bytes: class.min_bytes,
+            max_age_secs: class.max_age.map(|age| age.as_secs()),
+            ..ClassUsage::default()
+        }))
+        .collect();
+        for entry in self.archive.catalog().entries_of(Table::Packets) {
+            let class = entry
+                .class
+                .as_deref()
+                .and_then(|name| classes.iter().position(|c| c.name == name))
+                .map_or(0, |i| i + 1);
+            let class = &mut usage[class];
+            class.segments += 1;
+            class.packets += entry.rows;
+            class.bytes += entry.size_bytes;
+            class.first_ns = Some(
+                class
+                    .first_ns
+                    .map_or(entry.min_ts_nanos, |t| t.min(entry.min_ts_nanos)),
+            );
+            class.last_ns = Some(
+                class
+                    .last_ns
+                    .map_or(entry.max_ts_nanos, |t| t.max(entry.max_ts_nanos)),
+            );
+        }
+        usage
+    }
+
     /// What the archive at `root` holds, as JSON (`stats --json`, `GET /api/v1/stats`),
     /// with every segment if `with_segments`.
     pub fn summary_json(&self, root: &Path, with_segments: bool) -> serde_json::Value {
@@ -374,6 +437,16 @@ impl Snapshot {
                 "records": flows.rows,
                 "bytes_on_disk": flows.bytes,
             },
+            "retention_classes": self.retention_classes().iter().map(|class| serde_json::json!({
+                "name": class.name,
+                "segments": class.segments,
+                "packets": class.packets,
+                "bytes_on_disk": class.bytes,
+                "min_bytes": class.min_bytes,
+                "max_age_secs": class.max_age_secs,
+                "first": class.first_ns.map(format_nanos),
+                "last": class.last_ns.map(format_nanos),
+            })).collect::<Vec<_>>(),
             "segment_list": if with_segments {
                 serde_json::json!(self.archive.catalog().entries().collect::<Vec<_>>())
             } else {

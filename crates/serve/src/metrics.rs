@@ -224,6 +224,44 @@ pub fn render(state: &AppState) -> Result<String> {
             );
         }
     }
+    let classes = snapshot.retention_classes();
+    if !classes.is_empty() {
+        for (name, help, value) in [
+            (
+                "hindsight_retention_class_bytes",
+                "Bytes of a retention class's packets segments.",
+                (|c: &hindsight_reader::ClassUsage| c.bytes as f64) as fn(&_) -> f64,
+            ),
+            (
+                "hindsight_retention_class_min_bytes",
+                "Bytes a retention class is guaranteed.",
+                |c| c.min_bytes as f64,
+            ),
+            (
+                "hindsight_retention_class_packets",
+                "Packets of a retention class.",
+                |c| c.packets as f64,
+            ),
+            (
+                "hindsight_retention_class_span_seconds",
+                "Time between a retention class's oldest and newest packets.",
+                |c| match (c.first_ns, c.last_ns) {
+                    (Some(first), Some(last)) => (last - first) as f64 / 1e9,
+                    _ => 0.0,
+                },
+            ),
+        ] {
+            head(&mut out, name, "gauge", help);
+            for class in &classes {
+                sample(
+                    &mut out,
+                    name,
+                    &format!("class=\"{}\"", label(&class.name)),
+                    value(class),
+                );
+            }
+        }
+    }
     single(
         &mut out,
         "hindsight_archive_disk_bytes",

@@ -273,6 +273,15 @@ impl Archive {
 
     /// Enters a sealed segment in the catalog, durably.
     pub fn register(&mut self, sealed: &SealedSegment) -> Result<CatalogEntry> {
+        self.register_in_class(sealed, None)
+    }
+
+    /// [`Self::register`] for a segment of a retention class.
+    pub fn register_in_class(
+        &mut self,
+        sealed: &SealedSegment,
+        class: Option<&str>,
+    ) -> Result<CatalogEntry> {
         let file_name = sealed
             .path
             .file_name()
@@ -288,6 +297,7 @@ impl Archive {
             size_bytes: sealed.size_bytes,
             crc32: sealed.crc32,
             sealed_at_nanos: now_nanos(),
+            class: class.map(str::to_owned),
         };
         self.catalog.add(entry.clone())?;
         Ok(entry)

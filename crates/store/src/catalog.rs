@@ -38,6 +38,10 @@ pub struct CatalogEntry {
     pub crc32: u32,
     /// When the segment was sealed, ns since the epoch (wall clock).
     pub sealed_at_nanos: i64,
+    /// The retention class of a `packets` segment (`[[retention.class]]`),
+    /// absent for the default class and in catalogs written before classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
 }
 
 impl CatalogEntry {
@@ -306,6 +310,7 @@ mod tests {
             size_bytes: 1000,
             crc32: 7,
             sealed_at_nanos: 1,
+            class: None,
         }
     }
 

@@ -82,7 +82,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         segment_max_rows: args.segment_packets,
         expiry: settings.expiry,
         community_seed: settings.community_seed,
-        retention: settings.retention,
+        retention: settings.retention.clone(),
         flows_from_packets: !args.no_flows,
         segment: SegmentOptions {
             covering_rows: args.covering_rows,

@@ -63,6 +63,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "flows:            {flows} records in {flow_segments} segment(s), {}",
         human_bytes(flow_bytes)
     );
+    for class in snapshot.retention_classes() {
+        let span = match (class.first_ns, class.last_ns) {
+            (Some(first), Some(last)) => {
+                format!("{} .. {}", format_nanos(first), format_nanos(last))
+            }
+            _ => "(empty)".to_owned(),
+        };
+        let age = class
+            .max_age_secs
+            .map_or(String::new(), |secs| format!(", max age {secs} s"));
+        println!(
+            "class {:<10}  {} packets, {} in {} segment(s) (guaranteed {}{age}); {span}",
+            class.name,
+            class.packets,
+            human_bytes(class.bytes),
+            class.segments,
+            human_bytes(class.min_bytes),
+        );
+    }
     if args.segments {
         println!();
         println!(
