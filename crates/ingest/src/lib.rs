@@ -108,8 +108,8 @@ pub struct RetentionClass {
     /// Its packets were captured on this interface (the pcapng interface
     /// number, or the capture thread's), if one is set.
     pub interface: Option<u32>,
-    /// Bytes of its segments that expiry for the `max_bytes` bound or the
-    /// free-space floor leaves alone.
+    /// Bytes of its segments that expiry for the `max_bytes` bound leaves
+    /// alone (the free-space floor takes them only when nothing else is left).
     pub min_bytes: u64,
     /// Its segments are removed once their newest packet is older than this,
     /// counted back from the newest packet archived.

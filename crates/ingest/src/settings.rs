@@ -21,7 +21,8 @@
 //! [[retention.class]]              # a class of packets with a guaranteed share (Hyperion)
 //! name = "dns"
 //! filter = "udp port 53"           # header fields; and/or interface = N (pcapng interface)
-//! min_bytes = 1000000000           # expiry for max_bytes or the floor leaves this much of it
+//! min_bytes = 1000000000           # expiry for max_bytes leaves this much of it (the floor
+//!                                  # takes it only when nothing else is left)
 //! max_age_secs = 7776000           # its own longest age (0: the [packets] one)
 //!
 //! [network]
