@@ -5,23 +5,10 @@
 
 mod common;
 
-use common::{PacketKey, hindsight, ingest_whole, lan_hour, ok, read_frames, require_tool};
+use common::{PacketKey, hindsight, ingest_whole, lan_hour_shifted, ok, read_frames, require_tool};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// lan-hour with its timestamps `hours` later (editcap -t), in `dir`.
-fn shifted(dir: &Path, hours: u32) -> PathBuf {
-    let out = dir.join(format!("lan-hour+{hours}h.pcap"));
-    let status = Command::new("editcap")
-        .args(["-F", "pcap", "-t", &(hours * 3600).to_string()])
-        .arg(lan_hour())
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
 
 /// What `tcpdump -r capture filter` selects.
 fn tcpdump(dir: &Path, capture: &Path, filter: &str) -> Vec<PacketKey> {
@@ -59,7 +46,9 @@ fn a_guaranteed_dns_class_keeps_its_span_while_busy_traffic_cycles_the_disk() {
     require_tool("editcap");
     let dir = tempfile::tempdir().unwrap();
     let hours = 8;
-    let captures: Vec<PathBuf> = (0..hours).map(|h| shifted(dir.path(), h)).collect();
+    let captures: Vec<PathBuf> = (0..hours)
+        .map(|h| lan_hour_shifted(dir.path(), h))
+        .collect();
     let archive = dir.path().join("archive");
     std::fs::create_dir_all(&archive).unwrap();
     // About 1.7 MB of segments an hour: the 2 MB the busy traffic may have

@@ -144,6 +144,13 @@ impl Retention {
             .map_or(0, |i| i + 1)
     }
 
+    /// The index of the class named `name` (as a catalog line has it): 0 for
+    /// the default class and for a class no longer configured.
+    pub fn class_index(&self, name: Option<&str>) -> usize {
+        name.and_then(|name| self.classes.iter().position(|c| c.name == name))
+            .map_or(0, |i| i + 1)
+    }
+
     /// The name of class `index` (`None`: the default class).
     pub fn class_name(&self, index: usize) -> Option<&str> {
         index

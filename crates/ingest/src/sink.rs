@@ -465,13 +465,7 @@ impl ByClass {
         entries.sort_by_key(|entry| (entry.max_ts_nanos, entry.id));
         let newest_ts = entries.last().map(|entry| entry.max_ts_nanos);
         for entry in entries {
-            // A class no longer configured is the default class's.
-            let class = entry
-                .class
-                .as_deref()
-                .and_then(|name| retention.classes.iter().position(|c| c.name == name))
-                .map_or(0, |i| i + 1);
-            let segments = &mut classes[class];
+            let segments = &mut classes[retention.class_index(entry.class.as_deref())];
             segments.bytes += entry.size_bytes;
             segments.removable.push_back(entry);
         }

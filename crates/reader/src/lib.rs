@@ -394,12 +394,7 @@ impl Snapshot {
         }))
         .collect();
         for entry in self.archive.catalog().entries_of(Table::Packets) {
-            let class = entry
-                .class
-                .as_deref()
-                .and_then(|name| classes.iter().position(|c| c.name == name))
-                .map_or(0, |i| i + 1);
-            let class = &mut usage[class];
+            let class = &mut usage[self.settings.retention.class_index(entry.class.as_deref())];
             class.segments += 1;
             class.packets += entry.rows;
             class.bytes += entry.size_bytes;

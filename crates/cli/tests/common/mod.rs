@@ -53,6 +53,19 @@ pub fn ingest(capture: &Path, archive: &Path) -> String {
     ]))
 }
 
+/// lan-hour with its timestamps `hours` later (editcap -t), as pcap in `dir`.
+pub fn lan_hour_shifted(dir: &Path, hours: u32) -> PathBuf {
+    let out = dir.join(format!("lan-hour+{hours}h.pcap"));
+    let status = Command::new("editcap")
+        .args(["-F", "pcap", "-t", &(hours * 3600).to_string()])
+        .arg(lan_hour())
+        .arg(&out)
+        .status()
+        .expect("run editcap");
+    assert!(status.success());
+    out
+}
+
 /// Ingests `capture` into `archive` keeping whole packets (snap length 0), so
 /// exported pcaps compare byte for byte with the capture; `options` are added.
 pub fn ingest_whole(capture: &Path, archive: &Path, options: &[&str]) {
