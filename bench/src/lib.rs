@@ -1,8 +1,9 @@
 //! Shared helpers of the benchmark binaries in `src/bin/`: medians, CPU time, quiet
 //! peer-tool runs.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
@@ -283,6 +284,48 @@ pub fn segment_column_bytes(dir: &Path) -> (u64, u64, u64) {
         }
     }
     (data, headers, total)
+}
+
+/// `hindsight serve` on a free port; killed when dropped.
+#[derive(Debug)]
+pub struct Server {
+    /// The server's process.
+    pub child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `hindsight serve` over `archive` and waits until it listens.
+    pub fn start(hindsight: &Path, archive: &Path) -> Self {
+        let mut child = Command::new(hindsight)
+            .args(["serve", "--listen", "127.0.0.1:0", "--archive"])
+            .arg(archive)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hindsight serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let address = loop {
+            let line = lines.next().expect("serve ended").expect("read stderr");
+            if let Some(address) = line.split("listening on http://").nth(1) {
+                break address.trim().to_owned();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            base: format!("http://{address}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[cfg(test)]

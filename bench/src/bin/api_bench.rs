@@ -19,10 +19,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{median, replicate, run_quiet, time_command};
+use hindsight_bench::{Server, median, replicate, run_quiet, time_command};
 
 const NANOS: i64 = 1_000_000_000;
 
@@ -57,44 +57,6 @@ fn parse_args() -> Args {
         }
     }
     args
-}
-
-/// `hindsight serve` on a free port; killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(hindsight: &Path, archive: &Path) -> Self {
-        let mut child = Command::new(hindsight)
-            .args(["serve", "--listen", "127.0.0.1:0", "--archive"])
-            .arg(archive)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start hindsight serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut lines = BufReader::new(stderr).lines();
-        let address = loop {
-            let line = lines.next().expect("serve ended").expect("read stderr");
-            if let Some(address) = line.split("listening on http://").nth(1) {
-                break address.trim().to_owned();
-            }
-        };
-        std::thread::spawn(move || lines.for_each(drop));
-        Self {
-            child,
-            base: format!("http://{address}"),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn ms(duration: Duration) -> f64 {

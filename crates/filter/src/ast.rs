@@ -628,6 +628,11 @@ impl Membership {
             ranges: merged,
         }
     }
+
+    /// The elements' value ranges, sorted, disjoint and merged.
+    pub fn ranges(&self) -> &[(u128, u128)] {
+        &self.ranges
+    }
 }
 
 /// A node of the typed filter tree.

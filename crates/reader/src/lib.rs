@@ -21,6 +21,7 @@
 //! the surface that asks.
 
 mod connections;
+mod histogram;
 mod summary;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,7 @@ use hindsight_store::{Archive, CatalogEntry, StoreError, Table, Tail, TailView};
 pub use crate::connections::{
     ConnQuery, Connections, MAX_CURSOR_HEX, decode_cursor, encode_cursor,
 };
+pub use crate::histogram::{Histogram, HistogramMethod, ROWS_PATH_MAX_ROWS};
 pub use crate::summary::{Summary, TableTotals};
 
 /// Errors of the reader.

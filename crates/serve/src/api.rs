@@ -28,7 +28,7 @@ use hindsight_output::Format;
 use hindsight_output::packets::packet_sink;
 use hindsight_output::time::{format_nanos, parse_instant, time_range};
 use hindsight_query::search::SearchRequest;
-use hindsight_reader::{ConnQuery, Limits, Reader, ReaderError, Snapshot};
+use hindsight_reader::{ConnQuery, HistogramMethod, Limits, Reader, ReaderError, Snapshot};
 use hindsight_ring::Ring;
 use hindsight_sql::{Cancel, SqlError};
 use hindsight_store::TimeRange;
@@ -896,7 +896,6 @@ async fn histogram(
     };
     let time = window.range()?;
     let timeout = state.limits.timeout;
-    let explicit = (window.since.is_some(), window.until.is_some());
     let request = SearchRequest {
         filter,
         time,
@@ -917,65 +916,25 @@ async fn histogram(
             cancel,
             ..Limits::default()
         };
-        // Without a window, the span of the segments the filter can match and
-        // of the unsealed packets: known once the search is planned.
-        let unsealed = snapshot.unsealed_span();
-        let mut counts = vec![0u64; buckets];
-        let mut total = 0u64;
-        // (start, end, bucket width), set when the search is planned.
-        let bounds = std::cell::Cell::new((0i64, 1i64, 1i64));
-        let stats = snapshot
-            .search_with(
+        let histogram = snapshot
+            .histogram(
                 &request,
                 Some(plan),
+                buckets,
                 &limits,
-                &mut |plan| {
-                    let first = plan
-                        .segments
-                        .iter()
-                        .map(|s| s.min_ts_nanos)
-                        .chain(unsealed.map(|u| u.0))
-                        .min();
-                    let last = plan
-                        .segments
-                        .iter()
-                        .map(|s| s.max_ts_nanos)
-                        .chain(unsealed.map(|u| u.1))
-                        .max();
-                    let start = if explicit.0 {
-                        time.start_nanos
-                    } else {
-                        first.unwrap_or(0)
-                    };
-                    let end = if explicit.1 {
-                        time.end_nanos
-                    } else {
-                        last.map_or(start, |last| last.saturating_add(1))
-                    };
-                    let span = end.saturating_sub(start).max(1);
-                    bounds.set((start, end, (span + buckets as i64 - 1) / buckets as i64));
-                },
-                &mut |record, _| {
-                    let (start, _, width) = bounds.get();
-                    let slot = (record.ts_nanos.saturating_sub(start) / width) as usize;
-                    if let Some(count) = counts.get_mut(slot) {
-                        *count += 1;
-                        total += 1;
-                    }
-                    Ok(true)
-                },
+                HistogramMethod::Auto,
             )
             .map_err(ApiError::of_reader)?;
-        let (start, end, width) = bounds.get();
         Ok(json!({
-            "start_ns": start,
-            "end_ns": end,
-            "start": format_nanos(start),
-            "end": format_nanos(end),
-            "bucket_ns": width,
-            "counts": counts,
-            "total": total,
-            "incomplete": incomplete_header(&snapshot, &stats.skipped),
+            "start_ns": histogram.start_ns,
+            "end_ns": histogram.end_ns,
+            "start": format_nanos(histogram.start_ns),
+            "end": format_nanos(histogram.end_ns),
+            "bucket_ns": histogram.bucket_ns,
+            "counts": histogram.counts,
+            "total": histogram.total,
+            "method": histogram.method,
+            "incomplete": header_text(&histogram.incomplete),
         }))
     })
     .await?;

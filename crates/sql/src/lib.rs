@@ -18,7 +18,9 @@
 //! `objects` copies segments to S3-compatible storage and scans read the copies
 //! once the local files are gone.
 
+mod count;
 mod federate;
+mod filter_expr;
 mod functions;
 pub mod objects;
 mod policy;
@@ -41,7 +43,9 @@ use futures::StreamExt;
 use hindsight_index::AddressIndex;
 use hindsight_store::{Archive, StoreError, Table};
 
+pub use crate::count::TimeCounter;
 pub use crate::federate::{MAX_FRAGMENT_BYTES, Nodes};
+pub use crate::filter_expr::ColumnarFilter;
 pub use crate::functions::{Networks, scalar_functions};
 pub use crate::stages::{MAX_BOUND_VALUES, Script};
 use crate::table::SegmentTable;
@@ -184,6 +188,40 @@ fn session_config() -> SessionConfig {
     config
 }
 
+/// What the sessions of this process keep of the segment files they read:
+/// their statistics (what planning reads of every file's footer) and their
+/// parsed footers and page indexes (what the scan reads before any page).
+/// Segments are immutable, so these hold until a file is expired; an entry is
+/// used only while the file keeps the size and modification time it was read
+/// with. Each cache is bounded ([`FILE_STATISTICS_CACHE_BYTES`],
+/// [`FILE_METADATA_CACHE_BYTES`]) and drops its least recently used entries.
+fn shared_caches() -> datafusion::execution::cache::cache_manager::CacheManagerConfig {
+    use datafusion::execution::cache::cache_manager::{
+        CacheManagerConfig, FileMetadataCache, FileStatisticsCache,
+    };
+    use datafusion::execution::cache::default_cache::DefaultCache;
+    type Caches = (Arc<FileStatisticsCache>, Arc<FileMetadataCache>);
+    static CACHES: std::sync::LazyLock<Caches> = std::sync::LazyLock::new(|| {
+        (
+            Arc::new(
+                DefaultCache::new(FILE_STATISTICS_CACHE_BYTES).with_name("segment statistics"),
+            ),
+            Arc::new(DefaultCache::new(FILE_METADATA_CACHE_BYTES).with_name("segment footers")),
+        )
+    });
+    let (statistics, footers) = &*CACHES;
+    CacheManagerConfig::default()
+        .with_file_statistics_cache(Some(Arc::clone(statistics)))
+        .with_file_statistics_cache_limit(FILE_STATISTICS_CACHE_BYTES)
+        .with_file_metadata_cache(Some(Arc::clone(footers)))
+        .with_metadata_cache_limit(FILE_METADATA_CACHE_BYTES)
+}
+
+/// The bound of the segment statistics the process's SQL sessions share.
+pub const FILE_STATISTICS_CACHE_BYTES: usize = 32 << 20;
+/// The bound of the parsed segment footers the process's SQL sessions share.
+pub const FILE_METADATA_CACHE_BYTES: usize = 128 << 20;
+
 /// The runtime of a session's statements: two workers, as the machine's cores.
 fn runtime() -> Result<tokio::runtime::Runtime, SqlError> {
     tokio::runtime::Builder::new_multi_thread()
@@ -275,7 +313,7 @@ impl SqlSession {
             .collect();
         let scans = table::Scans::default();
         let config = session_config();
-        let mut environment = RuntimeEnvBuilder::new();
+        let mut environment = RuntimeEnvBuilder::new().with_cache_manager(shared_caches());
         if let Some(bytes) = memory_bytes {
             environment = environment.with_memory_limit(bytes, 1.0);
         }
@@ -509,6 +547,98 @@ impl SqlSession {
             self.writes,
             &self.scans,
         ))
+    }
+
+    /// The packets matching `filter` in each of `buckets.count` buckets of
+    /// `buckets.width_ns` from `buckets.start_ns`, within `time` (inclusive):
+    /// a scan of `packets` that decodes only `ts` and the columns the filter
+    /// names, pruned by the table's time, address and statistics pruning, and
+    /// counted by DataFusion's grouped aggregation. A damaged segment is left
+    /// out and named by [`Self::skipped`], as for a statement.
+    pub fn count_by_time(
+        &self,
+        filter: &ColumnarFilter,
+        time: hindsight_store::TimeRange,
+        buckets: TimeBuckets,
+        limits: &Limits,
+    ) -> Result<Vec<u64>, SqlError> {
+        use datafusion::arrow::array::{Array, Int64Array};
+        use datafusion::arrow::datatypes::DataType;
+        use datafusion::logical_expr::{cast, col, lit};
+
+        let mut counts = vec![0u64; buckets.count];
+        let width = buckets.width_ns.max(1);
+        let last = i64::try_from(
+            i128::from(buckets.start_ns) + i128::from(width) * buckets.count as i128 - 1,
+        )
+        .unwrap_or(i64::MAX);
+        let (low, high) = (
+            time.start_nanos.max(buckets.start_ns),
+            time.end_nanos.min(last),
+        );
+        if buckets.count == 0 || low > high {
+            return Ok(counts);
+        }
+        let ts = |nanos: i64| {
+            lit(ScalarValue::TimestampNanosecond(
+                Some(nanos),
+                Some("UTC".into()),
+            ))
+        };
+        let condition = filter
+            .expr()
+            .clone()
+            .and(col(hindsight_store::schema::col::TS).between(ts(low), ts(high)));
+        let slot = (cast(col(hindsight_store::schema::col::TS), DataType::Int64)
+            - lit(buckets.start_ns))
+            / lit(width);
+        let context = self.context.clone();
+        let scans = Arc::clone(&self.scans);
+        let batches = self.within(limits.timeout, &limits.cancel, async move {
+            loop {
+                let frame = context
+                    .table("packets")
+                    .await?
+                    .filter(condition.clone())?
+                    .aggregate(
+                        vec![slot.clone().alias("slot")],
+                        vec![datafusion::functions_aggregate::expr_fn::count(lit(1)).alias("n")],
+                    )?;
+                match frame.collect().await {
+                    Ok(batches) => return Ok(batches),
+                    Err(error) => {
+                        if table::exclude_damaged(&scans) == 0 {
+                            return Err(SqlError::DataFusion(error));
+                        }
+                    }
+                }
+            }
+        })?;
+        for batch in &batches {
+            let column = |index: usize| {
+                batch
+                    .column(index)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| {
+                        SqlError::DataFusion(DataFusionError::Internal(
+                            "a histogram's slot and count are 64-bit integers".to_owned(),
+                        ))
+                    })
+            };
+            let (slots, totals) = (column(0)?, column(1)?);
+            for row in 0..batch.num_rows() {
+                if slots.is_null(row) {
+                    continue;
+                }
+                let slot = usize::try_from(slots.value(row)).ok();
+                if let Some(count) = slot.and_then(|slot| counts.get_mut(slot)) {
+                    *count += u64::try_from(totals.value(row)).unwrap_or(0);
+                }
+            }
+        }
+        Ok(counts)
     }
 
     /// Sets the home network `ip_home(addr)` tests against (the archive's
@@ -820,6 +950,17 @@ impl SqlSession {
             }
         }
     }
+}
+
+/// Equal time buckets: `count` of `width_ns` from `start_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeBuckets {
+    /// Where the first bucket starts.
+    pub start_ns: i64,
+    /// Each bucket's width.
+    pub width_ns: i64,
+    /// How many buckets.
+    pub count: usize,
 }
 
 /// How often a running statement looks at its cancel flag.

@@ -279,7 +279,8 @@ impl SegmentTable {
         let config = ListingTableConfig::new_with_multi_paths(urls)
             .with_listing_options(options)
             .with_schema(Arc::clone(&self.schema));
-        let table = ListingTable::try_new(config)?;
+        let table = ListingTable::try_new(config)?
+            .with_cache(state.runtime_env().cache_manager.get_file_statistic_cache());
         table.scan(state, projection, filters, limit).await
     }
 }

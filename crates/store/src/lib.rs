@@ -25,7 +25,7 @@ pub mod tail;
 pub use archive::{Archive, RecoveryReport};
 pub use catalog::{Catalog, CatalogDamage, CatalogEntry};
 pub use error::{Result, StoreError};
-pub use segment::reader::{Damage, SegmentReader, TimeRange};
+pub use segment::reader::{Damage, SegmentReader, TimeRange, TimeSpan};
 pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};
 pub use table::Table;
 pub use tail::{Tail, TailView};

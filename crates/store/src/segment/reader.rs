@@ -138,6 +138,19 @@ fn connection_mask(batch: &RecordBatch, connections: &[ConnTuple]) -> BooleanArr
         .collect()
 }
 
+/// Rows of a segment whose timestamps all lie in `min_ts..=max_ts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeSpan {
+    /// The first, counted from the file's first row.
+    pub first_row: u64,
+    /// How many.
+    pub rows: u64,
+    /// The smallest timestamp among them.
+    pub min_ts: i64,
+    /// The largest.
+    pub max_ts: i64,
+}
+
 /// Rows per decoded record batch.
 const READ_BATCH_ROWS: usize = 8192;
 
@@ -447,6 +460,124 @@ impl SegmentReader {
         }
         let reader = builder.build().map_err(StoreError::parquet(&self.path))?;
         Ok((reader, selected))
+    }
+
+    /// The row spans of row group `group` with the time range of each: its
+    /// pages of `ts` (first row in the file, rows, smallest and largest
+    /// timestamp) from the page index, or else the whole group with its
+    /// statistics (or, without them, every instant). What a count by time
+    /// answers without decoding a row.
+    pub fn time_spans(&self, group: usize) -> Vec<TimeSpan> {
+        let metadata = self.metadata.metadata();
+        let Some(row_group) = metadata.row_groups().get(group) else {
+            return Vec::new();
+        };
+        let group_rows = u64::try_from(row_group.num_rows()).unwrap_or(0);
+        let first_row: u64 = metadata
+            .row_groups()
+            .iter()
+            .take(group)
+            .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
+            .sum();
+        let ts = self.column_index(col::TS);
+        let (min_ts, max_ts) = ts
+            .and_then(|ts| int64_bounds(row_group, ts))
+            .unwrap_or((i64::MIN, i64::MAX));
+        let whole = vec![TimeSpan {
+            first_row,
+            rows: group_rows,
+            min_ts,
+            max_ts,
+        }];
+        let Some(ts) = ts else {
+            return whole;
+        };
+        let pages = metadata
+            .offset_index()
+            .and_then(|index| index.get(group))
+            .and_then(|columns| columns.get(ts))
+            .map(|offsets| offsets.page_locations());
+        let bounds = match metadata
+            .column_index()
+            .and_then(|index| index.get(group))
+            .and_then(|columns| columns.get(ts))
+        {
+            Some(parquet::file::page_index::column_index::ColumnIndexMetaData::INT64(index)) => {
+                Some(index)
+            }
+            _ => None,
+        };
+        let (Some(pages), Some(bounds)) = (pages, bounds) else {
+            return whole;
+        };
+        let mut spans = Vec::with_capacity(pages.len());
+        for (page, location) in pages.iter().enumerate() {
+            let start = u64::try_from(location.first_row_index).unwrap_or(u64::MAX);
+            let end = pages.get(page + 1).map_or(group_rows, |next| {
+                u64::try_from(next.first_row_index).unwrap_or(0)
+            });
+            let (Some(&min), Some(&max)) = (bounds.min_value(page), bounds.max_value(page)) else {
+                return whole;
+            };
+            // Pages out of order or past the group: the index is not trusted.
+            if end < start || end > group_rows || min > max {
+                return whole;
+            }
+            spans.push(TimeSpan {
+                first_row: first_row + start,
+                rows: end - start,
+                min_ts: min,
+                max_ts: max,
+            });
+        }
+        spans
+    }
+
+    /// Returns a reader of the rows in `ranges` (first row in the file, rows;
+    /// sorted, disjoint), decoding only the named columns; pages holding none
+    /// of them are skipped through the page index.
+    pub fn read_ranges(
+        &self,
+        ranges: &[(u64, u64)],
+        columns: &[&str],
+    ) -> Result<ParquetRecordBatchReader> {
+        let metadata = self.metadata.metadata();
+        let mut groups = Vec::new();
+        let mut selectors = Vec::new();
+        let mut group_start = 0u64;
+        for (index, group) in metadata.row_groups().iter().enumerate() {
+            let rows = u64::try_from(group.num_rows()).unwrap_or(0);
+            let end = group_start + rows;
+            let mut cursor = group_start;
+            let mut any = false;
+            for &(first, count) in ranges {
+                let (from, to) = (first.max(cursor), (first + count).min(end));
+                if from >= to {
+                    continue;
+                }
+                if from > cursor {
+                    selectors.push(RowSelector::skip((from - cursor) as usize));
+                }
+                selectors.push(RowSelector::select((to - from) as usize));
+                cursor = to;
+                any = true;
+            }
+            if any {
+                if end > cursor {
+                    selectors.push(RowSelector::skip((end - cursor) as usize));
+                }
+                groups.push(index);
+            }
+            group_start = end;
+        }
+        let schema = metadata.file_metadata().schema_descr();
+        self.builder()?
+            .with_row_groups(groups)
+            .with_batch_size(READ_BATCH_ROWS)
+            .with_row_selection(RowSelection::from(selectors))
+            .with_projection(ProjectionMask::columns(schema, columns.iter().copied()))
+            .build()
+            .map_err(StoreError::parquet(&self.path))
     }
 
     /// Returns a reader of `row_groups`, decoding only the named columns (`None`: all).
