@@ -2,14 +2,18 @@
 //! 16): a real capture replayed by tcpreplay into a veth pair between two
 //! network namespaces this benchmark creates, captured on the other end by
 //! `hindsight record` (archiving, indexing, building connections, with a
-//! trigger on) and by `tcpdump -w`, one after the other on the same replay.
-//! Prints, per rate and tool, packets sent, captured (what the tool kept) and
-//! lost, and each tool's highest rate without loss.
+//! trigger on), by `tcpdump -w` and by Stenographer (Debian's package: its
+//! `stenotype` writing and indexing blocks, counted by what `stenocurl`
+//! answers for all time once its files are indexed), one after the other on
+//! the same replay. With `--queries`, a query process runs against
+//! hindsight's archive over and over while it records. Prints, per rate and
+//! tool, packets sent, captured (what the tool kept) and lost, and each
+//! tool's highest rate without loss.
 //!
 //! Needs root (namespaces, AF_PACKET). Test traffic stays in the namespaces.
 //!
 //! `cargo build --release -p hindsight -p hindsight-bench --bin loss_bench`
-//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...]`
+//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...] [--no-stenographer] [--queries]`
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,6 +38,8 @@ impl Link {
         must(Command::new("ip").args([
             "link", "add", "la", "netns", RX, "type", "veth", "peer", "name", "lb", "netns", TX,
         ]));
+        // Stenographer's server listens on the receiving side's loopback.
+        must(Command::new("ip").args(["-n", RX, "link", "set", "lo", "up"]));
         for (ns, dev) in [(RX, "la"), (TX, "lb")] {
             must(
                 Command::new("ip")
@@ -88,20 +94,34 @@ fn must(command: &mut Command) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Tool {
     Hindsight,
+    /// `hindsight record` while a query process runs against its archive
+    /// over and over.
+    HindsightQueried,
     Tcpdump,
+    Stenographer,
 }
+
+/// Stenographer's directory: owned by its user, outside the work directory
+/// (which only root may enter).
+const STENO_DIR: &str = "/var/tmp/hs-loss-steno";
 
 impl Tool {
     fn name(self) -> &'static str {
         match self {
             Self::Hindsight => "hindsight record",
+            Self::HindsightQueried => "hindsight + queries",
             Self::Tcpdump => "tcpdump -w",
+            Self::Stenographer => "stenographer",
         }
     }
 
     /// Starts capturing on `la` into `work`; returns once it captures.
     fn start(self, work: &Path) -> Running {
+        if self == Self::Stenographer {
+            return start_stenographer();
+        }
         let mut command = match self {
+            Self::HindsightQueried | Self::Stenographer => return Self::Hindsight.start(work),
             Self::Hindsight => {
                 let mut command = Link::exec(RX, hindsight_binary());
                 command
@@ -145,12 +165,28 @@ impl Tool {
             Ok(None) => {}
             other => panic!("{} did not start: {other:?}", self.name()),
         }
-        Running { child, log: heard }
+        Running {
+            child,
+            log: heard,
+            queries: None,
+        }
     }
 
     /// Stops the capture (SIGINT, as a user would) and returns the packets it kept.
     fn stop(self, running: Running, work: &Path) -> u64 {
-        let Running { mut child, log } = running;
+        if self == Self::Stenographer {
+            return stop_stenographer(running);
+        }
+        let Running {
+            mut child,
+            log,
+            queries,
+        } = running;
+        if let Some((stop, thread)) = queries {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let answered = thread.join().unwrap_or(0);
+            eprintln!("loss_bench: {answered} queries answered during the capture");
+        }
         // SAFETY: kill with a pid we spawned.
         unsafe { kill(child.id() as i32, 2) };
         let status = child.wait().expect("wait for the capture");
@@ -162,7 +198,7 @@ impl Tool {
             .unwrap_or_default();
         assert!(status.success(), "{} failed: {log}", self.name());
         match self {
-            Self::Hindsight => {
+            Self::Hindsight | Self::HindsightQueried | Self::Stenographer => {
                 // "captured N packets (...); archived A (...)"
                 let archived = log
                     .split("archived ")
@@ -188,6 +224,176 @@ impl Tool {
 struct Running {
     child: Child,
     log: std::sync::mpsc::Receiver<Option<String>>,
+    /// A thread asking the archive over and over, and its stop flag; it
+    /// returns how many queries it ran.
+    queries: Option<(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<u64>,
+    )>,
+}
+
+/// Queries the archive being recorded, one `hindsight query` process after
+/// another (a rare address, a port, the last minute), until told to stop.
+fn query_loop(
+    archive: PathBuf,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<u64>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        let filters = ["host 172.30.100.1", "udp port 53", "tcp.flags.syn == 1"];
+        let mut answered = 0;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            for filter in filters {
+                let status = Command::new(hindsight_binary())
+                    .args(["query", "--count", "--archive"])
+                    .arg(&archive)
+                    .arg(filter)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+                if status.is_ok_and(|s| s.success()) {
+                    answered += 1;
+                }
+            }
+        }
+        answered
+    });
+    (stop, thread)
+}
+
+/// Starts Stenographer on `la`: its configuration and directories under
+/// [`STENO_DIR`], blocks rotated every 10 s so that a replay is on disk and
+/// indexed soon after; returns once stenotype reads packets.
+fn start_stenographer() -> Running {
+    let dir = Path::new(STENO_DIR);
+    let _ = std::fs::remove_dir_all(dir);
+    for sub in ["packets", "index"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("create Stenographer's directories");
+    }
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{
+  "Threads": [{{ "PacketsDirectory": "{STENO_DIR}/packets", "IndexDirectory": "{STENO_DIR}/index",
+    "MaxDirectoryFiles": 30000, "DiskFreePercentage": 1 }}],
+  "StenotypePath": "/usr/sbin/stenotype",
+  "Interface": "la",
+  "Port": 1234,
+  "Host": "127.0.0.1",
+  "Flags": ["--no_watchdogs", "--blocks=2048", "--fileage_sec=10", "--blockage_sec=1", "-v"],
+  "CertPath": "/etc/stenographer/certs"
+}}"#
+        ),
+    )
+    .expect("write Stenographer's configuration");
+    must(Command::new("chown").args(["-R", "stenographer:stenographer", STENO_DIR]));
+    let log = std::fs::File::create(dir.join("stenographer.log")).expect("log file");
+    let child = Link::exec(RX, "runuser")
+        .args([
+            "-u",
+            "stenographer",
+            "--",
+            "stenographer",
+            "-syslog=false",
+            "-config",
+        ])
+        .arg(&config)
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .expect("start stenographer (bench/stenographer.sh installs it)");
+    let started = Instant::now();
+    // stenotype allocates its ring before it reads packets; replaying earlier loses them.
+    while !std::fs::read_to_string(dir.join("stenographer.log"))
+        .unwrap_or_default()
+        .contains("starting to process packets")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "stenotype did not start: see {STENO_DIR}/stenographer.log"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Its first packets are not kept until it has written a first block
+    // (seen on this machine: a replay at once was lost whole); it is given
+    // the time bench/stenographer.sh gives it.
+    std::thread::sleep(Duration::from_secs(5));
+    let (_, log) = std::sync::mpsc::channel();
+    Running {
+        child,
+        log,
+        queries: None,
+    }
+}
+
+/// The packets Stenographer answers for all time, once its files are rotated
+/// and indexed (two counts in a row agree); then stops it.
+fn stop_stenographer(running: Running) -> u64 {
+    let dir = Path::new(STENO_DIR);
+    let count = || -> u64 {
+        let output = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "STENOGRAPHER_CONFIG={STENO_DIR}/config ip netns exec {RX} stenocurl /query                  -d 'after 1970-01-01T00:00:00Z' --silent --show-error 2>>{STENO_DIR}/stenocurl.err | tcpdump -r - -nn 2>/dev/null | wc -l"
+            ))
+            .output()
+            .expect("run stenocurl");
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    // Its server finds rotated, indexed files on its own schedule: counted
+    // until two counts in a row agree on something.
+    std::thread::sleep(Duration::from_secs(12));
+    let mut last = u64::MAX;
+    for _ in 0..40 {
+        let names = |sub: &str| -> Vec<String> {
+            std::fs::read_dir(dir.join(sub)).map_or(Vec::new(), |d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+        };
+        // Every rotated file (the one being written is hidden) indexed.
+        let visible = |sub: &str| names(sub).iter().filter(|n| !n.starts_with('.')).count();
+        let (packets, index) = (visible("packets"), visible("index"));
+        if packets > 0 && index >= packets {
+            let now = count();
+            if now > 0 && now == last {
+                break;
+            }
+            last = now;
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let Running { mut child, .. } = running;
+    // SAFETY: kill with a pid we spawned.
+    unsafe { kill(child.id() as i32, 15) };
+    let _ = child.wait();
+    let _ = Command::new("ip")
+        .args(["netns", "exec", RX, "pkill", "-f", "stenotype"])
+        .status();
+    std::thread::sleep(Duration::from_secs(1));
+    if last == u64::MAX || last == 0 {
+        let log = std::fs::read_to_string(dir.join("stenographer.log")).unwrap_or_default();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains("aio.cc") && !l.contains("index.cc"))
+            .take(20)
+            .collect();
+        eprintln!(
+            "loss_bench: stenographer answered nothing; its log:\n{}\nstenocurl: {}",
+            lines.join("\n"),
+            std::fs::read_to_string(dir.join("stenocurl.err")).unwrap_or_default()
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    if last == u64::MAX { 0 } else { last }
 }
 
 unsafe extern "C" {
@@ -226,13 +432,17 @@ fn replay(capture: &Path, pps: u64, loops: u64) -> (u64, f64) {
 fn main() {
     let mut flags = Flags::new(
         "loss_bench",
-        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)]",
+        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--no-stenographer] [--queries]",
     );
     let mut capture: PathBuf = default_source();
     let mut seconds = 5.0f64;
     let mut rates: Vec<u64> = vec![25_000, 50_000, 100_000, 200_000, 400_000, 0];
+    let mut stenographer = true;
+    let mut queries = false;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
+            "--no-stenographer" => stenographer = false,
+            "--queries" => queries = true,
             "--capture" => capture = flags.value::<PathBuf>("--capture"),
             "--seconds" => seconds = flags.value("--seconds"),
             "--rates" => {
@@ -261,7 +471,25 @@ fn main() {
     );
     let _link = Link::new();
     let work = tempfile::tempdir_in("/var/tmp").expect("a work directory");
-    let tools = [Tool::Hindsight, Tool::Tcpdump];
+    let mut tools = vec![Tool::Hindsight];
+    if queries {
+        tools.push(Tool::HindsightQueried);
+    }
+    tools.push(Tool::Tcpdump);
+    if stenographer {
+        let present = Command::new("sh")
+            .args(["-c", "command -v stenotype && command -v stenocurl"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if present {
+            tools.push(Tool::Stenographer);
+        } else {
+            println!(
+                "(stenographer not installed: apt-get install stenographer stenographer-client, or bench/stenographer.sh)"
+            );
+        }
+    }
     let mut lossless: Vec<Option<f64>> = vec![None; tools.len()];
     // Whether a tool kept everything at top speed: then the replay, not the
     // tool, set its highest rate.
@@ -277,7 +505,10 @@ fn main() {
             ((pps as f64 * seconds) / packets as f64).ceil().max(1.0) as u64
         };
         for (i, &tool) in tools.iter().enumerate() {
-            let running = tool.start(work.path());
+            let mut running = tool.start(work.path());
+            if tool == Tool::HindsightQueried {
+                running.queries = Some(query_loop(work.path().join("archive")));
+            }
             let (sent, rate) = replay(&capture, pps, loops);
             // What the kernel still holds reaches the reader within its poll.
             std::thread::sleep(Duration::from_secs(1));
@@ -313,8 +544,9 @@ fn main() {
             None => println!("{:<18} lost packets at every rate", tool.name()),
         }
     }
-    match (lossless[0], lossless[1]) {
-        (Some(_), Some(_)) if lossless_at_top[0] && lossless_at_top[1] => {
+    let tcpdump = tools.iter().position(|&t| t == Tool::Tcpdump).unwrap_or(1);
+    match (lossless[0], lossless[tcpdump]) {
+        (Some(_), Some(_)) if lossless_at_top[0] && lossless_at_top[tcpdump] => {
             println!(
                 "ratio hindsight / tcpdump: not measurable here (neither lost a packet at the replay's top speed)"
             );

@@ -1,0 +1,350 @@
+//! Growth benchmark (issue 25): how each cost grows with the archive. One
+//! archive is grown to each of `--sizes` packets in turn (lan-hour copied
+//! with its timestamps shifted one hour per copy, as `archive_bench` does,
+//! streamed into `hindsight ingest -` so the input never lands on disk), and
+//! at each size it prints:
+//! - the ingest rate of the step and the peak RSS of its `ingest` (one
+//!   input stream of up to hundreds of millions of packets);
+//! - for answers of a fixed size, the same at every size, as `hindsight`
+//!   processes: a rare address in a one-hour window, a connection lookup of
+//!   the busiest address in that hour, a one-minute window, and the top 10
+//!   sources by bytes over one day (SQL);
+//! - the whole-archive rare address (its answer grows with the copies);
+//! - `hindsight stats` (opening the archive and its catalog);
+//! - each command's peak RSS (`/usr/bin/time -f %M`), segments, and bytes
+//!   per packet on disk.
+//!
+//! The latencies are medians of `--runs` runs of the process, start-up
+//! included (about 5 ms). Run with
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/growth_bench [--sizes 5000000,50000000,500000000] [--runs N] [--work DIR]`.
+
+use std::io::{BufWriter, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hindsight_bench::{median, read_frames};
+use hindsight_capture::{PcapWriter, TimestampPrecision};
+use hindsight_output::time::format_nanos;
+
+const NANOS: i64 = 1_000_000_000;
+const HOUR: i64 = 3600 * NANOS;
+
+struct Args {
+    sizes: Vec<u64>,
+    runs: usize,
+    work: PathBuf,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        sizes: vec![5_000_000, 50_000_000, 500_000_000],
+        runs: 5,
+        work: std::env::temp_dir().join("hindsight-bench"),
+    };
+    let mut flags =
+        hindsight_bench::Flags::new("growth_bench", "[--sizes N,N,...] [--runs N] [--work DIR]");
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
+            "--sizes" => {
+                let text: String = flags.value(&flag);
+                args.sizes = text
+                    .split(',')
+                    .map(|size| size.trim().parse().unwrap_or_else(|_| flags.unknown(&flag)))
+                    .collect();
+                args.sizes.sort_unstable();
+            }
+            "--runs" => args.runs = flags.value::<usize>(&flag).max(1),
+            "--work" => args.work = flags.value(&flag),
+            _ => flags.unknown(&flag),
+        }
+    }
+    args
+}
+
+/// A command's wall time and peak RSS (KiB), run under `/usr/bin/time`.
+fn measured(hindsight: &Path, args: &[String]) -> (Duration, u64) {
+    let started = Instant::now();
+    let output = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(hindsight)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .expect("run /usr/bin/time (Debian's `time` package)");
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "hindsight {args:?} failed: {stderr}"
+    );
+    (elapsed, peak_kib(&stderr))
+}
+
+fn peak_kib(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .last()
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Median time and largest RSS of `runs` runs.
+fn timed(hindsight: &Path, args: &[String], runs: usize) -> (Duration, u64) {
+    let mut samples = Vec::new();
+    let mut rss = 0;
+    for _ in 0..runs {
+        let (elapsed, peak) = measured(hindsight, args);
+        samples.push(elapsed);
+        rss = rss.max(peak);
+    }
+    (median(samples), rss)
+}
+
+/// Streams copies `from..to` of `frames` into `hindsight ingest -`; returns
+/// the wall time and the ingest's peak RSS.
+fn grow(
+    hindsight: &Path,
+    archive: &Path,
+    frames: &[(i64, u32, Vec<u8>)],
+    from: u64,
+    to: u64,
+) -> (Duration, u64) {
+    let started = Instant::now();
+    let mut child = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(hindsight)
+        .args(["ingest", "--quiet", "--archive"])
+        .arg(archive)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hindsight ingest");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    {
+        let stdin = BufWriter::with_capacity(1 << 20, child.stdin.take().expect("stdin"));
+        let mut writer = PcapWriter::new(
+            stdin,
+            hindsight_model::LinkType::ETHERNET,
+            65_535,
+            TimestampPrecision::Micros,
+        )
+        .expect("pcap header");
+        for copy in from..to {
+            for (ts, wire_len, frame) in frames {
+                writer
+                    .write_frame(ts + copy as i64 * HOUR, *wire_len, frame)
+                    .expect("write to ingest");
+            }
+        }
+        writer.flush().expect("flush to ingest");
+    }
+    let status = child.wait().expect("wait for ingest");
+    let stderr = errors.join().unwrap_or_default();
+    assert!(status.success(), "ingest failed: {stderr}");
+    (started.elapsed(), peak_kib(&stderr))
+}
+
+fn disk_bytes(dir: &Path) -> u64 {
+    let output = Command::new("du")
+        .args(["-sb"])
+        .arg(dir)
+        .output()
+        .expect("run du");
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn segments(hindsight: &Path, archive: &Path) -> u64 {
+    let output = Command::new(hindsight)
+        .args(["stats", "--json", "--archive"])
+        .arg(archive)
+        .output()
+        .expect("run stats");
+    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    stats["segments"].as_u64().unwrap_or(0)
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.work).expect("create work dir");
+    let hindsight = hindsight_bench::hindsight_binary();
+    let frames = read_frames(&hindsight_bench::default_source());
+    let per_copy = frames.len() as u64;
+    let first = frames.first().map_or(0, |f| f.0);
+    let archive = args.work.join("growth-archive");
+    if archive.exists() {
+        std::fs::remove_dir_all(&archive).expect("remove the last run's archive");
+    }
+    let epoch = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
+    let path = archive.to_string_lossy().into_owned();
+    // The fixed windows lie in the second copy: the same rows at every size.
+    let hour = (first + HOUR, first + 2 * HOUR);
+    let minute = (
+        first + HOUR + 30 * 60 * NANOS,
+        first + HOUR + 31 * 60 * NANOS,
+    );
+    let day = (first, first + 24 * HOUR);
+    let window = |(since, until): (i64, i64)| {
+        vec![
+            "--since".to_owned(),
+            epoch(since),
+            "--until".to_owned(),
+            epoch(until),
+        ]
+    };
+    let with = |head: &[&str], tail: Vec<String>| {
+        head.iter()
+            .map(|s| (*s).to_owned())
+            .chain(tail)
+            .collect::<Vec<String>>()
+    };
+    let queries: Vec<(&str, Vec<String>)> = vec![
+        (
+            "rare address, one hour (3 packets)",
+            with(
+                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
+                [window(hour), vec!["host 172.30.100.1".to_owned()]].concat(),
+            ),
+        ),
+        (
+            "connection lookup, one hour (10.174.200.10)",
+            with(
+                &[
+                    "flows",
+                    "--archive",
+                    &path,
+                    "--ip",
+                    "10.174.200.10",
+                    "-F",
+                    "jsonl",
+                ],
+                window(hour),
+            ),
+        ),
+        (
+            "one-minute window (1,047 packets)",
+            with(
+                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
+                window(minute),
+            ),
+        ),
+        (
+            "top 10 sources by bytes, one day",
+            vec![
+                "sql".to_owned(),
+                "--archive".to_owned(),
+                path.clone(),
+                format!(
+                    "SELECT src_addr, sum(wire_len) AS bytes FROM packets \
+                     WHERE ts >= '{}' AND ts < '{}' GROUP BY src_addr ORDER BY bytes DESC LIMIT 10",
+                    format_nanos(day.0),
+                    format_nanos(day.1)
+                ),
+            ],
+        ),
+        (
+            "rare address, whole archive (3 a copy)",
+            with(
+                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
+                vec!["host 172.30.100.1".to_owned()],
+            ),
+        ),
+        (
+            "stats (open the archive and its catalog)",
+            with(&["stats", "--archive", &path], Vec::new()),
+        ),
+    ];
+
+    println!(
+        "# growth_bench: lan-hour ({per_copy} packets) copied an hour apart; medians of {} process runs\n",
+        args.runs
+    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec![
+        "packets".to_owned(),
+        "segments".to_owned(),
+        "bytes/packet".to_owned(),
+        "ingest packets/s (step)".to_owned(),
+        "ingest peak RSS MiB".to_owned(),
+    ];
+    for (name, _) in &queries {
+        header.push(format!("{name} ms (RSS MiB)"));
+    }
+    let mut copies = 0u64;
+    for &size in &args.sizes {
+        let target = size.div_ceil(per_copy);
+        let (elapsed, ingest_rss) = grow(&hindsight, &archive, &frames, copies, target);
+        let added = (target - copies) * per_copy;
+        copies = target;
+        let packets = copies * per_copy;
+        let mut row = vec![
+            packets.to_string(),
+            segments(&hindsight, &archive).to_string(),
+            format!("{:.1}", disk_bytes(&archive) as f64 / packets as f64),
+            format!("{:.0}", added as f64 / elapsed.as_secs_f64()),
+            format!("{:.0}", mib(ingest_rss)),
+        ];
+        // A first run of each, untimed: the page cache holds what a
+        // recorder's recent queries hold.
+        for (_, query) in &queries {
+            measured(&hindsight, query);
+        }
+        for (_, query) in &queries {
+            let (time, rss) = timed(&hindsight, query, args.runs);
+            row.push(format!("{:.1} ({:.0})", ms(time), mib(rss)));
+        }
+        eprintln!("growth_bench: {packets} packets done");
+        rows.push(row);
+    }
+    // One row per measure, one column per size: easier to read across sizes.
+    print!("| measure |");
+    for row in &rows {
+        print!(" {} packets |", row[0]);
+    }
+    println!();
+    print!("|---|");
+    for _ in &rows {
+        print!("---:|");
+    }
+    println!();
+    for (index, name) in header.iter().enumerate().skip(1) {
+        print!("| {name} |");
+        for row in &rows {
+            print!(" {} |", row[index]);
+        }
+        println!();
+    }
+    if let (Some(small), Some(large)) = (rows.first(), rows.last()) {
+        println!("\nFixed-size answers, largest against smallest archive:");
+        for (offset, (name, _)) in queries.iter().enumerate().take(4) {
+            let value = |row: &Vec<String>| {
+                row[5 + offset]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(f64::NAN)
+            };
+            println!("- {name}: {:.2}×", value(large) / value(small));
+        }
+    }
+}
