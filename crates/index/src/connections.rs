@@ -870,7 +870,10 @@ impl ConnectionIndex {
             tables_written: AtomicU64::new(0),
             community_seed: DEFAULT_COMMUNITY_SEED,
         };
-        index.load_state()?;
+        // The histogram serves a writer's cutoffs only; a reader needs the
+        // cutoff, and reading the histogram grows with the span indexed (one
+        // entry per `histogram_granularity_secs`: 480,000 for 8,000 hours).
+        index.load_cutoff()?;
         let community_seed = index.stored_seed()?.unwrap_or(DEFAULT_COMMUNITY_SEED);
         Ok(Some(Self {
             community_seed,
@@ -899,10 +902,7 @@ impl ConnectionIndex {
     /// re-binned into the configured one by interval start (rounding down keeps
     /// every count at or before its true time, so cutoffs stay safe).
     fn load_state(&self) -> Result<()> {
-        if let Some(bytes) = self.read_meta(META_CUTOFF, "cutoff")? {
-            self.cutoff
-                .store(i64::from_be_bytes(bytes), Ordering::Release);
-        }
+        self.load_cutoff()?;
         let family = self.family(CF_HISTOGRAM)?;
         let mut histogram = self.lock_histogram();
         for item in self.db.iterator_cf(family, IteratorMode::Start) {
@@ -916,6 +916,15 @@ impl ConnectionIndex {
             let start = ts_from_bytes(key[..8].try_into().unwrap_or_default());
             let bucket = histogram.bucket_of(start);
             histogram.add(bucket, u64::from_le_bytes(value));
+        }
+        Ok(())
+    }
+
+    /// Reads the cutoff back from the database.
+    fn load_cutoff(&self) -> Result<()> {
+        if let Some(bytes) = self.read_meta(META_CUTOFF, "cutoff")? {
+            self.cutoff
+                .store(i64::from_be_bytes(bytes), Ordering::Release);
         }
         Ok(())
     }

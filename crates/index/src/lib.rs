@@ -287,15 +287,21 @@ impl AddressIndex {
         &self,
         ranges: &[(Addr16, Addr16)],
     ) -> Result<BTreeMap<SegmentId, GranuleSet>> {
-        Ok(self.postings_in(ranges)?.0)
+        Ok(self
+            .postings_in(ranges, (SegmentId(0), SegmentId(u64::MAX)))?
+            .0)
     }
 
     /// Returns the granules of each segment holding an address in `ranges`, and
     /// how many postings (addresses) each segment has there.
-    fn postings_in(&self, ranges: &[(Addr16, Addr16)]) -> Result<(Granules, PostingCounts)> {
+    fn postings_in(
+        &self,
+        ranges: &[(Addr16, Addr16)],
+        ids: (SegmentId, SegmentId),
+    ) -> Result<(Granules, PostingCounts)> {
         let mut granules: BTreeMap<SegmentId, GranuleSet> = BTreeMap::new();
         let mut postings: BTreeMap<SegmentId, usize> = BTreeMap::new();
-        self.scan(CF_POSTINGS, ranges, |id, value| {
+        self.scan(CF_POSTINGS, ranges, ids, |id, value| {
             let decoded = GranuleSet::decode(value).ok_or("undecodable granule list")?;
             granules.entry(id).or_default().union_with(&decoded);
             *postings.entry(id).or_default() += 1;
@@ -305,11 +311,15 @@ impl AddressIndex {
     }
 
     /// Calls `visit` with the segment id and value of every entry of `family` whose
-    /// address lies in one of `ranges`, in key order.
+    /// address lies in one of `ranges` and whose segment in `ids` (inclusive),
+    /// in key order. Keys are address then segment, so for one address the
+    /// scan reads only the entries of `ids`; a range of addresses reads every
+    /// entry of its addresses and leaves out the others.
     fn scan(
         &self,
         name: &'static str,
         ranges: &[(Addr16, Addr16)],
+        ids: (SegmentId, SegmentId),
         mut visit: impl FnMut(SegmentId, &[u8]) -> std::result::Result<(), &'static str>,
     ) -> Result<()> {
         let Some(family) = self.db.cf_handle(name) else {
@@ -327,8 +337,8 @@ impl AddressIndex {
             reason,
         };
         for &(low, high) in ranges {
-            let start = posting_key(low, SegmentId(0));
-            let end = posting_key(high, SegmentId(u64::MAX));
+            let start = posting_key(low, ids.0);
+            let end = posting_key(high, ids.1);
             // A raw iterator bounded above: no key or value copied per entry, and
             // RocksDB stops at the range's end instead of reading the next block.
             let mut options = ReadOptions::default();
@@ -350,8 +360,10 @@ impl AddressIndex {
                         key.len()
                     )));
                 };
-                visit(SegmentId(u64::from_be_bytes(id)), value)
-                    .map_err(|reason| corrupt(reason.to_owned()))?;
+                let id = SegmentId(u64::from_be_bytes(id));
+                if ids.0 <= id && id <= ids.1 {
+                    visit(id, value).map_err(|reason| corrupt(reason.to_owned()))?;
+                }
                 iter.next();
             }
             iter.status().map_err(rocks(&self.path))?;
@@ -363,9 +375,20 @@ impl AddressIndex {
     /// segment may hold them unless it is indexed and its postings lack them; and
     /// for the segments where every posting in the ranges is covering, the rows.
     pub fn lookup(&self, ranges: &[(Addr16, Addr16)]) -> Result<AddressLookup> {
-        let (holding, postings_per_segment) = self.postings_in(ranges)?;
+        self.lookup_within(ranges, (SegmentId(0), SegmentId(u64::MAX)))
+    }
+
+    /// [`Self::lookup`] for the segments `ids` (inclusive) only: what a query
+    /// whose window spans those segments reads, so that a one-hour question
+    /// reads an hour's postings however long the archive.
+    pub fn lookup_within(
+        &self,
+        ranges: &[(Addr16, Addr16)],
+        ids: (SegmentId, SegmentId),
+    ) -> Result<AddressLookup> {
+        let (holding, postings_per_segment) = self.postings_in(ranges, ids)?;
         let mut covered = CoveredPostings::new();
-        self.scan(CF_COVERING, ranges, |id, value| {
+        self.scan(CF_COVERING, ranges, ids, |id, value| {
             covered.entry(id).or_default().push(value.to_vec());
             Ok(())
         })?;
@@ -468,10 +491,18 @@ impl AddressLookup {
 /// Options of a read-only open, which every query pays for: table files are
 /// opened on the calling thread (RocksDB's default starts 16 threads per column
 /// family to open them, which costs more than opening a few files).
+/// Table files a read-only index keeps open at once.
+const READ_ONLY_OPEN_FILES: i32 = 64;
+
 pub(crate) fn read_only_options() -> Options {
     let mut options = Options::default();
     options.set_max_file_opening_threads(1);
     options.set_skip_stats_update_on_db_open(true);
+    // Table files are opened when a read first needs them, not all at open
+    // (what `-1`, the default, does): opening then costs the same for a
+    // month of table files as for an hour's, and a lookup opens the few its
+    // key range touches. At most this many stay open.
+    options.set_max_open_files(READ_ONLY_OPEN_FILES);
     options
 }
 
@@ -568,6 +599,13 @@ mod tests {
                 expected,
                 "{ranges:?}"
             );
+            // A window's segments: only their postings.
+            let (within, _) = index
+                .lookup_within(&ranges, (SegmentId(10), SegmentId(25)))
+                .unwrap()
+                .into_parts();
+            expected.retain(|id, _| (10..=25).contains(&id.0));
+            assert_eq!(within, expected, "{ranges:?} within segments 10 to 25");
         }
         let indexed = index.indexed_segments().unwrap();
         assert_eq!(indexed.len(), 39);

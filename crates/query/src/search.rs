@@ -398,9 +398,13 @@ impl PacketSearch {
         let mut granules = BTreeMap::new();
         let mut covered = BTreeMap::new();
         if let (Some(ranges), Some(index)) = (&address_ranges, &self.index) {
-            let lookup = match looked_up {
-                Some(lookup) => lookup,
-                None => index.lookup(ranges)?,
+            // Only the postings of the segments in the window are read.
+            let ids = segments.iter().map(CatalogEntry::segment_id);
+            let bounds = ids.clone().min().zip(ids.max());
+            let lookup = match (looked_up, bounds) {
+                (Some(lookup), _) => lookup,
+                (None, Some(bounds)) => index.lookup_within(ranges, bounds)?,
+                (None, None) => index.lookup_within(ranges, (SegmentId(1), SegmentId(0)))?,
             };
             segments.retain(|entry| lookup.may_hold(entry.segment_id()));
             (granules, covered) = lookup.into_parts();
