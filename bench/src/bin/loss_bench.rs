@@ -375,8 +375,9 @@ fn stop_stenographer(running: Running) -> u64 {
     // SAFETY: kill with a pid we spawned.
     unsafe { kill(child.id() as i32, 15) };
     let _ = child.wait();
-    let _ = Command::new("ip")
-        .args(["netns", "exec", RX, "pkill", "-f", "stenotype"])
+    // stenotype outlives its server's SIGTERM (and holds a 2 GB ring): by name.
+    let _ = Command::new("pkill")
+        .args(["-KILL", "-u", "stenographer", "-x", "stenotype"])
         .status();
     std::thread::sleep(Duration::from_secs(1));
     if last == u64::MAX || last == 0 {
