@@ -120,7 +120,10 @@ impl Snapshot {
             Some(filter) => {
                 let (counts, skipped) =
                     self.count_segments(&filter, &plan, time, buckets, limits)?;
+                // Segments the plan left out (files gone), then those that
+                // failed as they were read.
                 let mut incomplete = self.catalog_damage();
+                incomplete.extend(plan.stats.skipped.iter().map(ToString::to_string));
                 incomplete.extend(skipped);
                 (counts, "columnar", incomplete)
             }

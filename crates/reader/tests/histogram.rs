@@ -346,6 +346,46 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
         failures.len(),
         failures.join("\n")
     );
+    // A segment file gone: both paths count without it and name it.
+    let lan_reader = Reader::open(&lan).unwrap();
+    let lan_snapshot = lan_reader.snapshot().unwrap();
+    let gone = std::fs::read_dir(lan.join("packets"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .min()
+        .unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    let tcp = request("tcp", TimeRange::ALL);
+    let (columnar, rows) = (
+        lan_snapshot
+            .histogram(
+                &tcp,
+                None,
+                30,
+                &Limits::default(),
+                HistogramMethod::Columnar,
+            )
+            .unwrap(),
+        lan_snapshot
+            .histogram(
+                &tcp,
+                None,
+                30,
+                &Limits::default(),
+                HistogramMethod::Rows,
+            )
+            .unwrap(),
+    );
+    assert_eq!(columnar.counts, rows.counts);
+    let name = gone.file_name().unwrap().to_string_lossy().into_owned();
+    for answer in [&columnar, &rows] {
+        assert!(
+            answer.incomplete.iter().any(|line| line.contains(&name)),
+            "{} does not name {name}: {:?}",
+            answer.method,
+            answer.incomplete
+        );
+    }
     // Each capture has matches for some filter that the other path must find.
     let nonzero = COLUMNAR
         .iter()
