@@ -367,13 +367,7 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
             )
             .unwrap(),
         lan_snapshot
-            .histogram(
-                &tcp,
-                None,
-                30,
-                &Limits::default(),
-                HistogramMethod::Rows,
-            )
+            .histogram(&tcp, None, 30, &Limits::default(), HistogramMethod::Rows)
             .unwrap(),
     );
     assert_eq!(columnar.counts, rows.counts);
