@@ -286,6 +286,28 @@ pub fn segment_column_bytes(dir: &Path) -> (u64, u64, u64) {
     (data, headers, total)
 }
 
+/// lan-hour replicated to at least `packets` packets ([`replicate`]) and
+/// ingested by `hindsight` into `work/api-archive-N` unless there already:
+/// the archive the API and aggregation benchmarks share. Returns the
+/// archive, the replicated capture, its packets and the first timestamp.
+pub fn replicated_archive(
+    hindsight: &Path,
+    packets: u64,
+    work: &Path,
+) -> (PathBuf, PathBuf, u64, i64) {
+    let (capture, packets, first_ts) = replicate(&default_source(), packets, work);
+    let archive = work.join(format!("api-archive-{packets}"));
+    if !archive.exists() {
+        run_quiet(
+            Command::new(hindsight)
+                .args(["ingest", "--quiet", "--archive"])
+                .arg(&archive)
+                .arg(&capture),
+        );
+    }
+    (archive, capture, packets, first_ts)
+}
+
 /// `hindsight serve` on a free port; killed when dropped.
 #[derive(Debug)]
 pub struct Server {

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{Server, median, replicate, run_quiet};
+use hindsight_bench::{Server, median};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::SearchRequest;
 use hindsight_reader::{HistogramMethod, Limits, Reader};
@@ -160,17 +160,8 @@ fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
-    let (capture, packets, _) =
-        replicate(&hindsight_bench::default_source(), args.packets, &args.work);
-    let archive = args.work.join(format!("api-archive-{packets}"));
-    if !archive.exists() {
-        run_quiet(
-            Command::new(&hindsight)
-                .args(["ingest", "--quiet", "--archive"])
-                .arg(&archive)
-                .arg(&capture),
-        );
-    }
+    let (archive, _, packets, _) =
+        hindsight_bench::replicated_archive(&hindsight, args.packets, &args.work);
     let server = Server::start(&hindsight, &archive);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(3600)))

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{Server, median, replicate, run_quiet, time_command};
+use hindsight_bench::{Server, median, time_command};
 
 const NANOS: i64 = 1_000_000_000;
 
@@ -67,17 +67,8 @@ fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
-    let (capture, packets, first_ts) =
-        replicate(&hindsight_bench::default_source(), args.packets, &args.work);
-    let archive = args.work.join(format!("api-archive-{packets}"));
-    if !archive.exists() {
-        run_quiet(
-            Command::new(&hindsight)
-                .args(["ingest", "--quiet", "--archive"])
-                .arg(&archive)
-                .arg(&capture),
-        );
-    }
+    let (archive, capture, packets, first_ts) =
+        hindsight_bench::replicated_archive(&hindsight, args.packets, &args.work);
     let server = Server::start(&hindsight, &archive);
     let before = args
         .before

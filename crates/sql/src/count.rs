@@ -62,11 +62,7 @@ impl Clone for TimeCounter {
 impl TimeCounter {
     /// A counter of `filter`'s rows in `time` (inclusive) and in `buckets`.
     pub fn new(filter: &ColumnarFilter, time: TimeRange, buckets: TimeBuckets) -> Self {
-        let width = buckets.width_ns.max(1);
-        let last = i64::try_from(
-            i128::from(buckets.start_ns) + i128::from(width) * buckets.count as i128 - 1,
-        )
-        .unwrap_or(i64::MAX);
+        let (low, high) = buckets.window(time);
         let mut columns: Vec<String> = filter
             .expr()
             .column_refs()
@@ -80,10 +76,10 @@ impl TimeCounter {
         Self {
             filter: filter.clone(),
             columns,
-            low: time.start_nanos.max(buckets.start_ns),
-            high: time.end_nanos.min(last),
+            low,
+            high,
             buckets: TimeBuckets {
-                width_ns: width,
+                width_ns: buckets.width_ns.max(1),
                 ..buckets
             },
             context: SessionContext::new(),

@@ -568,15 +568,8 @@ impl SqlSession {
 
         let mut counts = vec![0u64; buckets.count];
         let width = buckets.width_ns.max(1);
-        let last = i64::try_from(
-            i128::from(buckets.start_ns) + i128::from(width) * buckets.count as i128 - 1,
-        )
-        .unwrap_or(i64::MAX);
-        let (low, high) = (
-            time.start_nanos.max(buckets.start_ns),
-            time.end_nanos.min(last),
-        );
-        if buckets.count == 0 || low > high {
+        let (low, high) = buckets.window(time);
+        if low > high {
             return Ok(counts);
         }
         let ts = |nanos: i64| {
@@ -961,6 +954,21 @@ pub struct TimeBuckets {
     pub width_ns: i64,
     /// How many buckets.
     pub count: usize,
+}
+
+impl TimeBuckets {
+    /// The instants counted: `time` (inclusive) within the buckets, as
+    /// `(first, last)`; empty (first above last) when they do not meet.
+    pub fn window(&self, time: hindsight_store::TimeRange) -> (i64, i64) {
+        let width = self.width_ns.max(1);
+        let last =
+            i64::try_from(i128::from(self.start_ns) + i128::from(width) * self.count as i128 - 1)
+                .unwrap_or(i64::MAX);
+        (
+            time.start_nanos.max(self.start_ns),
+            time.end_nanos.min(last),
+        )
+    }
 }
 
 /// How often a running statement looks at its cancel flag.
