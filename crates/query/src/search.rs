@@ -676,7 +676,7 @@ impl SegmentRead<'_> {
             let batches = if groups.is_empty() {
                 None
             } else {
-                Some(reader.read_granules(
+                Some(reader.read_in_time_order(
                     groups,
                     self.plan.granules.get(&entry.segment_id()),
                     Some(self.columns),
@@ -865,7 +865,7 @@ impl Visitor<'_, '_> {
 }
 
 /// Decodes the covering postings of one segment (one per address) into its
-/// candidate rows, in row order, each once (a packet between two of the addresses
+/// candidate rows, in time order, each once (a packet between two of the addresses
 /// is in both postings); `None` if one is damaged.
 fn covered_rows(postings: &[Vec<u8>]) -> Option<Vec<CoveredRow>> {
     let mut rows = Vec::new();
@@ -874,6 +874,9 @@ fn covered_rows(postings: &[Vec<u8>]) -> Option<Vec<CoveredRow>> {
     }
     rows.sort_by_key(|row| row.row);
     rows.dedup_by_key(|row| row.row);
+    // In time order: the rows of a segment are grouped by host in its file, and
+    // rows with equal timestamps lie together in capture order (`cluster.rs`).
+    rows.sort_by_key(|row| row.record.ts_nanos);
     Some(rows)
 }
 

@@ -58,8 +58,16 @@ fn small_groups() -> SegmentOptions {
 }
 
 fn write_segment(dir: &Path, id: u64, rows: &[PacketRecord]) -> hindsight_store::SealedSegment {
-    let mut writer =
-        SegmentWriter::create(dir, Table::Packets, SegmentId(id), &small_groups()).unwrap();
+    write_segment_with(dir, id, rows, &small_groups())
+}
+
+fn write_segment_with(
+    dir: &Path,
+    id: u64,
+    rows: &[PacketRecord],
+    options: &SegmentOptions,
+) -> hindsight_store::SealedSegment {
+    let mut writer = SegmentWriter::create(dir, Table::Packets, SegmentId(id), options).unwrap();
     for chunk in rows.chunks(1000) {
         let mut builder = PacketBatchBuilder::with_capacity(chunk.len(), chunk.len() * 4);
         for (i, record) in chunk.iter().enumerate() {
@@ -70,9 +78,13 @@ fn write_segment(dir: &Path, id: u64, rows: &[PacketRecord]) -> hindsight_store:
     writer.seal().unwrap()
 }
 
+/// The rows of `groups` in time order.
 fn read_all(reader: &SegmentReader, groups: Vec<usize>) -> Vec<PacketRecord> {
+    let (batches, _) = reader
+        .read_in_time_order(groups, None, None, None, &[])
+        .unwrap();
     let mut out = Vec::new();
-    for batch in reader.read(groups, None).unwrap() {
+    for batch in batches {
         let batch = batch.unwrap();
         let view = PacketBatchView::new(&batch);
         out.extend((0..view.len()).map(|row| view.record(row)));
@@ -115,6 +127,27 @@ fn segment_round_trips_and_summarizes() {
     );
     assert_eq!(read_all(&reader, (0..5).collect()), rows);
     assert_eq!(reader.address_postings().unwrap(), sealed.addresses);
+
+    // In the file, each row group's rows are grouped by host: every source's
+    // rows of a row group lie together, in time order.
+    let mut in_file = Vec::new();
+    for batch in reader.read((0..5).collect(), None).unwrap() {
+        let batch = batch.unwrap();
+        let view = PacketBatchView::new(&batch);
+        in_file.extend((0..view.len()).map(|row| view.record(row)));
+    }
+    assert_ne!(in_file, rows);
+    for group in in_file.chunks(1000) {
+        let mut sources: Vec<Addr16> = group.iter().filter_map(|r| r.headers.src_addr).collect();
+        sources.dedup();
+        let distinct: std::collections::BTreeSet<_> = sources.iter().collect();
+        assert_eq!(sources.len(), distinct.len(), "one run per source");
+        for pair in group.windows(2) {
+            if pair[0].headers.src_addr == pair[1].headers.src_addr {
+                assert!(pair[0].ts_nanos <= pair[1].ts_nanos);
+            }
+        }
+    }
 }
 
 #[test]
@@ -122,7 +155,12 @@ fn granule_selection_reads_only_those_rows() {
     let dir = tempfile::tempdir().unwrap();
     // 20,000 rows: granules 0 (rows 0..8192), 1 (..16384) and 2 (..20000).
     let rows = records(20_000, 17_000);
-    let sealed = write_segment(dir.path(), 1, &rows);
+    // Rows in time order in the file, so that a granule holds known rows.
+    let options = SegmentOptions {
+        group_by_host: false,
+        ..small_groups()
+    };
+    let sealed = write_segment_with(dir.path(), 1, &rows, &options);
     let rare = sealed
         .addresses
         .iter()

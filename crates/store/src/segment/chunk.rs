@@ -66,6 +66,12 @@ pub(super) struct ChunkOptions {
     /// whose literals are mostly sequence numbers, checksums and payload, which
     /// Huffman coding barely shrinks (see [`Compressors`]).
     pub raw_literals: bool,
+    /// Pages compressed as LZ4 blocks (Parquet's `LZ4_RAW`) instead of zstd.
+    /// Readers create a codec for every column chunk they read, and the
+    /// `parquet` crate's zstd codec makes a zstd compression and decompression
+    /// context, each asking the CPU its features (`cpuid`, which traps to the
+    /// hypervisor in a virtual machine); its LZ4 codec costs nothing to make.
+    pub lz4: bool,
     /// Chunk statistics (min, max, null count).
     pub statistics: bool,
     /// Page statistics: the column index. (The offset index, where each page
@@ -84,6 +90,24 @@ impl ChunkOptions {
     /// The compressor settings of the pages: level and literal mode.
     fn zstd(&self) -> (i32, bool) {
         (self.zstd_level, self.raw_literals)
+    }
+
+    /// The codec the chunk's metadata names.
+    fn compression(&self) -> Compression {
+        if self.lz4 {
+            Compression::LZ4_RAW
+        } else {
+            Compression::ZSTD(ZstdLevel::default())
+        }
+    }
+
+    /// Compresses one page's bytes with the chunk's codec.
+    fn compress(&self, zstd: &mut Compressors, page: &[u8]) -> Result<Vec<u8>> {
+        if self.lz4 {
+            Ok(lz4_flex::block::compress(page))
+        } else {
+            zstd.compress(self.zstd(), page)
+        }
     }
 }
 
@@ -792,7 +816,7 @@ fn write_chunk<V: Values>(
     let mut pages = PageSink::default();
     let (mut compressed_bytes, mut uncompressed_bytes) = (0u64, 0u64);
     if let Some(dictionary) = &dictionary {
-        let compressed = zstd.compress(options.zstd(), &dictionary.plain)?;
+        let compressed = options.compress(zstd, &dictionary.plain)?;
         let spec = pages.write(
             PageKind::Dictionary {
                 values: dictionary.keys.len(),
@@ -831,7 +855,7 @@ fn write_chunk<V: Values>(
             Some(dictionary) => dictionary.encode(start..end, page_valid, &mut scratch, &mut page),
             None => values.encode(start..end, page_valid, encoding, &mut page)?,
         };
-        let compressed = zstd.compress(options.zstd(), &page)?;
+        let compressed = options.compress(zstd, &page)?;
         let spec = pages.write(
             PageKind::Data {
                 values: end - start,
@@ -879,7 +903,7 @@ fn write_chunk<V: Values>(
         encodings.push(Encoding::RLE);
     }
     let mut metadata = ColumnChunkMetaData::builder(descr)
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_compression(options.compression())
         .set_encodings_mask(EncodingMask::new_from_encodings(encodings.iter()))
         .set_total_compressed_size(compressed_bytes as i64)
         .set_total_uncompressed_size(uncompressed_bytes as i64)
@@ -1230,6 +1254,7 @@ mod tests {
             page_bytes: 16 * 1024,
             zstd_level: 3,
             raw_literals: false,
+            lz4: false,
             statistics: true,
             page_index: true,
             encoding: Encoding::PLAIN,

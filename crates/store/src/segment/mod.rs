@@ -7,6 +7,7 @@
 //! is the format reference.
 
 mod chunk;
+mod cluster;
 pub mod postings;
 pub mod reader;
 pub mod writer;
@@ -16,11 +17,12 @@ use hindsight_model::SegmentId;
 /// Key of the Parquet key-value metadata entry holding the segment format version.
 pub const FORMAT_VERSION_KEY: &str = "hindsight.format_version";
 /// The segment format version this build writes (bumped on any incompatible change):
-/// 4 since `flows.uid` is null where the uid is derived from the row; 3 since `packets.data` may leave out the IP length and IPv4 checksum too
+/// 5 since the rows of a `packets` row group are grouped by host, not in time
+/// order (a reader puts them back in it); 4 since `flows.uid` is null where the uid is derived from the row; 3 since `packets.data` may leave out the IP length and IPv4 checksum too
 /// (`data_form` codes above 8); 2 since it leaves out header fields
 /// (`data_form`); version 1 segments hold the frames' bytes verbatim and read as
 /// such.
-pub const FORMAT_VERSION: &str = "4";
+pub const FORMAT_VERSION: &str = "5";
 /// Key of the Parquet key-value metadata entry naming the table (`packets`, `flows`).
 pub const TABLE_KEY: &str = "hindsight.table";
 

@@ -44,7 +44,9 @@ struct Posting {
 #[derive(Debug)]
 pub(crate) struct PostingsCollector {
     limits: CoveringLimits,
-    postings: HashMap<Addr16, Posting>,
+    /// Where each address's posting is in `postings`.
+    slots: HashMap<Addr16, u32>,
+    postings: Vec<(Addr16, Posting)>,
     covered_bytes: u64,
 }
 
@@ -61,7 +63,8 @@ impl PostingsCollector {
     pub(crate) fn new(limits: CoveringLimits) -> Self {
         Self {
             limits,
-            postings: HashMap::default(),
+            slots: HashMap::default(),
+            postings: Vec::new(),
             covered_bytes: 0,
         }
     }
@@ -100,38 +103,100 @@ impl PostingsCollector {
                 if seen.get(key) == Some(granule) {
                     continue;
                 }
-                let mut new = false;
-                let posting = self.postings.entry(Addr16(bytes)).or_insert_with(|| {
-                    new = true;
-                    Posting::default()
-                });
-                posting.granules.push_row(segment_row);
-                let Some(view) = &view else {
+                let slot = self.slot(Addr16(bytes));
+                if !self.add(
+                    slot,
+                    segment_row,
+                    view.as_ref().map(|view| (view, row)),
+                    budget,
+                ) {
                     seen.insert(key, granule);
+                }
+            }
+        }
+    }
+
+    /// The slot of `address`'s posting, made if it has none.
+    fn slot(&mut self, address: Addr16) -> usize {
+        let next = self.postings.len() as u32;
+        let slot = *self.slots.entry(address).or_insert(next);
+        if slot == next {
+            self.postings.push((address, Posting::default()));
+        }
+        slot as usize
+    }
+
+    /// Adds row `segment_row` to the posting in `slot`, with its whole row
+    /// (`row` of `view`) if the posting covers it; false if the posting no
+    /// longer covers rows.
+    fn add(
+        &mut self,
+        slot: usize,
+        segment_row: u64,
+        view: Option<(&PacketBatchView<'_>, usize)>,
+        budget: u64,
+    ) -> bool {
+        let Some((_, posting)) = self.postings.get_mut(slot) else {
+            return false;
+        };
+        let new = posting.granules.is_empty();
+        posting.granules.push_row(segment_row);
+        let Some((view, row)) = view else {
+            return false;
+        };
+        if new && self.covered_bytes < budget {
+            let rows = CoveredRowsBuilder::new();
+            self.covered_bytes += rows.encoded_len() as u64;
+            posting.covered = Some(rows);
+        }
+        // A row of a damaged segment whose data form is unknown is not
+        // covered: its address is looked up in the segment.
+        match (&mut posting.covered, view.data_form(row)) {
+            // A packet sent to itself: its row is already there.
+            (Some(rows), _) if rows.last_row() == Some(segment_row) => true,
+            (Some(rows), Some(form)) if rows.rows() < self.limits.rows => {
+                let before = rows.encoded_len();
+                rows.push(segment_row, &view.record(row), form, view.data(row));
+                self.covered_bytes += (rows.encoded_len() - before) as u64;
+                true
+            }
+            (Some(rows), _) => {
+                self.covered_bytes -= rows.encoded_len() as u64;
+                posting.covered = None;
+                false
+            }
+            (None, _) => false,
+        }
+    }
+
+    /// [`collect`](Self::collect) with the rows' addresses already numbered:
+    /// `ids` holds each row's source and destination address ids (`NO_ADDRESS`
+    /// for none), `addresses` the address of each id. Each distinct address is
+    /// looked up once, not once a row.
+    pub(crate) fn collect_numbered(
+        &mut self,
+        batch: &RecordBatch,
+        first_row: u64,
+        ids: &[(u32, u32)],
+        addresses: &[Addr16],
+    ) {
+        let covering = self.limits.rows > 0 && batch.column_by_name(col::DATA).is_some();
+        let view = covering.then(|| PacketBatchView::new(batch));
+        let budget = COVERING_FLOOR_BYTES
+            .max(u64::from(self.limits.bytes_per_row) * (first_row + batch.num_rows() as u64));
+        let slots: Vec<usize> = addresses.iter().map(|&a| self.slot(a)).collect();
+        for (row, &(src, dst)) in ids.iter().enumerate() {
+            for id in [src, dst] {
+                let Some(&slot) = slots.get(id as usize) else {
                     continue;
                 };
-                if new && self.covered_bytes < budget {
-                    let rows = CoveredRowsBuilder::new();
-                    self.covered_bytes += rows.encoded_len() as u64;
-                    posting.covered = Some(rows);
-                }
-                // A row of a damaged segment whose data form is unknown is not
-                // covered: its address is looked up in the segment.
-                match (&mut posting.covered, view.data_form(row)) {
-                    // A packet sent to itself: its row is already there.
-                    (Some(rows), _) if rows.last_row() == Some(segment_row) => {}
-                    (Some(rows), Some(form)) if rows.rows() < self.limits.rows => {
-                        let before = rows.encoded_len();
-                        rows.push(segment_row, &view.record(row), form, view.data(row));
-                        self.covered_bytes += (rows.encoded_len() - before) as u64;
-                    }
-                    (Some(rows), _) => {
-                        self.covered_bytes -= rows.encoded_len() as u64;
-                        posting.covered = None;
-                        seen.insert(key, granule);
-                    }
-                    (None, _) => seen.insert(key, granule),
-                }
+                let segment_row = first_row + row as u64;
+                self.add(
+                    slot,
+                    segment_row,
+                    view.as_ref().map(|view| (view, row)),
+                    budget,
+                );
             }
         }
     }

@@ -6,8 +6,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow::array::{
-    Array, BooleanArray, FixedSizeBinaryArray, RecordBatch, UInt8Array, UInt16Array,
+    Array, AsArray, BooleanArray, FixedSizeBinaryArray, RecordBatch, UInt8Array, UInt16Array,
+    UInt32Array,
 };
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::TimestampNanosecondType;
+use arrow::error::ArrowError;
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -462,6 +466,37 @@ impl SegmentReader {
         Ok((reader, selected))
     }
 
+    /// Reads what [`read_granules`](Self::read_granules) reads, one row group at
+    /// a time, with each row group's rows in time order: a `packets` row group
+    /// written since format 5 keeps its rows grouped by host (`cluster.rs`), and
+    /// sorting them by timestamp, stably, gives back the order they were
+    /// captured in. At most one row group's selected rows are held at once.
+    pub fn read_in_time_order(
+        &self,
+        row_groups: Vec<usize>,
+        granules: Option<&GranuleSet>,
+        columns: Option<&[&str]>,
+        addresses: Option<&[(Addr16, Addr16)]>,
+        connections: &[ConnTuple],
+    ) -> Result<(TimeOrdered, u64)> {
+        let mut groups = Vec::with_capacity(row_groups.len());
+        let mut selected = 0;
+        for group in row_groups {
+            let (reader, rows) =
+                self.read_granules(vec![group], granules, columns, addresses, connections)?;
+            groups.push(reader);
+            selected += rows;
+        }
+        groups.reverse();
+        Ok((
+            TimeOrdered {
+                groups,
+                ready: Vec::new(),
+            },
+            selected,
+        ))
+    }
+
     /// The row spans of row group `group` with the time range of each: its
     /// pages of `ts` (first row in the file, rows, smallest and largest
     /// timestamp) from the page index, or else the whole group with its
@@ -735,5 +770,84 @@ fn int64_bounds(group: &RowGroupMetaData, column: usize) -> Option<(i64, i64)> {
     match group.column(column).statistics()? {
         Statistics::Int64(stats) => Some((*stats.min_opt()?, *stats.max_opt()?)),
         _ => None,
+    }
+}
+
+/// The batches of [`SegmentReader::read_in_time_order`]: each row group's rows in
+/// time order.
+pub struct TimeOrdered {
+    /// Readers of the row groups still to read, the next one last.
+    groups: Vec<ParquetRecordBatchReader>,
+    /// Batches of the row group being handed out, the next one last.
+    ready: Vec<RecordBatch>,
+}
+
+impl std::fmt::Debug for TimeOrdered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeOrdered")
+            .field("groups", &self.groups.len())
+            .field("ready", &self.ready.len())
+            .finish()
+    }
+}
+
+impl Iterator for TimeOrdered {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(batch) = self.ready.pop() {
+                return Some(Ok(batch));
+            }
+            let group = self.groups.pop()?;
+            match group.collect::<std::result::Result<Vec<_>, _>>() {
+                Ok(batches) => self.ready = in_time_order(batches),
+                Err(error) => {
+                    self.groups.clear();
+                    return Some(Err(error));
+                }
+            }
+            self.ready.reverse();
+        }
+    }
+}
+
+/// The rows of `batches` (one row group's) in time order, stably: as they are
+/// if they already are, else as one batch.
+fn in_time_order(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
+    let timestamps = |batch: &RecordBatch| {
+        batch
+            .column_by_name(col::TS)
+            .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
+            .map(|ts| ts.values().clone())
+    };
+    let mut previous = i64::MIN;
+    let mut sorted = true;
+    for batch in &batches {
+        let Some(ts) = timestamps(batch) else {
+            return batches;
+        };
+        for &value in ts.iter() {
+            sorted &= previous <= value;
+            previous = value;
+        }
+    }
+    if sorted {
+        return batches;
+    }
+    let Some(schema) = batches.first().map(RecordBatch::schema) else {
+        return batches;
+    };
+    let Ok(rows) = concat_batches(&schema, &batches) else {
+        return batches;
+    };
+    let Some(ts) = timestamps(&rows) else {
+        return batches;
+    };
+    let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    order.sort_by_key(|&row| ts[row as usize]);
+    match take_record_batch(&rows, &UInt32Array::from(order)) {
+        Ok(rows) => vec![rows],
+        Err(_) => batches,
     }
 }

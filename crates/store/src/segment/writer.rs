@@ -20,6 +20,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnDescPtr;
 
 use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
+use super::cluster::{HostOrder, host_order};
 use super::postings::{CoveringLimits, PostingsCollector};
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
@@ -60,6 +61,12 @@ pub struct SegmentOptions {
     pub covering_bytes_per_row: u32,
     /// Threads that encode the columns of a row group (1: the writing thread alone).
     pub encode_threads: usize,
+    /// Whether the rows of a `packets` row group are grouped by host in the file
+    /// (`cluster.rs`); false keeps them in time order.
+    pub group_by_host: bool,
+    /// Whether the header columns of `packets` segments (all but `data`) are
+    /// compressed with LZ4 rather than zstd (see `ChunkOptions::lz4`).
+    pub lz4_headers: bool,
 }
 
 impl Default for SegmentOptions {
@@ -73,6 +80,8 @@ impl Default for SegmentOptions {
             covering_rows: 64,
             covering_bytes_per_row: 2,
             encode_threads: 2,
+            group_by_host: true,
+            lz4_headers: true,
         }
     }
 }
@@ -111,6 +120,7 @@ impl SegmentOptions {
                 self.zstd_level
             },
             raw_literals: data,
+            lz4: self.lz4_headers && !data,
             statistics: !data,
             page_index: PAGE_INDEXED.contains(&column),
             encoding: encoding_of(field.data_type()),
@@ -130,6 +140,7 @@ impl SegmentOptions {
             page_bytes: 0,
             zstd_level: self.zstd_level,
             raw_literals: false,
+            lz4: false,
             statistics: true,
             page_index: true,
             encoding: encoding_of(field.data_type()),
@@ -216,8 +227,6 @@ pub struct SegmentWriter {
     rows: u64,
     min_ts_nanos: i64,
     max_ts_nanos: i64,
-    /// Address postings, collected for `packets` segments only.
-    postings: Option<PostingsCollector>,
 }
 
 impl std::fmt::Debug for SegmentWriter {
@@ -248,7 +257,13 @@ impl SegmentWriter {
             len_bytes: 0,
         };
         let properties = options.writer_properties(table);
-        let encoder = RowGroupEncoder::new(sink, table, properties, options)
+        let postings = (table == Table::Packets).then(|| {
+            PostingsCollector::new(CoveringLimits {
+                rows: options.covering_rows,
+                bytes_per_row: options.covering_bytes_per_row,
+            })
+        });
+        let encoder = RowGroupEncoder::new(sink, table, properties, options, postings)
             .map_err(StoreError::parquet(&temp_path))?;
         Ok(Self {
             table,
@@ -259,12 +274,6 @@ impl SegmentWriter {
             rows: 0,
             min_ts_nanos: i64::MAX,
             max_ts_nanos: i64::MIN,
-            postings: (table == Table::Packets).then(|| {
-                PostingsCollector::new(CoveringLimits {
-                    rows: options.covering_rows,
-                    bytes_per_row: options.covering_bytes_per_row,
-                })
-            }),
         })
     }
 
@@ -320,9 +329,6 @@ impl SegmentWriter {
             self.min_ts_nanos = self.min_ts_nanos.min(first);
             self.max_ts_nanos = self.max_ts_nanos.max(last);
         }
-        if let Some(postings) = &mut self.postings {
-            postings.collect(&batch, self.rows);
-        }
         let rows = batch.num_rows() as u64;
         self.encoder
             .write(batch)
@@ -345,7 +351,7 @@ impl SegmentWriter {
 
     fn finish_file(self) -> Result<SealedSegment> {
         let temp_path = self.temp_path;
-        let (sink, column_cpu) = self
+        let (sink, column_cpu, postings) = self
             .encoder
             .finish()
             .map_err(StoreError::parquet(&temp_path))?;
@@ -365,10 +371,7 @@ impl SegmentWriter {
             .map_err(StoreError::io("rename segment", &temp_path))?;
         let dir = self.final_path.parent().unwrap_or(Path::new("."));
         sync_dir(dir)?;
-        let postings = self
-            .postings
-            .map(PostingsCollector::finish)
-            .unwrap_or_default();
+        let postings = postings.map(PostingsCollector::finish).unwrap_or_default();
         Ok(SealedSegment {
             table: self.table,
             id: self.id,
@@ -392,7 +395,9 @@ impl SegmentWriter {
 }
 
 /// Encodes row groups into the segment file. Batches are gathered until they make
-/// a row group (`row_group_rows`); the columns of a row group are then encoded by
+/// a row group (`row_group_rows`); a `packets` row group's rows are grouped by
+/// host (`group_by_host`) and its address postings collected in that order; the
+/// columns of a row group are then encoded by
 /// `encode_threads` threads, each taking whole columns (the costliest first, to
 /// the least loaded thread), and the encoded chunks are written in schema order.
 /// Columns of both tables go through the chunk encoder of `chunk.rs`.
@@ -407,6 +412,12 @@ struct RowGroupEncoder {
     pending: Vec<RecordBatch>,
     /// CPU time spent encoding each column so far.
     column_cpu: Vec<Duration>,
+    /// Whether rows are grouped by host.
+    group_by_host: bool,
+    /// Address postings, collected for `packets` segments only.
+    postings: Option<PostingsCollector>,
+    /// Rows encoded so far: the segment row of the next row group's first row.
+    rows_encoded: u64,
 }
 
 /// One column of a row group to encode: its position, values, descriptor and options.
@@ -418,6 +429,7 @@ impl RowGroupEncoder {
         table: Table,
         properties: WriterProperties,
         options: &SegmentOptions,
+        postings: Option<PostingsCollector>,
     ) -> Result<Self, ParquetError> {
         let schema = table.schema();
         let column_cpu = vec![Duration::ZERO; schema.fields().len()];
@@ -445,6 +457,9 @@ impl RowGroupEncoder {
             threads: options.encode_threads.max(1),
             pending: Vec::new(),
             column_cpu,
+            group_by_host: options.group_by_host && table == Table::Packets,
+            postings,
+            rows_encoded: 0,
         })
     }
 
@@ -517,6 +532,35 @@ impl RowGroupEncoder {
 
     /// Encodes one row group and appends it to the file.
     fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
+        let grouped;
+        let mut numbered = None;
+        let group = match self.group_by_host.then(|| host_order(group)).flatten() {
+            Some(HostOrder {
+                order,
+                ids,
+                addresses,
+            }) => {
+                numbered = Some((ids, addresses));
+                match order {
+                    Some(order) => {
+                        grouped = take_record_batch(group, &order)
+                            .map_err(|e| ParquetError::ArrowError(e.to_string()))?;
+                        &grouped
+                    }
+                    None => group,
+                }
+            }
+            None => group,
+        };
+        if let Some(postings) = &mut self.postings {
+            match &numbered {
+                Some((ids, addresses)) => {
+                    postings.collect_numbered(group, self.rows_encoded, ids, addresses);
+                }
+                None => postings.collect(group, self.rows_encoded),
+            }
+        }
+        self.rows_encoded += group.num_rows() as u64;
         let mut jobs = self.jobs(group);
         // Costliest columns first, each to the thread with the least cost so far.
         jobs.sort_by_key(|(_, cost)| std::cmp::Reverse(*cost));
@@ -558,10 +602,13 @@ impl RowGroupEncoder {
     }
 
     /// Encodes what is pending, writes the footer and returns the file with the
-    /// CPU time each column took.
-    fn finish(mut self) -> Result<(ChecksummingFile, Vec<Duration>), ParquetError> {
+    /// CPU time each column took and the postings collected.
+    #[allow(clippy::type_complexity)]
+    fn finish(
+        mut self,
+    ) -> Result<(ChecksummingFile, Vec<Duration>, Option<PostingsCollector>), ParquetError> {
         self.flush(true)?;
-        Ok((self.file.into_inner()?, self.column_cpu))
+        Ok((self.file.into_inner()?, self.column_cpu, self.postings))
     }
 }
 

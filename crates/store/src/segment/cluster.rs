@@ -1,0 +1,270 @@
+//! The order of a `packets` row group's rows in its file: grouped by host, as the
+//! lightweight-persistence thesis groups packets by address (§3.2.4), so that the
+//! packets of a busy address lie together and a query for it decodes a few pages
+//! instead of every page of the segment.
+//!
+//! Each row is keyed by its conversation: the busier of its two addresses in
+//! the row group (the *host*) and then the other one. Rows are ordered by host,
+//! then by peer, then by time, so every address's rows form one run in its own
+//! host group plus one run in the group of each busier peer. Rows without
+//! addresses come last.
+//!
+//! Time order is restored when the rows are read (`SegmentRead` in the query
+//! crate sorts each row group's rows by timestamp, stably). For that to give
+//! back the capture's order exactly, rows with the same timestamp must keep
+//! their order relative to each other: a run of rows with equal timestamps
+//! takes the key of its first row, so it stays together and in order.
+
+use arrow::array::{Array, AsArray, FixedSizeBinaryArray, RecordBatch, UInt32Array};
+use arrow::datatypes::TimestampNanosecondType;
+use foldhash::HashMap;
+use hindsight_model::Addr16;
+
+use super::RecentKeys;
+use crate::schema::col;
+
+/// Id of "no address" (a row without an IP layer).
+pub(crate) const NO_ADDRESS: u32 = u32::MAX;
+const NONE: u32 = NO_ADDRESS;
+
+/// Slots of the cache of recently seen addresses.
+const RECENT_SLOTS: usize = 64;
+
+/// The order of a row group's rows grouped by host, and their addresses numbered.
+#[derive(Debug)]
+pub(crate) struct HostOrder {
+    /// The rows to take, in order; `None` if they are in that order already.
+    pub order: Option<UInt32Array>,
+    /// Each row's source and destination address ids ([`NO_ADDRESS`] for none),
+    /// in the new order.
+    pub ids: Vec<(u32, u32)>,
+    /// The address of each id.
+    pub addresses: Vec<Addr16>,
+}
+
+/// Returns the row order that groups `batch`'s rows by host, with the rows'
+/// addresses numbered; `None` if the batch has no timestamp or address columns.
+pub(crate) fn host_order(batch: &RecordBatch) -> Option<HostOrder> {
+    let rows = batch.num_rows();
+    let ts = batch
+        .column_by_name(col::TS)?
+        .as_primitive_opt::<TimestampNanosecondType>()?
+        .values();
+    let [src, dst] = [col::SRC_ADDR, col::DST_ADDR].map(|name| {
+        batch
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+    });
+    let (src, dst) = (src?, dst?);
+    if u32::try_from(rows).is_err() {
+        return None;
+    }
+    // Time order first (stable: equal timestamps keep the capture's order).
+    let mut by_time: Vec<u32> = (0..rows as u32).collect();
+    if !ts.windows(2).all(|pair| pair[0] <= pair[1]) {
+        by_time.sort_by_key(|&row| ts[row as usize]);
+    }
+
+    // Dense ids of the addresses, and how many rows each is in.
+    let mut ids: HashMap<u128, u32> = HashMap::default();
+    let mut recent = RecentKeys::<u32, RECENT_SLOTS>::new();
+    let mut counts: Vec<u32> = Vec::new();
+    let mut addresses: Vec<Addr16> = Vec::new();
+    let mut id_of = |column: &FixedSizeBinaryArray, row: usize| -> u32 {
+        if column.is_null(row) {
+            return NONE;
+        }
+        let Ok(bytes) = <[u8; 16]>::try_from(column.value(row)) else {
+            return NONE;
+        };
+        let key = u128::from_ne_bytes(bytes);
+        let id = match recent.get(key) {
+            Some(id) => id,
+            None => {
+                let next = counts.len() as u32;
+                let id = *ids.entry(key).or_insert(next);
+                if id == next {
+                    counts.push(0);
+                    addresses.push(Addr16(bytes));
+                }
+                recent.insert(key, id);
+                id
+            }
+        };
+        counts[id as usize] += 1;
+        id
+    };
+    let pairs: Vec<(u32, u32)> = by_time
+        .iter()
+        .map(|&row| (id_of(src, row as usize), id_of(dst, row as usize)))
+        .collect();
+
+    // Each row's (host, peer); a run of equal timestamps keeps its first row's.
+    let count = |id: u32| counts.get(id as usize).copied().unwrap_or(0);
+    let mut keys: Vec<(u32, u32)> = Vec::with_capacity(rows);
+    for (position, &(a, b)) in pairs.iter().enumerate() {
+        let tied =
+            position > 0 && ts[by_time[position] as usize] == ts[by_time[position - 1] as usize];
+        let key = match keys.last() {
+            Some(&last) if tied => last,
+            _ if a == NONE => (b, NONE),
+            _ if b == NONE => (a, NONE),
+            // The busier address is the host; on a tie, the one seen first.
+            _ if (count(a), std::cmp::Reverse(a)) >= (count(b), std::cmp::Reverse(b)) => (a, b),
+            _ => (b, a),
+        };
+        keys.push(key);
+    }
+
+    // Counting sort by host (stable, so time order holds within a host), then
+    // a stable sort by peer within each host's group.
+    let hosts = counts.len() + 1;
+    let slot = |host: u32| {
+        if host == NONE {
+            hosts - 1
+        } else {
+            host as usize
+        }
+    };
+    let mut starts = vec![0usize; hosts + 1];
+    for &(host, _) in &keys {
+        starts[slot(host) + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut cursor = starts.clone();
+    let mut order = vec![(0u32, 0u32); rows];
+    for (position, &(host, peer)) in keys.iter().enumerate() {
+        let at = &mut cursor[slot(host)];
+        order[*at] = (peer, position as u32);
+        *at += 1;
+    }
+    for group in starts.windows(2) {
+        if let Some(rows) = order.get_mut(group[0]..group[1])
+            && rows.len() > 1
+        {
+            rows.sort_by_key(|&(peer, _)| peer);
+        }
+    }
+    let ids = order
+        .iter()
+        .map(|&(_, position)| pairs[position as usize])
+        .collect();
+    let unchanged = order
+        .iter()
+        .enumerate()
+        .all(|(at, &(_, position))| by_time[position as usize] as usize == at);
+    let order = (!unchanged).then(|| {
+        UInt32Array::from_iter_values(
+            order
+                .into_iter()
+                .map(|(_, position)| by_time[position as usize]),
+        )
+    });
+    Some(HostOrder {
+        order,
+        ids,
+        addresses,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::PacketBatchBuilder;
+    use hindsight_model::{PacketHeaders, PacketRecord};
+
+    fn v4(last: u8) -> Addr16 {
+        Addr16::from_v4_bytes([10, 0, 0, last])
+    }
+
+    fn batch(rows: &[(i64, Option<(u8, u8)>)]) -> RecordBatch {
+        let mut builder = PacketBatchBuilder::with_capacity(rows.len(), 4096);
+        for &(ts_nanos, addresses) in rows {
+            let record = PacketRecord {
+                ts_nanos,
+                wire_len: 60,
+                cap_len: 60,
+                headers: PacketHeaders {
+                    src_addr: addresses.map(|(s, _)| v4(s)),
+                    dst_addr: addresses.map(|(_, d)| v4(d)),
+                    ..PacketHeaders::default()
+                },
+                ..PacketRecord::default()
+            };
+            builder.append(&record, &[0; 60]);
+        }
+        builder.finish()
+    }
+
+    fn order(rows: &[(i64, Option<(u8, u8)>)]) -> Vec<u32> {
+        let batch = batch(rows);
+        let grouped = host_order(&batch).unwrap();
+        let order = grouped.order.as_ref().map_or_else(
+            || (0..rows.len() as u32).collect(),
+            |order| order.values().to_vec(),
+        );
+        // The ids are the rows' addresses, in the new order.
+        let address = |id: u32| grouped.addresses.get(id as usize).copied();
+        for (&(src, dst), &row) in grouped.ids.iter().zip(&order) {
+            let expected = rows[row as usize].1.map(|(s, d)| (v4(s), v4(d)));
+            assert_eq!(address(src).zip(address(dst)), expected);
+        }
+        order
+    }
+
+    #[test]
+    fn rows_group_by_the_busier_address_then_by_peer_then_time() {
+        // 1 is the busy host; 2 and 3 talk to it and to each other.
+        let rows = [
+            (10, Some((2, 1))),
+            (11, Some((3, 1))),
+            (12, Some((1, 2))),
+            (13, Some((2, 3))),
+            (14, None),
+            (15, Some((1, 3))),
+            (16, Some((1, 2))),
+        ];
+        // Hosts in the order they were first seen: host 2 (peer 3), then host 1
+        // (peers 2 then 3, each in time order), then the row without addresses.
+        assert_eq!(order(&rows), [3, 0, 2, 6, 1, 5, 4]);
+    }
+
+    #[test]
+    fn equal_timestamps_stay_together_in_capture_order() {
+        let rows = [
+            (10, Some((1, 2))),
+            (20, Some((3, 4))),
+            (20, Some((1, 2))),
+            (20, Some((3, 4))),
+            (30, Some((1, 2))),
+            (40, Some((3, 4))),
+        ];
+        // Hosts 1 and 3 have three rows each; the run at 20 goes with its first
+        // row, (3, 4), in its order.
+        let order = order(&rows);
+        assert_eq!(order, [0, 4, 1, 2, 3, 5]);
+        // Sorting by time, stably, gives the capture's order back.
+        let mut restored = order.clone();
+        restored.sort_by_key(|&row| rows[row as usize].0);
+        assert_eq!(restored, [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn rows_out_of_time_order_are_put_in_it() {
+        let rows = [(10, Some((1, 2))), (20, Some((1, 2))), (30, Some((1, 2)))];
+        // The builder keeps time order: shuffle its rows to 30, 10, 20.
+        let shuffled =
+            arrow::compute::take_record_batch(&batch(&rows), &UInt32Array::from(vec![2, 0, 1]))
+                .unwrap();
+        let order = host_order(&shuffled).unwrap().order.unwrap();
+        assert_eq!(order.values().to_vec(), [1, 2, 0]);
+    }
+
+    #[test]
+    fn an_order_already_kept_is_not_returned() {
+        let rows = [(1, Some((1, 2))), (2, Some((1, 2))), (3, None)];
+        assert!(host_order(&batch(&rows)).unwrap().order.is_none());
+    }
+}
