@@ -34,6 +34,7 @@ struct Args {
     runs: usize,
     stenographer: bool,
     page_rows: Option<usize>,
+    data_page_bytes: Option<usize>,
     covering_rows: Option<u32>,
 }
 
@@ -45,11 +46,12 @@ fn parse_args() -> Args {
         runs: 3,
         stenographer: false,
         page_rows: None,
+        data_page_bytes: None,
         covering_rows: None,
     };
     let mut flags = hindsight_bench::Flags::new(
         "archive_bench",
-        "[--packets N] [--work DIR] [--source PCAP] [--runs N] [--page-rows N] [--covering-rows N] [--stenographer]",
+        "[--packets N] [--work DIR] [--source PCAP] [--runs N] [--page-rows N] [--data-page-bytes N] [--covering-rows N] [--stenographer]",
     );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -59,6 +61,7 @@ fn parse_args() -> Args {
             "--source" => args.source = flags.value(&flag),
             "--runs" => args.runs = flags.value(&flag),
             "--page-rows" => args.page_rows = Some(flags.value(&flag)),
+            "--data-page-bytes" => args.data_page_bytes = Some(flags.value(&flag)),
             "--covering-rows" => args.covering_rows = Some(flags.value(&flag)),
             other => flags.unknown(other),
         }
@@ -108,6 +111,9 @@ fn main() {
             };
             if let Some(rows) = args.page_rows {
                 options.segment.page_rows = rows;
+            }
+            if let Some(bytes) = args.data_page_bytes {
+                options.segment.data_page_bytes = bytes;
             }
             if let Some(rows) = args.covering_rows {
                 options.segment.covering_rows = rows;

@@ -27,9 +27,6 @@ use crate::Table;
 use crate::error::{Result, StoreError};
 use crate::schema::col;
 
-/// Byte size at which a page of the `data` column is closed.
-const DATA_PAGE_BYTES: usize = 128 * 1024;
-
 /// Columns of packet segments with page-level statistics (a page index).
 const PAGE_INDEXED: [&str; 6] = [
     col::TS,
@@ -47,6 +44,9 @@ pub struct SegmentOptions {
     pub row_group_rows: usize,
     /// Rows per data page: the unit of page-index pruning.
     pub page_rows: usize,
+    /// Byte size at which a page of the `packets.data` column is closed: a
+    /// query decompresses whole pages of packet bytes for the rows it wants.
+    pub data_page_bytes: usize,
     /// zstd level of the header columns and of `flows` segments (any level zstd
     /// accepts, negative ones included).
     pub zstd_level: i32,
@@ -74,6 +74,7 @@ impl Default for SegmentOptions {
         Self {
             row_group_rows: 64 * 1024,
             page_rows: 8 * 1024,
+            data_page_bytes: 128 * 1024,
             zstd_level: 1,
             data_zstd_level: 1,
             bloom_fpp: 0.01,
@@ -113,7 +114,7 @@ impl SegmentOptions {
             page_rows: self.page_rows,
             // Small pages of packet bytes: exporting one packet decompresses one
             // page of about a thousand packets, not eight thousand.
-            page_bytes: if data { DATA_PAGE_BYTES } else { 0 },
+            page_bytes: if data { self.data_page_bytes } else { 0 },
             zstd_level: if data {
                 self.data_zstd_level
             } else {
