@@ -488,12 +488,12 @@ impl AddressLookup {
     }
 }
 
-/// Options of a read-only open, which every query pays for: table files are
-/// opened on the calling thread (RocksDB's default starts 16 threads per column
-/// family to open them, which costs more than opening a few files).
 /// Table files a read-only index keeps open at once.
 const READ_ONLY_OPEN_FILES: i32 = 64;
 
+/// Options of a read-only open, which every query pays for: table files are
+/// opened on the calling thread (RocksDB's default starts 16 threads per column
+/// family to open them, which costs more than opening a few files).
 pub(crate) fn read_only_options() -> Options {
     let mut options = Options::default();
     options.set_max_file_opening_threads(1);

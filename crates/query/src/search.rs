@@ -401,10 +401,12 @@ impl PacketSearch {
             // Only the postings of the segments in the window are read.
             let ids = segments.iter().map(CatalogEntry::segment_id);
             let bounds = ids.clone().min().zip(ids.max());
-            let lookup = match (looked_up, bounds) {
-                (Some(lookup), _) => lookup,
-                (None, Some(bounds)) => index.lookup_within(ranges, bounds)?,
-                (None, None) => index.lookup_within(ranges, (SegmentId(1), SegmentId(0)))?,
+            let lookup = match looked_up {
+                Some(lookup) => lookup,
+                // No segment in the window: an empty span of ids reads nothing.
+                None => {
+                    index.lookup_within(ranges, bounds.unwrap_or((SegmentId(1), SegmentId(0))))?
+                }
             };
             segments.retain(|entry| lookup.may_hold(entry.segment_id()));
             (granules, covered) = lookup.into_parts();
@@ -872,11 +874,11 @@ fn covered_rows(postings: &[Vec<u8>]) -> Option<Vec<CoveredRow>> {
     for posting in postings {
         rows.extend(decode_covered_rows(posting)?);
     }
-    rows.sort_by_key(|row| row.row);
-    rows.dedup_by_key(|row| row.row);
     // In time order: the rows of a segment are grouped by host in its file, and
     // rows with equal timestamps lie together in capture order (`cluster.rs`).
-    rows.sort_by_key(|row| row.record.ts_nanos);
+    // A row in two postings is the same row, so its copies end up side by side.
+    rows.sort_by_key(|row| (row.record.ts_nanos, row.row));
+    rows.dedup_by_key(|row| row.row);
     Some(rows)
 }
 

@@ -25,7 +25,6 @@ use crate::schema::col;
 
 /// Id of "no address" (a row without an IP layer).
 pub(crate) const NO_ADDRESS: u32 = u32::MAX;
-const NONE: u32 = NO_ADDRESS;
 
 /// Slots of the cache of recently seen addresses.
 const RECENT_SLOTS: usize = 64;
@@ -72,10 +71,10 @@ pub(crate) fn host_order(batch: &RecordBatch) -> Option<HostOrder> {
     let mut addresses: Vec<Addr16> = Vec::new();
     let mut id_of = |column: &FixedSizeBinaryArray, row: usize| -> u32 {
         if column.is_null(row) {
-            return NONE;
+            return NO_ADDRESS;
         }
         let Ok(bytes) = <[u8; 16]>::try_from(column.value(row)) else {
-            return NONE;
+            return NO_ADDRESS;
         };
         let key = u128::from_ne_bytes(bytes);
         let id = match recent.get(key) {
@@ -107,8 +106,8 @@ pub(crate) fn host_order(batch: &RecordBatch) -> Option<HostOrder> {
             position > 0 && ts[by_time[position] as usize] == ts[by_time[position - 1] as usize];
         let key = match keys.last() {
             Some(&last) if tied => last,
-            _ if a == NONE => (b, NONE),
-            _ if b == NONE => (a, NONE),
+            _ if a == NO_ADDRESS => (b, NO_ADDRESS),
+            _ if b == NO_ADDRESS => (a, NO_ADDRESS),
             // The busier address is the host; on a tie, the one seen first.
             _ if (count(a), std::cmp::Reverse(a)) >= (count(b), std::cmp::Reverse(b)) => (a, b),
             _ => (b, a),
@@ -120,7 +119,7 @@ pub(crate) fn host_order(batch: &RecordBatch) -> Option<HostOrder> {
     // a stable sort by peer within each host's group.
     let hosts = counts.len() + 1;
     let slot = |host: u32| {
-        if host == NONE {
+        if host == NO_ADDRESS {
             hosts - 1
         } else {
             host as usize

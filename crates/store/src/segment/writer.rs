@@ -533,29 +533,18 @@ impl RowGroupEncoder {
 
     /// Encodes one row group and appends it to the file.
     fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
-        let grouped;
-        let mut numbered = None;
-        let group = match self.group_by_host.then(|| host_order(group)).flatten() {
-            Some(HostOrder {
-                order,
-                ids,
-                addresses,
-            }) => {
-                numbered = Some((ids, addresses));
-                match order {
-                    Some(order) => {
-                        grouped = take_record_batch(group, &order)
-                            .map_err(|e| ParquetError::ArrowError(e.to_string()))?;
-                        &grouped
-                    }
-                    None => group,
-                }
-            }
-            None => group,
+        let hosts = self.group_by_host.then(|| host_order(group)).flatten();
+        let grouped = match hosts.as_ref().and_then(|hosts| hosts.order.as_ref()) {
+            Some(order) => Some(
+                take_record_batch(group, order)
+                    .map_err(|e| ParquetError::ArrowError(e.to_string()))?,
+            ),
+            None => None,
         };
+        let group = grouped.as_ref().unwrap_or(group);
         if let Some(postings) = &mut self.postings {
-            match &numbered {
-                Some((ids, addresses)) => {
+            match &hosts {
+                Some(HostOrder { ids, addresses, .. }) => {
                     postings.collect_numbered(group, self.rows_encoded, ids, addresses);
                 }
                 None => postings.collect(group, self.rows_encoded),
