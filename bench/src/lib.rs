@@ -1,10 +1,10 @@
 //! Shared helpers of the benchmark binaries in `src/bin/`: medians, CPU time, quiet
 //! peer-tool runs.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
@@ -306,6 +306,71 @@ pub fn replicated_archive(
         );
     }
     (archive, capture, packets, first_ts)
+}
+
+/// One hour in nanoseconds: the shift between two copies of the capture.
+pub const HOUR: i64 = 3_600_000_000_000;
+
+/// The peak RSS (KiB) that `/usr/bin/time -f %M` printed last on `stderr`.
+pub fn peak_kib(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .last()
+        .and_then(|line| line.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Streams copies `from..to` of `frames` ([`read_frames`]), timestamps
+/// shifted one [`HOUR`] a copy, into `hindsight ingest -` under
+/// `/usr/bin/time`, so that an input of hundreds of millions of packets never
+/// lands on disk; returns the wall time and the ingest's peak RSS (KiB).
+pub fn stream_copies(
+    hindsight: &Path,
+    archive: &Path,
+    frames: &[(i64, u32, Vec<u8>)],
+    from: u64,
+    to: u64,
+) -> (Duration, u64) {
+    let started = Instant::now();
+    let mut child = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(hindsight)
+        .args(["ingest", "--quiet", "--archive"])
+        .arg(archive)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start hindsight ingest");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    {
+        let stdin = BufWriter::with_capacity(1 << 20, child.stdin.take().expect("stdin"));
+        let mut writer = PcapWriter::new(
+            stdin,
+            hindsight_model::LinkType::ETHERNET,
+            65_535,
+            TimestampPrecision::Micros,
+        )
+        .expect("pcap header");
+        for copy in from..to {
+            for (ts, wire_len, frame) in frames {
+                writer
+                    .write_frame(ts + copy as i64 * HOUR, *wire_len, frame)
+                    .expect("write to ingest");
+            }
+        }
+        writer.flush().expect("flush to ingest");
+    }
+    let status = child.wait().expect("wait for ingest");
+    let stderr = errors.join().unwrap_or_default();
+    assert!(status.success(), "ingest failed: {stderr}");
+    (started.elapsed(), peak_kib(&stderr))
 }
 
 /// `hindsight serve` on a free port; killed when dropped.

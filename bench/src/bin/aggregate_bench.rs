@@ -12,8 +12,9 @@
 //! aggregation, `POST /api/v1/sql` against DuckDB on the same text.
 //!
 //! The input is lan-hour replicated to `--packets` packets (timestamps
-//! shifted by one hour per copy). Medians of `--runs`. Run with
-//! `cargo build --release -p hindsight -p hindsight-bench && target/release/aggregate_bench [--packets N] [--runs N] [--work DIR]`.
+//! shifted by one hour per copy), or `--archive DIR` (load_bench's). Medians
+//! of `--runs`. Run with
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/aggregate_bench [--packets N] [--runs N] [--work DIR] [--archive DIR]`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ struct Args {
     packets: u64,
     runs: usize,
     work: PathBuf,
+    /// An archive already made (load_bench's), instead of the replicated one.
+    archive: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -37,14 +40,18 @@ fn parse_args() -> Args {
         packets: 5_000_000,
         runs: 5,
         work: std::env::temp_dir().join("hindsight-bench"),
+        archive: None,
     };
-    let mut flags =
-        hindsight_bench::Flags::new("aggregate_bench", "[--packets N] [--runs N] [--work DIR]");
+    let mut flags = hindsight_bench::Flags::new(
+        "aggregate_bench",
+        "[--packets N] [--runs N] [--work DIR] [--archive DIR]",
+    );
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
             "--packets" => args.packets = flags.value(&flag),
             "--runs" => args.runs = flags.value::<usize>(&flag).max(1),
             "--work" => args.work = flags.value(&flag),
+            "--archive" => args.archive = Some(flags.value(&flag)),
             _ => flags.unknown(&flag),
         }
     }
@@ -160,8 +167,23 @@ fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
-    let (archive, _, packets, _) =
-        hindsight_bench::replicated_archive(&hindsight, args.packets, &args.work);
+    let (archive, packets) = match &args.archive {
+        Some(archive) => {
+            let stats = Command::new(&hindsight)
+                .args(["stats", "--json", "--archive"])
+                .arg(archive)
+                .output()
+                .expect("run hindsight stats");
+            let stats: serde_json::Value =
+                serde_json::from_slice(&stats.stdout).unwrap_or_default();
+            (archive.clone(), stats["packets"].as_u64().unwrap_or(0))
+        }
+        None => {
+            let (archive, _, packets, _) =
+                hindsight_bench::replicated_archive(&hindsight, args.packets, &args.work);
+            (archive, packets)
+        }
+    };
     let server = Server::start(&hindsight, &archive);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(3600)))

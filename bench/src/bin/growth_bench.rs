@@ -18,17 +18,14 @@
 //! included (about 5 ms). Run with
 //! `cargo build --release -p hindsight -p hindsight-bench && target/release/growth_bench [--sizes 5000000,50000000,500000000] [--runs N] [--work DIR]`.
 
-use std::io::{BufWriter, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{median, read_frames};
-use hindsight_capture::{PcapWriter, TimestampPrecision};
+use hindsight_bench::{HOUR, median, read_frames};
 use hindsight_output::time::format_nanos;
 
 const NANOS: i64 = 1_000_000_000;
-const HOUR: i64 = 3600 * NANOS;
 
 struct Args {
     sizes: Vec<u64>,
@@ -79,15 +76,7 @@ fn measured(hindsight: &Path, args: &[String]) -> (Duration, u64) {
         output.status.success(),
         "hindsight {args:?} failed: {stderr}"
     );
-    (elapsed, peak_kib(&stderr))
-}
-
-fn peak_kib(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .last()
-        .and_then(|line| line.trim().parse().ok())
-        .unwrap_or(0)
+    (elapsed, hindsight_bench::peak_kib(&stderr))
 }
 
 /// Median time and largest RSS of `runs` runs.
@@ -100,57 +89,6 @@ fn timed(hindsight: &Path, args: &[String], runs: usize) -> (Duration, u64) {
         rss = rss.max(peak);
     }
     (median(samples), rss)
-}
-
-/// Streams copies `from..to` of `frames` into `hindsight ingest -`; returns
-/// the wall time and the ingest's peak RSS.
-fn grow(
-    hindsight: &Path,
-    archive: &Path,
-    frames: &[(i64, u32, Vec<u8>)],
-    from: u64,
-    to: u64,
-) -> (Duration, u64) {
-    let started = Instant::now();
-    let mut child = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
-        .arg(hindsight)
-        .args(["ingest", "--quiet", "--archive"])
-        .arg(archive)
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start hindsight ingest");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    {
-        let stdin = BufWriter::with_capacity(1 << 20, child.stdin.take().expect("stdin"));
-        let mut writer = PcapWriter::new(
-            stdin,
-            hindsight_model::LinkType::ETHERNET,
-            65_535,
-            TimestampPrecision::Micros,
-        )
-        .expect("pcap header");
-        for copy in from..to {
-            for (ts, wire_len, frame) in frames {
-                writer
-                    .write_frame(ts + copy as i64 * HOUR, *wire_len, frame)
-                    .expect("write to ingest");
-            }
-        }
-        writer.flush().expect("flush to ingest");
-    }
-    let status = child.wait().expect("wait for ingest");
-    let stderr = errors.join().unwrap_or_default();
-    assert!(status.success(), "ingest failed: {stderr}");
-    (started.elapsed(), peak_kib(&stderr))
 }
 
 fn disk_bytes(dir: &Path) -> u64 {
@@ -293,7 +231,8 @@ fn main() {
     let mut copies = 0u64;
     for &size in &args.sizes {
         let target = size.div_ceil(per_copy);
-        let (elapsed, ingest_rss) = grow(&hindsight, &archive, &frames, copies, target);
+        let (elapsed, ingest_rss) =
+            hindsight_bench::stream_copies(&hindsight, &archive, &frames, copies, target);
         let added = (target - copies) * per_copy;
         copies = target;
         let packets = copies * per_copy;
