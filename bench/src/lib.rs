@@ -373,6 +373,22 @@ pub fn stream_copies(
     (started.elapsed(), peak_kib(&stderr))
 }
 
+/// The bytes of the files under `dir`, its subdirectories included (0 if it
+/// cannot be read).
+pub fn disk_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => disk_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 /// `hindsight serve` on a free port; killed when dropped.
 #[derive(Debug)]
 pub struct Server {

@@ -91,19 +91,6 @@ fn timed(hindsight: &Path, args: &[String], runs: usize) -> (Duration, u64) {
     (median(samples), rss)
 }
 
-fn disk_bytes(dir: &Path) -> u64 {
-    let output = Command::new("du")
-        .args(["-sb"])
-        .arg(dir)
-        .output()
-        .expect("run du");
-    String::from_utf8_lossy(&output.stdout)
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 fn segments(hindsight: &Path, archive: &Path) -> u64 {
     let output = Command::new(hindsight)
         .args(["stats", "--json", "--archive"])
@@ -239,7 +226,10 @@ fn main() {
         let mut row = vec![
             packets.to_string(),
             segments(&hindsight, &archive).to_string(),
-            format!("{:.1}", disk_bytes(&archive) as f64 / packets as f64),
+            format!(
+                "{:.1}",
+                hindsight_bench::disk_bytes(&archive) as f64 / packets as f64
+            ),
             format!("{:.0}", added as f64 / elapsed.as_secs_f64()),
             format!("{:.0}", mib(ingest_rss)),
         ];

@@ -664,21 +664,6 @@ fn random_v4(rng: &mut Rng) -> Addr16 {
     Addr16::from_v4_bytes((rng.below(1 << 32) as u32).to_be_bytes())
 }
 
-/// The bytes of the files under `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// Each query's result size and latency.
 fn run_queries(index: &ConnectionIndex, queries: &[(Addr16, Addr16, u8)]) -> Vec<Sample> {
     queries
@@ -778,7 +763,7 @@ fn grow_run(
             table.row(
                 inserted,
                 started.elapsed().as_secs_f64(),
-                dir_bytes(&dir),
+                hindsight_bench::disk_bytes(&dir),
                 "",
             );
             next_row += args.step;
@@ -793,7 +778,7 @@ fn grow_run(
     table.row(
         inserted,
         started.elapsed().as_secs_f64(),
-        dir_bytes(&dir),
+        hindsight_bench::disk_bytes(&dir),
         " (flushed)",
     );
     drop(maintenance);
@@ -807,7 +792,7 @@ fn grow_run(
     table.row(
         inserted,
         started.elapsed().as_secs_f64(),
-        dir_bytes(&dir),
+        hindsight_bench::disk_bytes(&dir),
         " (after the last cutoff, compaction, the idle queries and a count)",
     );
     table.end(live_events);

@@ -114,19 +114,6 @@ fn epoch(ns: i64) -> String {
     format!("{}.{:09}", ns / NANOS, ns % NANOS)
 }
 
-fn disk_bytes(dir: &std::path::Path) -> u64 {
-    let output = Command::new("du")
-        .arg("-sb")
-        .arg(dir)
-        .output()
-        .expect("run du");
-    String::from_utf8_lossy(&output.stdout)
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.work).expect("create work dir");
@@ -154,7 +141,7 @@ fn main() {
         );
         std::fs::write(&done, "").expect("mark the archive complete");
     }
-    let archive_bytes = disk_bytes(&archive);
+    let archive_bytes = hindsight_bench::disk_bytes(&archive);
     let server = Server::start(&hindsight, &archive);
     let base = server.base.clone();
     let stop = Arc::new(AtomicBool::new(false));
