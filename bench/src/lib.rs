@@ -226,7 +226,7 @@ pub fn replicate_hosts(
                 data.extend_from_slice(frame);
                 shift_hosts(&mut data, copy as usize);
                 writer
-                    .write_frame(ts + copy as i64 * 3600 * NANOS, *wire_len, &data)
+                    .write_frame(ts + copy as i64 * HOUR, *wire_len, &data)
                     .expect("write a frame");
             }
         }
@@ -249,7 +249,7 @@ pub fn replicate(source: &Path, packets: u64, work: &Path) -> (PathBuf, u64, i64
         for copy in 0..copies as i64 {
             for (ts, wire_len, data) in &frames {
                 writer
-                    .write_frame(ts + copy * 3600 * NANOS, *wire_len, data)
+                    .write_frame(ts + copy * HOUR, *wire_len, data)
                     .expect("write frame");
             }
         }
@@ -310,6 +310,22 @@ pub fn replicated_archive(
 
 /// One hour in nanoseconds: the shift between two copies of the capture.
 pub const HOUR: i64 = 3_600_000_000_000;
+
+/// An instant as `hindsight` and editcap take it: seconds since the epoch,
+/// nine decimals.
+pub fn epoch_arg(ns: i64) -> String {
+    format!("{}.{:09}", ns / NANOS, ns % NANOS)
+}
+
+/// `hindsight stats --json` of an archive (null if it did not answer JSON).
+pub fn archive_stats(hindsight: &Path, archive: &Path) -> serde_json::Value {
+    let output = Command::new(hindsight)
+        .args(["stats", "--json", "--archive"])
+        .arg(archive)
+        .output()
+        .expect("run hindsight stats");
+    serde_json::from_slice(&output.stdout).unwrap_or_default()
+}
 
 /// The peak RSS (KiB) that `/usr/bin/time -f %M` printed last on `stderr`.
 pub fn peak_kib(stderr: &str) -> u64 {

@@ -169,13 +169,7 @@ fn main() {
     let hindsight = hindsight_bench::hindsight_binary();
     let (archive, packets) = match &args.archive {
         Some(archive) => {
-            let stats = Command::new(&hindsight)
-                .args(["stats", "--json", "--archive"])
-                .arg(archive)
-                .output()
-                .expect("run hindsight stats");
-            let stats: serde_json::Value =
-                serde_json::from_slice(&stats.stdout).unwrap_or_default();
+            let stats = hindsight_bench::archive_stats(&hindsight, archive);
             (archive.clone(), stats["packets"].as_u64().unwrap_or(0))
         }
         None => {

@@ -80,7 +80,7 @@ fn main() {
         .into();
 
     let window_start = first_ts + 30 * 60 * NANOS;
-    let epoch = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
+    let epoch = hindsight_bench::epoch_arg;
     let (since, until) = (epoch(window_start), epoch(window_start + 60 * NANOS));
     // (name, filter, window (since, until), tcpdump's filter)
     type Case<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>, &'a str);

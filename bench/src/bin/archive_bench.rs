@@ -267,12 +267,11 @@ fn main() {
     let (ours_window, window_matches) = run_search("", window);
     let editcap_window = time_command(args.runs, || {
         let mut c = Command::new("editcap");
-        let fmt = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
         c.args([
             "-A",
-            &fmt(window.start_nanos),
+            &hindsight_bench::epoch_arg(window.start_nanos),
             "-B",
-            &fmt(window.end_nanos + 1),
+            &hindsight_bench::epoch_arg(window.end_nanos + 1),
         ])
         .arg(&capture)
         .arg("/dev/null");

@@ -92,13 +92,9 @@ fn timed(hindsight: &Path, args: &[String], runs: usize) -> (Duration, u64) {
 }
 
 fn segments(hindsight: &Path, archive: &Path) -> u64 {
-    let output = Command::new(hindsight)
-        .args(["stats", "--json", "--archive"])
-        .arg(archive)
-        .output()
-        .expect("run stats");
-    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
-    stats["segments"].as_u64().unwrap_or(0)
+    hindsight_bench::archive_stats(hindsight, archive)["segments"]
+        .as_u64()
+        .unwrap_or(0)
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -120,7 +116,7 @@ fn main() {
     if archive.exists() {
         std::fs::remove_dir_all(&archive).expect("remove the last run's archive");
     }
-    let epoch = |ns: i64| format!("{}.{:09}", ns / NANOS, ns % NANOS);
+    let epoch = hindsight_bench::epoch_arg;
     let path = archive.to_string_lossy().into_owned();
     // The fixed windows lie in the second copy: the same rows at every size.
     let hour = (first + HOUR, first + 2 * HOUR);

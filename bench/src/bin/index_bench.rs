@@ -31,13 +31,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{Rng, median};
+use hindsight_bench::{HOUR, Rng, median};
 use hindsight_capture::CaptureReader;
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_index::{ConnScan, ConnectionIndex, Expiry, Maintenance};
 use hindsight_model::{Addr16, FlowRecord};
 
-const HOUR_NS: i64 = 3_600_000_000_000;
 /// Addresses kept in every copy (the busiest of the capture).
 const KEPT: usize = 12;
 
@@ -185,7 +184,7 @@ impl<'a> Replicator<'a> {
 
     /// Appends copy `copy` to `out`.
     fn copy_into(&self, copy: usize, out: &mut Vec<FlowRecord>) {
-        let shift = copy as i64 * HOUR_NS;
+        let shift = copy as i64 * HOUR;
         for r in self.flows {
             let mut r = r.clone();
             r.first_ns += shift;
@@ -593,7 +592,7 @@ impl Workload<'_> {
         match self {
             Self::Looped(replicator) => replicator.copy_into(copy, out),
             Self::Random(flows) => {
-                let shift = copy as i64 * HOUR_NS;
+                let shift = copy as i64 * HOUR;
                 for r in *flows {
                     let mut r = r.clone();
                     r.first_ns += shift;
@@ -617,13 +616,9 @@ impl Workload<'_> {
             Self::Looped(replicator) => {
                 // Every name of the live copies, then 1,000 of them drawn
                 // without replacement.
+                let addresses = replicator.addresses();
                 let mut names: Vec<Addr16> = live
-                    .flat_map(|copy| {
-                        replicator
-                            .addresses()
-                            .into_iter()
-                            .map(move |a| replicator.rename(a, copy))
-                    })
+                    .flat_map(|copy| addresses.iter().map(move |a| replicator.rename(*a, copy)))
                     .collect();
                 names.sort_unstable();
                 names.dedup();

@@ -29,9 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{HOUR, Rng, Server, percentile, read_frames};
-
-const NANOS: i64 = 1_000_000_000;
+use hindsight_bench::{HOUR, Rng, Server, epoch_arg, percentile, read_frames};
 
 struct Args {
     packets: u64,
@@ -93,25 +91,24 @@ struct Outcome {
     bytes: u64,
 }
 
+/// A field of a process's `/proc` status, in KiB (`VmRSS`, `VmHWM`).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
 /// The peak VmRSS (KiB) of a process, sampled until `stop`.
 fn sample_rss(pid: u32, stop: Arc<AtomicBool>, peak: Arc<AtomicU64>) {
-    let path = format!("/proc/{pid}/status");
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(status) = std::fs::read_to_string(&path)
-            && let Some(kib) = status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|n| n.parse::<u64>().ok())
-        {
+        if let Some(kib) = status_kib(pid, "VmRSS") {
             peak.fetch_max(kib, Ordering::Relaxed);
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn epoch(ns: i64) -> String {
-    format!("{}.{:09}", ns / NANOS, ns % NANOS)
 }
 
 fn main() {
@@ -174,7 +171,11 @@ fn main() {
                 let mut turn = client / KINDS.len();
                 while Instant::now() < deadline {
                     let hour = first + rng.below(copies) as i64 * HOUR;
-                    let window = format!("since={}&until={}", epoch(hour), epoch(hour + HOUR));
+                    let window = format!(
+                        "since={}&until={}",
+                        epoch_arg(hour),
+                        epoch_arg(hour + HOUR)
+                    );
                     let begun = Instant::now();
                     let response = match kind {
                         0 => agent
@@ -242,16 +243,7 @@ fn main() {
     let wall = started.elapsed();
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
-    let hwm = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmHWM:"))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
+    let hwm = status_kib(server.child.id(), "VmHWM").unwrap_or(0);
     drop(server);
 
     println!(
