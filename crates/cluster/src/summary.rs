@@ -43,7 +43,7 @@ impl SegmentSummary {
             .collect();
         Ok(Self {
             id: entry.id,
-            table: entry.table.clone(),
+            table: entry.table.to_string(),
             min_ts: entry.min_ts_nanos,
             max_ts: entry.max_ts_nanos,
             rows: entry.rows,

@@ -28,8 +28,9 @@ use hindsight_model::{Addr16, AppFields, FlowRecord, FlowSource, FlowState, Segm
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
-    ColumnFamilyDescriptor, DB, Direction, IngestExternalFileOptions, IteratorMode, MergeOperands,
-    Options, SstFileWriter, WriteBatch, WriteOptions,
+    BlockBasedIndexType, BlockBasedOptions, ColumnFamilyDescriptor, DB, Direction,
+    IngestExternalFileOptions, IteratorMode, MergeOperands, Options, SstFileWriter, WriteBatch,
+    WriteOptions,
 };
 
 use crate::histogram::TimestampHistogram;
@@ -846,7 +847,7 @@ impl ConnectionIndex {
         let mut histogram_options = Options::default();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
         let mut families = vec![
-            ColumnFamilyDescriptor::new(CF_CONNECTIONS, Options::default()),
+            ColumnFamilyDescriptor::new(CF_CONNECTIONS, read_table_options()),
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
             ColumnFamilyDescriptor::new(CF_META, Options::default()),
         ];
@@ -854,7 +855,7 @@ impl ConnectionIndex {
         let existing = DB::list_cf(&Options::default(), dir).unwrap_or_default();
         for optional in [CF_COMMUNITY, CF_NAMES] {
             if existing.iter().any(|name| name == optional) {
-                families.push(ColumnFamilyDescriptor::new(optional, Options::default()));
+                families.push(ColumnFamilyDescriptor::new(optional, read_table_options()));
             }
         }
         let db =
@@ -1569,10 +1570,27 @@ impl ConnectionIndex {
 
 /// Options of the `connections` family, which its table files are also written with.
 fn table_options() -> Options {
-    let mut options = Options::default();
+    let mut options = read_table_options();
     options.set_compression_type(rocksdb::DBCompressionType::Lz4);
     options.set_bottommost_compression_type(rocksdb::DBCompressionType::Zstd);
     options.set_write_buffer_size(64 << 20);
+    options
+}
+
+/// Options a reader opens the entry families with: each table file's index is
+/// partitioned (a top level of a few KiB over 4 KiB partitions), and the
+/// partitions are read through the block cache when a lookup needs them.
+/// Opening a table file then reads its top level only, not an index that
+/// grows with the file (about 1 MiB, compressed, for a 64 MiB file), so
+/// opening the index and a lookup cost the same at 500 M connections as at 5 M.
+fn read_table_options() -> Options {
+    let mut block = BlockBasedOptions::default();
+    block.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    block.set_metadata_block_size(4096);
+    block.set_cache_index_and_filter_blocks(true);
+    block.set_pin_top_level_index_and_filter(true);
+    let mut options = Options::default();
+    options.set_block_based_table_factory(&block);
     options
 }
 

@@ -177,7 +177,7 @@ fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId
             }
             report.from_copies.push(SegmentProblem {
                 id: entry.segment_id(),
-                table: entry.table.clone(),
+                table: entry.table.to_string(),
                 file: entry.file.clone(),
                 problem,
             });
@@ -198,7 +198,7 @@ fn check_segments(archive: &Archive, report: &mut CheckReport) -> Vec<(SegmentId
         };
         report.damaged.push(SegmentProblem {
             id: entry.segment_id(),
-            table: entry.table.clone(),
+            table: entry.table.to_string(),
             file: entry.file.clone(),
             problem,
         });

@@ -189,9 +189,9 @@ impl Stamp {
 pub struct Snapshot {
     archive: Arc<Archive>,
     index: Option<Arc<AddressIndex>>,
-    connections: Option<Arc<ConnectionIndex>>,
-    /// The last flows segment whose connection entries the index had committed.
-    flows_mark: Option<SegmentId>,
+    /// The connection index, opened when a request first needs it: a packet
+    /// search or `stats` does not pay for opening it.
+    connections: Arc<std::sync::OnceLock<Option<OpenConnections>>>,
     settings: ArchiveSettings,
     summary: Summary,
     generation: u64,
@@ -201,6 +201,14 @@ pub struct Snapshot {
     disk_bytes: Arc<std::sync::OnceLock<u64>>,
     /// The copies of its segments in object storage, if it has a store.
     remote: Option<Arc<dyn RemoteSegments>>,
+}
+
+/// A connection index opened read-only, with the last `flows` segment whose
+/// connection entries it had committed then.
+#[derive(Debug)]
+struct OpenConnections {
+    index: Arc<ConnectionIndex>,
+    flows_mark: Option<SegmentId>,
 }
 
 /// An archive's copies in its object store (`[archive] object_store`), for
@@ -271,29 +279,12 @@ impl Snapshot {
                 source,
             }
         })?;
-        let connections =
-            ConnectionIndex::open_read_only(&archive.connections_dir()).map_err(|source| {
-                ReaderError::Index {
-                    which: "connection index",
-                    root: root.to_owned(),
-                    source,
-                }
-            })?;
         let settings = archive_settings(root, None)?;
         let summary = Summary::of(&archive);
-        let flows_mark = match &connections {
-            Some(index) => index.flows_mark().map_err(|source| ReaderError::Index {
-                which: "connection index",
-                root: root.to_owned(),
-                source,
-            })?,
-            None => None,
-        };
         Ok(Self {
             archive: Arc::new(archive),
             index: index.map(Arc::new),
-            connections: connections.map(Arc::new),
-            flows_mark,
+            connections: Arc::default(),
             summary,
             generation,
             tail: None,
@@ -303,18 +294,44 @@ impl Snapshot {
         })
     }
 
+    /// The connection index of this snapshot (`None` if the archive has
+    /// none yet), opened on the first call. A failed open is not kept: the
+    /// next call tries again.
+    fn open_connections(&self) -> Result<Option<&OpenConnections>, ReaderError> {
+        if let Some(open) = self.connections.get() {
+            return Ok(open.as_ref());
+        }
+        let root = self.archive.root();
+        let failed = |source| ReaderError::Index {
+            which: "connection index",
+            root: root.to_owned(),
+            source,
+        };
+        let opened = match ConnectionIndex::open_read_only(&self.archive.connections_dir())
+            .map_err(failed)?
+        {
+            Some(index) => Some(OpenConnections {
+                flows_mark: index.flows_mark().map_err(failed)?,
+                index: Arc::new(index),
+            }),
+            None => None,
+        };
+        Ok(self.connections.get_or_init(|| opened).as_ref())
+    }
+
     /// This snapshot with the pieces of `view` (taken before it looked at the
     /// disk) that are not on disk: packet batches of segments not in its catalog,
     /// connection records the connection index had not committed.
-    fn with_tail(&self, mut view: TailView) -> Self {
+    fn with_tail(&self, mut view: TailView) -> Result<Self, ReaderError> {
         let catalog = self.archive.catalog();
         view.packets.retain(|(id, _)| catalog.get(*id).is_none());
+        let flows_mark = self.open_connections()?.and_then(|open| open.flows_mark);
         view.flows
-            .retain(|(id, _)| self.flows_mark.is_none_or(|mark| *id > mark));
-        Self {
+            .retain(|(id, _)| flows_mark.is_none_or(|mark| *id > mark));
+        Ok(Self {
             tail: Some(view),
             ..self.clone()
-        }
+        })
     }
 
     /// The unsealed pieces this snapshot answers from besides its segments.
@@ -468,9 +485,16 @@ impl Snapshot {
 
     /// A packet search over this snapshot (its plan and execution).
     pub fn packet_search(&self) -> PacketSearch {
-        PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
-            .with_connections(self.connections.clone())
-            .with_remote(self.remote.clone())
+        let search = PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
+            .with_remote(self.remote.clone());
+        // Handed over if already open; otherwise the search opens it if its
+        // filter needs it (a name or a Community ID).
+        match self.connections.get() {
+            Some(open) => {
+                search.with_connections(open.as_ref().map(|open| Arc::clone(&open.index)))
+            }
+            None => search,
+        }
     }
 
     /// Plans `request` and hands every matching packet to `visit`, in time
@@ -619,7 +643,8 @@ impl Snapshot {
     /// page of at most `query.limit`, in the index's order (address, time, peer).
     pub fn connections(&self, query: &ConnQuery) -> Result<Connections, ReaderError> {
         let tail = self.tail.as_ref().map(|tail| tail.flows.as_slice());
-        connections::lookup(self.connections.as_deref(), tail.unwrap_or_default(), query)
+        let index = self.open_connections()?.map(|open| open.index.as_ref());
+        connections::lookup(index, tail.unwrap_or_default(), query)
     }
 
     /// A SQL session over this snapshot (`packets` and `flows`), read-only,
@@ -716,7 +741,7 @@ impl Reader {
             *current = (stamp, Arc::new(snapshot));
         }
         Ok(match tail {
-            Some(view) => Arc::new(current.1.with_tail(view)),
+            Some(view) => Arc::new(current.1.with_tail(view)?),
             None => Arc::clone(&current.1),
         })
     }

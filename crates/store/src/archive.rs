@@ -25,7 +25,7 @@ use crate::catalog::{Catalog, CatalogDamage, CatalogEntry};
 use crate::error::{Result, StoreError};
 use crate::segment::reader::SegmentReader;
 use crate::segment::writer::{SealedSegment, sync_dir};
-use crate::segment::{TEMP_SUFFIX, parse_segment_file_name};
+use crate::segment::{TEMP_SUFFIX, parse_segment_file_name, segment_file_name};
 
 /// Name of the marker file at the archive root.
 const MARKER_FILE: &str = "HINDSIGHT";
@@ -150,6 +150,7 @@ impl Archive {
             _lock: Some(lock),
         };
         let report = archive.recover()?;
+        archive.compact_catalog_if_due()?;
         Ok((archive, report, dropped))
     }
 
@@ -289,7 +290,7 @@ impl Archive {
             .unwrap_or_default();
         let entry = CatalogEntry {
             id: sealed.id.0,
-            table: sealed.table.name().to_owned(),
+            table: sealed.table.name().into(),
             file: format!("{}/{file_name}", sealed.table.name()),
             rows: sealed.rows,
             min_ts_nanos: sealed.min_ts_nanos,
@@ -319,7 +320,28 @@ impl Archive {
         if let Some(dir) = path.parent() {
             sync_dir(dir)?;
         }
-        Ok(())
+        self.compact_catalog_if_due()
+    }
+
+    /// Compacts the catalog once most of its lines are removals and what they
+    /// removed ([`Catalog::wants_compaction`]), so that it grows with the live
+    /// segments, not with every segment retention ever expired. A removed
+    /// segment whose file is still in its table's directory (an unlink that
+    /// failed) keeps its removal line, for recovery to delete the file.
+    fn compact_catalog_if_due(&mut self) -> Result<()> {
+        if !self.catalog.wants_compaction() {
+            return Ok(());
+        }
+        let on_disk: Vec<SegmentId> = self
+            .catalog
+            .removed_ids()
+            .filter(|&id| {
+                Table::ALL
+                    .iter()
+                    .any(|&table| self.table_dir(table).join(segment_file_name(id)).exists())
+            })
+            .collect();
+        self.catalog.compact(&on_disk)
     }
 
     fn recover(&mut self) -> Result<RecoveryReport> {

@@ -334,6 +334,58 @@ fn a_removed_segment_stays_removed_even_if_its_file_survives_a_crash() {
     assert_eq!(archive.next_segment_id(), SegmentId(2));
 }
 
+/// Retention that cycles the disk leaves the catalog as long as its live
+/// segments, not one line for every segment ever sealed; what recovery needs
+/// of the removals is kept.
+#[test]
+fn retention_keeps_the_catalog_as_long_as_its_live_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut archive, _) = Archive::open_writer(dir.path()).unwrap();
+    let file_of = |id: u64| archive.packets_dir().join(segment_file_name(SegmentId(id)));
+    let files: Vec<_> = (0..=1200).map(file_of).collect();
+    // Catalogued without files: removing one whose file is gone is a removal.
+    for id in 1..=1200u64 {
+        let sealed = hindsight_store::SealedSegment {
+            table: Table::Packets,
+            id: SegmentId(id),
+            path: files[id as usize].clone(),
+            rows: 1,
+            min_ts_nanos: id as i64,
+            max_ts_nanos: id as i64,
+            size_bytes: 1,
+            crc32: 0,
+            addresses: Vec::new(),
+            covered: Vec::new(),
+            column_cpu: Vec::new(),
+        };
+        archive.register(&sealed).unwrap();
+    }
+    let catalog_path = dir.path().join("catalog.jsonl");
+    let full = fs::read_to_string(&catalog_path).unwrap().lines().count();
+    assert_eq!(full, 1200);
+    for id in 1..=1190u64 {
+        archive.remove_segment(SegmentId(id)).unwrap();
+        if id == 5 {
+            // As if its unlink had failed: the file is still there.
+            fs::write(&files[5], b"leftover").unwrap();
+        }
+    }
+    let text = fs::read_to_string(&catalog_path).unwrap();
+    let lines = text.lines().count();
+    // 2,390 lines without compaction; at most the live segments, the
+    // removals since the last compaction, and the two it kept.
+    assert!(lines < 1200, "{lines} catalog lines for 10 live segments");
+    assert!(text.contains(r#"{"op":"remove","id":5}"#), "{text}");
+    drop(archive);
+    let reader = Archive::open_reader(dir.path()).unwrap();
+    let live: Vec<u64> = reader.catalog().entries().map(|e| e.id).collect();
+    assert_eq!(live, (1191..=1200).collect::<Vec<_>>());
+    let (archive, report) = Archive::open_writer(dir.path()).unwrap();
+    assert_eq!(report.removed_leftovers, vec![files[5].clone()]);
+    assert!(report.segments_recovered.is_empty());
+    assert_eq!(archive.next_segment_id(), SegmentId(1201));
+}
+
 /// A segment or an archive written by a newer format version is refused, with a
 /// message naming the file and both versions.
 #[test]
