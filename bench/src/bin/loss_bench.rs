@@ -1,5 +1,7 @@
 //! Capture loss at increasing rates (FlowScope's figure 4, Hyperion's figure
-//! 16): a real capture replayed by tcpreplay into a veth pair between two
+//! 16): a real capture replayed (by this benchmark's own `AF_PACKET` sender,
+//! [`send_frames`], or with `--sender tcpreplay` by tcpreplay, which tops out
+//! at about 480,000 packets/s here) into a veth pair between two
 //! network namespaces this benchmark creates, captured on the other end by
 //! `hindsight record` (archiving, indexing, building connections, with a
 //! trigger on), by `tcpdump -w` and by Stenographer (Debian's package: its
@@ -13,7 +15,7 @@
 //! Needs root (namespaces, AF_PACKET). Test traffic stays in the namespaces.
 //!
 //! `cargo build --release -p hindsight -p hindsight-bench --bin loss_bench`
-//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...] [--no-stenographer] [--queries]`
+//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...] [--sender frames|tcpreplay] [--no-stenographer] [--queries]`
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -172,8 +174,9 @@ impl Tool {
         }
     }
 
-    /// Stops the capture (SIGINT, as a user would) and returns the packets it kept.
-    fn stop(self, running: Running, work: &Path) -> u64 {
+    /// Stops the capture (SIGINT, as a user would) and returns the packets it
+    /// kept and the CPU seconds its process spent.
+    fn stop(self, running: Running, work: &Path) -> (u64, f64) {
         if self == Self::Stenographer {
             return stop_stenographer(running);
         }
@@ -187,6 +190,7 @@ impl Tool {
             let answered = thread.join().unwrap_or(0);
             eprintln!("loss_bench: {answered} queries answered during the capture");
         }
+        let cpu = cpu_seconds(child.id());
         // SAFETY: kill with a pid we spawned.
         unsafe { kill(child.id() as i32, 2) };
         let status = child.wait().expect("wait for the capture");
@@ -207,13 +211,13 @@ impl Tool {
                     .and_then(|n| n.parse().ok())
                     .unwrap_or_else(|| panic!("no archived count in: {log}"));
                 std::fs::remove_dir_all(work.join("archive")).ok();
-                archived
+                (archived, cpu)
             }
             Self::Tcpdump => {
                 let path = work.join("tcpdump.pcap");
                 let frames = hindsight_bench::read_frames(&path).len() as u64;
                 std::fs::remove_file(path).ok();
-                frames
+                (frames, cpu)
             }
         }
     }
@@ -332,7 +336,7 @@ fn start_stenographer() -> Running {
 
 /// The packets Stenographer answers for all time, once its files are rotated
 /// and indexed (two counts in a row agree); then stops it.
-fn stop_stenographer(running: Running) -> u64 {
+fn stop_stenographer(running: Running) -> (u64, f64) {
     let dir = Path::new(STENO_DIR);
     let count = || -> u64 {
         let output = Command::new("sh")
@@ -372,6 +376,19 @@ fn stop_stenographer(running: Running) -> u64 {
         std::thread::sleep(Duration::from_secs(3));
     }
     let Running { mut child, .. } = running;
+    // stenotype does the capturing: its CPU, not its server's.
+    let cpu = Command::new("pgrep")
+        .args(["-u", "stenographer", "-x", "stenotype"])
+        .output()
+        .ok()
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .map_or(f64::NAN, cpu_seconds);
     // SAFETY: kill with a pid we spawned.
     unsafe { kill(child.id() as i32, 15) };
     let _ = child.wait();
@@ -394,16 +411,65 @@ fn stop_stenographer(running: Running) -> u64 {
         );
     }
     let _ = std::fs::remove_dir_all(dir);
-    if last == u64::MAX { 0 } else { last }
+    (if last == u64::MAX { 0 } else { last }, cpu)
+}
+
+/// User and system CPU seconds of process `pid` (all its threads), from
+/// `/proc` (NaN if it is gone).
+fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return f64::NAN;
+    };
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line, the 12th and 13th after it.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks / per_second
 }
 
 unsafe extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
 }
 
-/// Replays `capture` `loops` times at `pps` (0: as fast as tcpreplay can);
-/// returns the packets tcpreplay sent and the rate it reached.
-fn replay(capture: &Path, pps: u64, loops: u64) -> (u64, f64) {
+/// What replays the capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    /// This benchmark's own sender ([`send_frames`]).
+    Frames,
+    /// tcpreplay (about 480,000 packets/s at top speed on this machine).
+    Tcpreplay,
+}
+
+/// Replays `capture` `loops` times at `pps` (0: as fast as the sender can);
+/// returns the packets sent and the rate reached.
+fn replay(sender: Sender, capture: &Path, pps: u64, loops: u64) -> (u64, f64) {
+    if sender == Sender::Frames {
+        let output = Link::exec(TX, std::env::current_exe().expect("this program"))
+            .args(["--send-frames", "lb"])
+            .arg(capture)
+            .args([pps.to_string(), loops.to_string()])
+            .output()
+            .expect("run the sender");
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "sender: {text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // "sent N rate R"
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        let sent = fields.get(1).and_then(|n| n.parse().ok());
+        let rate = fields.get(3).and_then(|n| n.parse().ok());
+        return sent
+            .zip(rate)
+            .unwrap_or_else(|| panic!("no count in the sender's output: {text}"));
+    }
     let mut command = Link::exec(TX, "tcpreplay");
     command.args(["-i", "lb", "--loop"]).arg(loops.to_string());
     if pps == 0 {
@@ -430,18 +496,151 @@ fn replay(capture: &Path, pps: u64, loops: u64) -> (u64, f64) {
     (sent, rate)
 }
 
+/// The sender, run inside the sending namespace as
+/// `loss_bench --send-frames IFACE PCAP PPS LOOPS`: the capture's frames held
+/// in memory and written `LOOPS` times to `IFACE` through an `AF_PACKET`
+/// socket that bypasses the queueing discipline, 64 frames a `sendmmsg`
+/// call, paced to `PPS` (0: as fast as it can). Prints `sent N rate R`.
+fn send_frames(args: &[String]) {
+    let [iface, capture, pps, loops] = args else {
+        panic!("--send-frames IFACE PCAP PPS LOOPS");
+    };
+    let pps: u64 = pps.parse().expect("PPS");
+    let loops: u64 = loops.parse().expect("LOOPS");
+    let frames = hindsight_bench::read_frames(Path::new(capture));
+    assert!(!frames.is_empty(), "{capture} holds no frames");
+    let fail = |what: &str| -> ! { panic!("{what}: {}", std::io::Error::last_os_error()) };
+    // SAFETY: plain system calls on a socket this function owns, with
+    // pointers to locals and to `frames`, which outlive the calls.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    if fd < 0 {
+        fail("socket(AF_PACKET)");
+    }
+    let name = std::ffi::CString::new(iface.as_str()).expect("an interface name");
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        fail(iface);
+    }
+    // SAFETY: sockaddr_ll is plain data; zero is a valid value of each field.
+    let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    address.sll_family = libc::AF_PACKET as u16;
+    address.sll_ifindex = index as i32;
+    let length = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: `address` is a sockaddr_ll of `length` bytes.
+    if unsafe { libc::bind(fd, (&raw const address).cast(), length) } != 0 {
+        fail("bind");
+    }
+    let one: libc::c_int = 1;
+    let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: an int option.
+    if unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&raw const one).cast(),
+            size,
+        )
+    } != 0
+    {
+        fail("PACKET_QDISC_BYPASS");
+    }
+    let mut vectors: Vec<libc::iovec> = frames
+        .iter()
+        .map(|(_, _, data)| libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        })
+        .collect();
+    let mut headers: Vec<libc::mmsghdr> = vectors
+        .iter_mut()
+        .map(|vector| {
+            // SAFETY: mmsghdr is plain data; zero is a valid value of each field.
+            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            header.msg_hdr.msg_iov = vector;
+            header.msg_hdr.msg_iovlen = 1;
+            header
+        })
+        .collect();
+    const BATCH: usize = 64;
+    let total = frames.len() as u64 * loops;
+    let mut sent = 0u64;
+    let mut at = 0usize;
+    let started = Instant::now();
+    while sent < total {
+        if pps > 0 {
+            let due = Duration::from_secs_f64(sent as f64 / pps as f64);
+            let elapsed = started.elapsed();
+            if due > elapsed {
+                let wait = due - elapsed;
+                if wait > Duration::from_micros(200) {
+                    std::thread::sleep(wait);
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+        }
+        let count = BATCH
+            .min(frames.len() - at)
+            .min(usize::try_from(total - sent).unwrap_or(BATCH));
+        // SAFETY: `count` headers from `at` lie inside `headers`.
+        let done = unsafe { libc::sendmmsg(fd, headers.as_mut_ptr().add(at), count as u32, 0) };
+        if done < 0 {
+            let error = std::io::Error::last_os_error();
+            match error.raw_os_error() {
+                // The device's queue is full: try again.
+                Some(libc::ENOBUFS | libc::EAGAIN | libc::EINTR) => std::thread::yield_now(),
+                _ => panic!("sendmmsg: {error}"),
+            }
+            continue;
+        }
+        sent += done as u64;
+        at = (at + done as usize) % frames.len();
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!("sent {sent} rate {:.0}", sent as f64 / seconds);
+}
+
+/// Frames the receiving end of the link took in (`la`'s counter): what
+/// reached the capturing tools' sockets to keep or lose.
+fn link_delivered() -> u64 {
+    let output = Link::exec(RX, "cat")
+        .arg("/sys/class/net/la/statistics/rx_packets")
+        .output()
+        .expect("read la's counters");
+    String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--send-frames") {
+        send_frames(&args[1..]);
+        return;
+    }
     let mut flags = Flags::new(
         "loss_bench",
-        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--no-stenographer] [--queries]",
+        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--sender frames|tcpreplay] [--no-stenographer] [--queries]",
     );
     let mut capture: PathBuf = default_source();
     let mut seconds = 5.0f64;
     let mut rates: Vec<u64> = vec![25_000, 50_000, 100_000, 200_000, 400_000, 0];
     let mut stenographer = true;
     let mut queries = false;
+    let mut sender = Sender::Frames;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
+            "--sender" => {
+                sender = match flags.value::<String>("--sender").as_str() {
+                    "frames" => Sender::Frames,
+                    "tcpreplay" => Sender::Tcpreplay,
+                    _ => flags.unknown("--sender"),
+                }
+            }
             "--no-stenographer" => stenographer = false,
             "--queries" => queries = true,
             "--capture" => capture = flags.value::<PathBuf>("--capture"),
@@ -458,8 +657,12 @@ fn main() {
     }
     let packets = hindsight_bench::read_frames(&capture).len() as u64;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let by = match sender {
+        Sender::Frames => "this bench's AF_PACKET sender (sendmmsg, qdisc bypassed)",
+        Sender::Tcpreplay => "tcpreplay",
+    };
     println!(
-        "capture loss: {} ({packets} packets) replayed by tcpreplay into a veth pair, about {seconds} s a cell, {cores} cores",
+        "capture loss: {} ({packets} packets) replayed by {by} into a veth pair, about {seconds} s a cell, {cores} cores",
         capture.display()
     );
     println!(
@@ -467,8 +670,20 @@ fn main() {
     );
     println!();
     println!(
-        "{:>12} {:>12} {:<18} {:>12} {:>12} {:>9}",
-        "asked pps", "sent pps", "tool", "sent", "kept", "lost %"
+        "delivered: what the receiving end of the link took in (la's rx_packets), for the tool to keep or lose"
+    );
+    println!();
+    println!(
+        "{:>12} {:>12} {:<18} {:>12} {:>12} {:>12} {:>9} {:>8} {:>10}",
+        "asked pps",
+        "sent pps",
+        "tool",
+        "sent",
+        "delivered",
+        "kept",
+        "lost %",
+        "CPU s",
+        "CPU ns/pkt"
     );
     let _link = Link::new();
     let work = tempfile::tempdir_in("/var/tmp").expect("a work directory");
@@ -495,11 +710,13 @@ fn main() {
     // Whether a tool kept everything at top speed: then the replay, not the
     // tool, set its highest rate.
     let mut lossless_at_top = vec![false; tools.len()];
+    // CPU a packet at top speed: what bounds each tool past the sender's reach.
+    let mut top_cpu = vec![f64::NAN; tools.len()];
     for &pps in &rates {
         // Top speed is measured first with one loop to size its loops.
         let loops = if pps == 0 {
             let started = Instant::now();
-            let (sent, _) = replay(&capture, 0, 1);
+            let (sent, _) = replay(sender, &capture, 0, 1);
             let per_second = sent as f64 / started.elapsed().as_secs_f64();
             ((per_second * seconds) / packets as f64).ceil().max(1.0) as u64
         } else {
@@ -510,10 +727,12 @@ fn main() {
             if tool == Tool::HindsightQueried {
                 running.queries = Some(query_loop(work.path().join("archive")));
             }
-            let (sent, rate) = replay(&capture, pps, loops);
+            let before = link_delivered();
+            let (sent, rate) = replay(sender, &capture, pps, loops);
             // What the kernel still holds reaches the reader within its poll.
             std::thread::sleep(Duration::from_secs(1));
-            let kept = tool.stop(running, work.path());
+            let delivered = link_delivered().saturating_sub(before);
+            let (kept, cpu) = tool.stop(running, work.path());
             let lost = sent.saturating_sub(kept);
             let asked = if pps == 0 {
                 "top".to_owned()
@@ -521,10 +740,14 @@ fn main() {
                 pps.to_string()
             };
             println!(
-                "{asked:>12} {rate:>12.0} {:<18} {sent:>12} {kept:>12} {:>8.3}%",
+                "{asked:>12} {rate:>12.0} {:<18} {sent:>12} {delivered:>12} {kept:>12} {:>8.3}% {cpu:>8.2} {:>10.0}",
                 tool.name(),
-                lost as f64 * 100.0 / sent.max(1) as f64
+                lost as f64 * 100.0 / sent.max(1) as f64,
+                cpu * 1e9 / kept.max(1) as f64
             );
+            if pps == 0 {
+                top_cpu[i] = cpu * 1e9 / kept.max(1) as f64;
+            }
             if lost == 0 {
                 lossless[i] = Some(lossless[i].map_or(rate, |best: f64| best.max(rate)));
                 lossless_at_top[i] |= pps == 0;
@@ -544,6 +767,13 @@ fn main() {
             ),
             None => println!("{:<18} lost packets at every rate", tool.name()),
         }
+    }
+    println!();
+    println!(
+        "CPU a kept packet at top speed (all of the tool's threads; the sender and the kernel's delivery hold the other core):"
+    );
+    for (tool, ns) in tools.iter().zip(&top_cpu) {
+        println!("{:<18} {ns:.0} ns", tool.name());
     }
     let tcpdump = tools.iter().position(|&t| t == Tool::Tcpdump).unwrap_or(1);
     match (lossless[0], lossless[tcpdump]) {
