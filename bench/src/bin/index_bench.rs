@@ -45,7 +45,8 @@ struct Args {
     runs: usize,
     work: PathBuf,
     source: PathBuf,
-    /// Only the insert figures, no queries and no peers.
+    /// Only the insert figures of the base run, no queries and no peers (the
+    /// growth run, if asked for, still runs).
     insert_only: bool,
     /// Expiration schedule of the insert run with expiration.
     cutoff_interval: Duration,
@@ -312,6 +313,11 @@ fn main() {
     );
 
     if args.insert_only {
+        // The growth run has its own figures; only the base run's queries
+        // and peers are left out.
+        if args.grow_to > 0 {
+            growth(&args, &replicator);
+        }
         return;
     }
 

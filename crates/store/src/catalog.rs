@@ -76,7 +76,9 @@ enum CatalogOp {
 #[derive(Debug)]
 pub struct Catalog {
     path: PathBuf,
-    entries: BTreeMap<SegmentId, CatalogEntry>,
+    /// The live segments, in id order (a vector, not a map: built in one
+    /// pass at load, and found by binary search).
+    entries: Vec<CatalogEntry>,
     /// Largest segment id ever added, removed ones included, so ids are never reused.
     max_id_seen: Option<SegmentId>,
     /// Ids of removed segments: a file of one found on disk is a leftover of a
@@ -137,7 +139,10 @@ impl Catalog {
         // Additions first into a vector, in line order, then into the map at
         // once (a sorted bulk build, not 100,000 inserts that split nodes). A
         // removal cancels the additions of its id on lines before it.
-        let mut adds: Vec<(u64, CatalogEntry)> = Vec::new();
+        let mut adds: Vec<CatalogEntry> = Vec::new();
+        // Line numbers of the additions, apart from the entries: a removal
+        // cancels the additions of its id on lines before it.
+        let mut added_at: Vec<u64> = Vec::new();
         let mut removed_at: BTreeMap<SegmentId, u64> = BTreeMap::new();
         let mut max_id_seen = None;
         let mut valid_len = 0u64;
@@ -153,7 +158,8 @@ impl Catalog {
             match parse_line(body) {
                 Ok(CatalogOp::Add(entry)) => {
                     max_id_seen = max_id_seen.max(Some(entry.segment_id()));
-                    adds.push((lines, entry));
+                    adds.push(entry);
+                    added_at.push(lines);
                 }
                 Ok(CatalogOp::Remove { id }) => {
                     // A compacted catalog may hold the largest id only here.
@@ -177,15 +183,23 @@ impl Catalog {
             valid_len += read as u64;
             lines += 1;
         }
-        let entries: BTreeMap<SegmentId, CatalogEntry> = adds
-            .into_iter()
-            .filter(|(line, entry)| {
+        let mut line_of = added_at.into_iter();
+        let mut entries = adds;
+        if !removed_at.is_empty() {
+            entries.retain(|entry| {
+                let line = line_of.next().unwrap_or(0);
                 removed_at
                     .get(&entry.segment_id())
-                    .is_none_or(|removal| removal < line)
-            })
-            .map(|(_, entry)| (entry.segment_id(), entry))
-            .collect();
+                    .is_none_or(|&removal| removal < line)
+            });
+        }
+        // Ids are appended in increasing order; recovery may add a lower
+        // one. A later addition of an id replaces an earlier one.
+        if !entries.is_sorted_by(|a, b| a.id < b.id) {
+            entries.reverse();
+            entries.sort_by_key(|entry| entry.id);
+            entries.dedup_by_key(|entry| entry.id);
+        }
         let removed = removed_at.into_keys().collect();
         let catalog = Self {
             path: path.to_owned(),
@@ -250,19 +264,17 @@ impl Catalog {
 
     /// Returns every live segment, by id.
     pub fn entries(&self) -> impl Iterator<Item = &CatalogEntry> {
-        self.entries.values()
+        self.entries.iter()
     }
 
     /// Returns the entries of the segments of `table`, in id order.
     pub fn entries_of(&self, table: crate::Table) -> impl Iterator<Item = &CatalogEntry> {
-        self.entries
-            .values()
-            .filter(move |e| e.table == table.name())
+        self.entries.iter().filter(move |e| e.table == table.name())
     }
 
     /// Returns the entry of segment `id`.
     pub fn get(&self, id: SegmentId) -> Option<&CatalogEntry> {
-        self.entries.get(&id)
+        self.position(id).ok().and_then(|at| self.entries.get(at))
     }
 
     /// Returns the number of live segments.
@@ -284,16 +296,30 @@ impl Catalog {
     pub fn add(&mut self, entry: CatalogEntry) -> Result<()> {
         self.append(&CatalogOp::Add(entry.clone()))?;
         self.max_id_seen = self.max_id_seen.max(Some(entry.segment_id()));
-        self.entries.insert(entry.segment_id(), entry);
+        match self.position(entry.segment_id()) {
+            Ok(at) => {
+                if let Some(slot) = self.entries.get_mut(at) {
+                    *slot = entry;
+                }
+            }
+            Err(at) => self.entries.insert(at, entry),
+        }
         Ok(())
     }
 
     /// Records the removal of a segment and makes it durable.
     pub fn remove(&mut self, id: SegmentId) -> Result<()> {
         self.append(&CatalogOp::Remove { id: id.0 })?;
-        self.entries.remove(&id);
+        if let Ok(at) = self.position(id) {
+            self.entries.remove(at);
+        }
         self.removed.insert(id);
         Ok(())
+    }
+
+    /// Where segment `id` is in `entries`, or where it would go.
+    fn position(&self, id: SegmentId) -> std::result::Result<usize, usize> {
+        self.entries.binary_search_by_key(&id.0, |entry| entry.id)
     }
 
     /// Returns true if segment `id` was removed.
@@ -344,7 +370,7 @@ impl Catalog {
             .copied()
             .filter(|id| self.removed.contains(id))
             .collect();
-        let max_live = self.entries.keys().next_back().copied();
+        let max_live = self.entries.last().map(CatalogEntry::segment_id);
         if let Some(max) = self.max_id_seen.filter(|&max| Some(max) > max_live) {
             removed.insert(max);
         }
@@ -352,7 +378,7 @@ impl Catalog {
         for id in &removed {
             encode(&CatalogOp::Remove { id: id.0 }, &mut text)?;
         }
-        for entry in self.entries.values() {
+        for entry in &self.entries {
             encode(&CatalogOp::Add(entry.clone()), &mut text)?;
         }
         let temp = self.path.with_extension("jsonl.compact");
@@ -674,6 +700,44 @@ mod tests {
         let catalog = Catalog::load(&path).unwrap();
         assert!(catalog.is_empty());
         assert_eq!(catalog.max_id(), Some(SegmentId(1501)));
+    }
+
+    /// Lines apply in order, whatever order the ids come in: a later addition
+    /// of an id replaces an earlier one, and a removal cancels only what came
+    /// before it.
+    #[test]
+    fn lines_apply_in_order_whatever_the_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.jsonl");
+        let line = |op: &CatalogOp| {
+            let mut text = serde_json::to_vec(op).unwrap();
+            text.push(b'\n');
+            text
+        };
+        let mut again = entry(5);
+        again.rows = 1;
+        let text = [
+            line(&CatalogOp::Add(entry(1))),
+            line(&CatalogOp::Add(entry(5))),
+            line(&CatalogOp::Remove { id: 4 }),
+            line(&CatalogOp::Add(entry(3))),
+            line(&CatalogOp::Add(entry(4))),
+            line(&CatalogOp::Add(again.clone())),
+            line(&CatalogOp::Remove { id: 1 }),
+        ]
+        .concat();
+        std::fs::write(&path, text).unwrap();
+        let catalog = Catalog::load(&path).unwrap();
+        let ids: Vec<u64> = catalog.entries().map(|e| e.id).collect();
+        assert_eq!(ids, vec![3, 4, 5]);
+        assert_eq!(catalog.get(SegmentId(5)), Some(&again));
+        assert_eq!(catalog.get(SegmentId(1)), None);
+        assert_eq!(catalog.max_id(), Some(SegmentId(5)));
+        let mut catalog = Catalog::open_for_append(&path).unwrap();
+        catalog.add(entry(2)).unwrap();
+        catalog.remove(SegmentId(4)).unwrap();
+        let ids: Vec<u64> = catalog.entries().map(|e| e.id).collect();
+        assert_eq!(ids, vec![2, 3, 5]);
     }
 
     #[test]
