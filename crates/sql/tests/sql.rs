@@ -21,23 +21,27 @@ fn lan_hour() -> PathBuf {
 }
 
 /// The archive, ingested once for every test: 10-minute partitions, so that time
-/// conditions have segments to skip.
+/// conditions have segments to skip. It lives in cargo's scratch directory
+/// for integration tests, made again by each run: a temporary directory held
+/// by a static is never dropped, and each run left one behind in /tmp.
 fn archive() -> &'static Path {
-    static ARCHIVE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    ARCHIVE
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let options = IngestOptions {
-                partition_nanos: 600 * 1_000_000_000,
-                ..IngestOptions::default()
-            };
-            let (mut ingestor, _) = Ingestor::open(dir.path(), options).unwrap();
-            let outcome = ingestor.ingest_file(&lan_hour(), &mut |_| {}).unwrap();
-            assert!(outcome.error.is_none());
-            ingestor.finish().unwrap();
-            dir
-        })
-        .path()
+    static ARCHIVE: OnceLock<PathBuf> = OnceLock::new();
+    ARCHIVE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sql-tests-archive");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = IngestOptions {
+            partition_nanos: 600 * 1_000_000_000,
+            ..IngestOptions::default()
+        };
+        let (mut ingestor, _) = Ingestor::open(&dir, options).unwrap();
+        let outcome = ingestor.ingest_file(&lan_hour(), &mut |_| {}).unwrap();
+        assert!(outcome.error.is_none());
+        ingestor.finish().unwrap();
+        dir
+    })
 }
 
 fn query(sql: &str) -> String {
