@@ -5,28 +5,15 @@
 
 #![no_main]
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+#[path = "scratch.rs"]
+mod scratch;
 
 use hindsight_model::SegmentId;
 use hindsight_store::Catalog;
 use libfuzzer_sys::fuzz_target;
 
-/// One scratch file per fuzzing process, in memory where the system has it.
-fn scratch() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        dir.join(format!("hindsight-fuzz-catalog-{}.jsonl", std::process::id()))
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
-    let path = scratch();
+    let path = scratch::scratch("catalog", "jsonl");
     if std::fs::write(path, data).is_err() {
         return;
     }
@@ -42,5 +29,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(catalog.get(entry.segment_id()).is_some());
         assert!(catalog.max_id() >= Some(entry.segment_id()));
     }
-    let _ = (catalog.len(), catalog.wants_compaction(), catalog.get(SegmentId(0)));
+    let _ = (
+        catalog.len(),
+        catalog.wants_compaction(),
+        catalog.get(SegmentId(0)),
+    );
 });

@@ -5,29 +5,16 @@
 
 #![no_main]
 
-use std::path::PathBuf;
-use std::sync::OnceLock;
+#[path = "scratch.rs"]
+mod scratch;
 
 use hindsight_model::Addr16;
 use hindsight_store::schema::PacketBatchView;
 use hindsight_store::{SegmentReader, TimeRange};
 use libfuzzer_sys::fuzz_target;
 
-/// One scratch file per fuzzing process, in memory where the system has it.
-fn scratch() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        dir.join(format!("hindsight-fuzz-segment-{}.parquet", std::process::id()))
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
-    let path = scratch();
+    let path = scratch::scratch("segment", "parquet");
     if std::fs::write(path, data).is_err() {
         return;
     }

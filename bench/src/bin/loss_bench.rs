@@ -192,7 +192,7 @@ impl Tool {
         }
         let cpu = cpu_seconds(child.id());
         // SAFETY: kill with a pid we spawned.
-        unsafe { kill(child.id() as i32, 2) };
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let status = child.wait().expect("wait for the capture");
         // The rest of its standard error arrives with the exit.
         let log = log
@@ -390,7 +390,7 @@ fn stop_stenographer(running: Running) -> (u64, f64) {
         })
         .map_or(f64::NAN, cpu_seconds);
     // SAFETY: kill with a pid we spawned.
-    unsafe { kill(child.id() as i32, 15) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
     // stenotype outlives its server's SIGTERM (and holds a 2 GB ring): by name.
     let _ = Command::new("pkill")
@@ -431,10 +431,6 @@ fn cpu_seconds(pid: u32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     ticks / per_second
-}
-
-unsafe extern "C" {
-    fn kill(pid: i32, signal: i32) -> i32;
 }
 
 /// What replays the capture.

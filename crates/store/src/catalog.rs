@@ -230,15 +230,7 @@ impl Catalog {
                 kept.extend_from_slice(line);
             }
         }
-        let temp = path.with_extension("jsonl.repair");
-        let mut file = File::create(&temp).map_err(StoreError::io("create catalog", &temp))?;
-        file.write_all(&kept)
-            .and_then(|()| file.sync_all())
-            .map_err(StoreError::io("write catalog", &temp))?;
-        std::fs::rename(&temp, path).map_err(StoreError::io("replace catalog", path))?;
-        if let Some(dir) = path.parent() {
-            crate::segment::writer::sync_dir(dir)?;
-        }
+        replace_durably(path, "jsonl.repair", &kept)?;
         Ok(damage)
     }
 
@@ -380,22 +372,7 @@ impl Catalog {
         for entry in &self.entries {
             encode(&CatalogOp::Add(entry.clone()), &mut text)?;
         }
-        let temp = self.path.with_extension("jsonl.compact");
-        let written = File::create(&temp)
-            .and_then(|mut file| file.write_all(&text).and_then(|()| file.sync_all()))
-            .map_err(StoreError::io("write compacted catalog", &temp))
-            .and_then(|()| {
-                std::fs::rename(&temp, &self.path)
-                    .map_err(StoreError::io("replace catalog", &self.path))
-            });
-        if let Err(error) = written {
-            // The catalog as it was stays whole and in use.
-            let _ = std::fs::remove_file(&temp);
-            return Err(error);
-        }
-        if let Some(dir) = self.path.parent() {
-            crate::segment::writer::sync_dir(dir)?;
-        }
+        replace_durably(&self.path, "jsonl.compact", &text)?;
         self.appender = Some(
             OpenOptions::new()
                 .append(true)
@@ -429,6 +406,28 @@ impl Catalog {
         self.lines += 1;
         Ok(())
     }
+}
+
+/// Replaces the catalog at `path` with `text`: written whole to a file beside
+/// it (extension `temp_extension`), synced, renamed over it, and the directory
+/// synced. A crash leaves the old catalog or the new one whole; a failure
+/// before the rename leaves the old one in use and removes the temporary file.
+fn replace_durably(path: &Path, temp_extension: &str, text: &[u8]) -> Result<()> {
+    let temp = path.with_extension(temp_extension);
+    let written = File::create(&temp)
+        .and_then(|mut file| file.write_all(text).and_then(|()| file.sync_all()))
+        .map_err(StoreError::io("write catalog", &temp))
+        .and_then(|()| {
+            std::fs::rename(&temp, path).map_err(StoreError::io("replace catalog", path))
+        });
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&temp);
+        return Err(error);
+    }
+    if let Some(dir) = path.parent() {
+        crate::segment::writer::sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// Reads one catalog line. The lines this catalog writes are read by
