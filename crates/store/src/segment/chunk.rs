@@ -278,6 +278,15 @@ trait Values {
     /// Adds the valid values to a Bloom filter.
     fn insert_into(&self, _valid: Option<&BooleanBuffer>, _bloom: &mut Sbbf) {}
 
+    /// Whether the values of `rows` (null slots included) change so rarely that
+    /// the page is better written as deltas than as byte streams. Byte streams
+    /// of such a page are long runs, which LZ4 stores as overlapping matches
+    /// and `lz4_flex` expands one byte at a time: it was 40% of a busy-address
+    /// query's time. Deltas store a run in a few bits.
+    fn long_runs(&self, _rows: Range<usize>) -> bool {
+        false
+    }
+
     /// The chunk's dictionary: its distinct valid values and each row's index among
     /// them. None where the type has no dictionary encoder or the chunk has more
     /// than [`DICTIONARY_MAX_VALUES`] distinct values.
@@ -289,6 +298,10 @@ trait Values {
 /// The most distinct values a chunk is dictionary-encoded with; a chunk with more
 /// is written `PLAIN`.
 const DICTIONARY_MAX_VALUES: usize = 1 << 16;
+
+/// The mean run of equal values from which a byte-stream-split page is
+/// written as deltas instead ([`Values::long_runs`]).
+const MIN_MEAN_RUN: usize = 16;
 
 /// Slots of the dictionary builder's cache of recent keys.
 const DICTIONARY_CACHE: usize = 256;
@@ -508,6 +521,14 @@ impl<T: Integer> Values for Ints<'_, T> {
             }
         }
         Ok(min_max)
+    }
+
+    fn long_runs(&self, rows: Range<usize>) -> bool {
+        let Some(page) = self.0.get(rows) else {
+            return false;
+        };
+        let changes = page.windows(2).filter(|pair| pair[0] != pair[1]).count();
+        changes * MIN_MEAN_RUN < page.len()
     }
 
     fn key_bytes(&self, key: T) -> Vec<u8> {
@@ -839,6 +860,8 @@ fn write_chunk<V: Values>(
     let mut last_page: Option<(V::Key, V::Key)> = None;
     let mut chunk_nulls = 0u64;
     let mut page = Vec::new();
+    // Whether a page of a byte-stream-split chunk was written as deltas.
+    let mut deltas = false;
     let mut start = 0;
     while start < rows {
         let end = values.page_end(start, options);
@@ -851,15 +874,23 @@ fn write_chunk<V: Values>(
         // Encoders see the validity only for pages with a null, so pages without
         // one take their fast paths without counting again.
         let page_valid = valid.filter(|_| nulls > 0);
+        // Long runs of one value as deltas: see `Values::long_runs`.
+        let page_encoding =
+            if encoding == Encoding::BYTE_STREAM_SPLIT && values.long_runs(start..end) {
+                deltas = true;
+                Encoding::DELTA_BINARY_PACKED
+            } else {
+                encoding
+            };
         let min_max = match &dictionary {
             Some(dictionary) => dictionary.encode(start..end, page_valid, &mut scratch, &mut page),
-            None => values.encode(start..end, page_valid, encoding, &mut page)?,
+            None => values.encode(start..end, page_valid, page_encoding, &mut page)?,
         };
         let compressed = options.compress(zstd, &page)?;
         let spec = pages.write(
             PageKind::Data {
                 values: end - start,
-                encoding,
+                encoding: page_encoding,
             },
             &compressed,
             page.len(),
@@ -895,6 +926,9 @@ fn write_chunk<V: Values>(
     let bytes = Bytes::from(pages.bytes);
 
     let mut encodings = vec![encoding];
+    if deltas {
+        encodings.push(Encoding::DELTA_BINARY_PACKED);
+    }
     if dictionary.is_some() {
         // The dictionary page's values.
         encodings.push(Encoding::PLAIN);
@@ -1124,20 +1158,23 @@ fn delta_binary_packed(values: &[i64], int64: bool, out: &mut Vec<u8>) {
         let widths_at = out.len();
         out.extend_from_slice(&[0; DELTA_MINIBLOCKS]);
         for (i, mini) in block.chunks(mini_len).enumerate() {
-            // In the physical width: 32-bit deltas relative to min fit in 32 bits.
-            let relative = |d: i64| {
-                if int64 {
-                    d.wrapping_sub(min) as u64
-                } else {
-                    u64::from((d as i32).wrapping_sub(min as i32) as u32)
-                }
-            };
-            let max = mini.iter().map(|&d| relative(d)).max().unwrap_or(0);
-            let width = 64 - max.leading_zeros();
+            // Deltas relative to the block's minimum. In the physical width:
+            // 32-bit deltas are sign-extended, so `d - min` is below 2^32 and is
+            // what 32-bit wrapping arithmetic gives.
+            let ored = mini
+                .iter()
+                .fold(0u64, |ored, &d| ored | d.wrapping_sub(min) as u64);
+            let width = 64 - ored.leading_zeros();
             out[widths_at + i] = width as u8;
+            if width == 0 {
+                // Equal deltas (a run, for byte-stream-split pages written as
+                // deltas): the miniblock has no bytes.
+                continue;
+            }
             // A miniblock is always mini_len values wide; the tail is zero padding.
-            let padded = (0..mini_len).map(|j| mini.get(j).map_or(0, |&d| relative(d)));
-            put_packed(padded, width, out);
+            let relative = mini.iter().map(|&d| d.wrapping_sub(min) as u64);
+            let padding = std::iter::repeat_n(0, mini_len - mini.len());
+            put_packed(relative.chain(padding), width, out);
         }
     }
 }
@@ -1452,6 +1489,67 @@ mod tests {
                 );
                 assert_eq!(read, integers, "{encoding}, zstd level {level}");
             }
+        }
+    }
+
+    /// Byte-stream-split pages whose values come in long runs are written as
+    /// deltas; the others stay byte streams. Runs swing between the extremes of
+    /// each width, so deltas wrap in 32 and in 64 bits.
+    #[test]
+    fn pages_of_long_runs_are_deltas_and_read_back_equal() {
+        let rows = 10_000;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("u8", DataType::UInt8, true),
+            Field::new("u32", DataType::UInt32, false),
+            Field::new("u64", DataType::UInt64, false),
+        ]));
+        // Rows 0..3000: runs of 40; 3000..6000: a new value every row; from
+        // 6000: one value. Every fifth run of u8 is null.
+        let run = |i: usize| if (3000..6000).contains(&i) { i } else { i / 40 };
+        let u8s: Vec<Option<u8>> = (0..rows)
+            .map(|i| (run(i) % 5 != 0).then_some(if run(i) % 2 == 0 { 0 } else { u8::MAX }))
+            .collect();
+        let u32s: Vec<u32> = (0..rows)
+            .map(|i| if run(i) % 2 == 0 { 0 } else { u32::MAX - 7 })
+            .collect();
+        let u64s: Vec<u64> = (0..rows)
+            .map(|i| if run(i) % 2 == 0 { 1 } else { u64::MAX })
+            .collect();
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(UInt8Array::from(u8s)),
+                Arc::new(UInt32Array::from(u32s)),
+                Arc::new(UInt64Array::from(u64s)),
+            ],
+        )
+        .unwrap();
+        let options = ChunkOptions {
+            encoding: Encoding::BYTE_STREAM_SPLIT,
+            lz4: true,
+            ..options()
+        };
+        let (read, bytes) = round_trip(&batch, &options);
+        assert_eq!(read, batch);
+        let reader = SerializedFileReader::new(bytes).unwrap();
+        let row_group = reader.get_row_group(0).unwrap();
+        for column in 1..3 {
+            let mut encodings = Vec::new();
+            let mut pages = row_group.get_column_page_reader(column).unwrap();
+            while let Some(page) = pages.get_next_page().unwrap() {
+                encodings.push(page.encoding());
+            }
+            // Pages of 1,000 rows: three of runs, three of changes, four of one value.
+            let expected: Vec<Encoding> = (0..10)
+                .map(|page| {
+                    if (3..6).contains(&page) {
+                        Encoding::BYTE_STREAM_SPLIT
+                    } else {
+                        Encoding::DELTA_BINARY_PACKED
+                    }
+                })
+                .collect();
+            assert_eq!(encodings, expected, "column {column}");
         }
     }
 
