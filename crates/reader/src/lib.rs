@@ -32,6 +32,7 @@ use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_ingest::settings::{ArchiveSettings, SettingsError, archive_settings};
 use hindsight_model::{PacketRecord, SegmentId};
 use hindsight_query::QueryError;
+use hindsight_query::filter::Filter;
 use hindsight_query::search::{
     PacketSearch, RemoteSegments, SearchPlan, SearchRequest, SearchStats,
 };
@@ -483,18 +484,30 @@ impl Snapshot {
             .collect()
     }
 
-    /// A packet search over this snapshot (its plan and execution).
-    pub fn packet_search(&self) -> PacketSearch {
+    /// A packet search over this snapshot (its plan and execution) for
+    /// `filter`. A filter that tests an application field (a name) or a
+    /// Community ID needs the connection index: the search gets the
+    /// snapshot's, opened here if it is not yet, so that the plan, the
+    /// execution, lookups and the tail share one open index.
+    pub fn packet_search(&self, filter: &Filter) -> Result<PacketSearch, ReaderError> {
         let search = PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
             .with_remote(self.remote.clone());
-        // Handed over if already open; otherwise the search opens it if its
-        // filter needs it (a name or a Community ID).
-        match self.connections.get() {
-            Some(open) => {
-                search.with_connections(open.as_ref().map(|open| Arc::clone(&open.index)))
-            }
+        let open = if filter.tests_app_fields() || filter.names_community_id() {
+            Some(self.open_connections()?)
+        } else {
+            self.connections.get().map(Option::as_ref)
+        };
+        Ok(match open {
+            Some(open) => search.with_connections(open.map(|open| Arc::clone(&open.index))),
             None => search,
-        }
+        })
+    }
+
+    /// Whether this snapshot has opened the archive's connection index (once,
+    /// when a lookup, a search for a name or a Community ID, or the unsealed
+    /// tail first needs it).
+    pub fn connection_index_opened(&self) -> bool {
+        self.connections.get().is_some()
     }
 
     /// Plans `request` and hands every matching packet to `visit`, in time
@@ -532,7 +545,7 @@ impl Snapshot {
 
     /// The plan of `request` over this snapshot's sealed segments.
     pub fn plan(&self, request: &SearchRequest) -> Result<SearchPlan, ReaderError> {
-        Ok(self.packet_search().plan(request)?)
+        Ok(self.packet_search(&request.filter)?.plan(request)?)
     }
 
     /// Whether `plan` is answered from covering postings alone, at most
@@ -593,7 +606,7 @@ impl Snapshot {
         limits: &Limits,
         visit: &mut dyn FnMut(&PacketRecord, &[u8]) -> std::io::Result<bool>,
     ) -> Result<SearchStats, ReaderError> {
-        let search = self.packet_search();
+        let search = self.packet_search(&request.filter)?;
         let deadline = limits
             .timeout
             .map(|timeout| (Instant::now() + timeout, timeout));

@@ -283,3 +283,29 @@ fn a_reader_with_the_writers_tail_answers_before_the_seal_and_exactly_once_after
     assert_eq!(connections(&after), unsealed_connections);
     writer.finish().unwrap();
 }
+
+/// A search for a name opens the snapshot's connection index, once, and the
+/// plan and the execution share it; an address search leaves it closed.
+#[test]
+fn a_name_search_opens_the_snapshots_connection_index_and_an_address_search_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("archive");
+    let first = part(dir.path(), "first.pcap", "1-20000");
+    ingest(&root, &first);
+    let reader = Reader::open(&root).unwrap();
+    let snapshot = reader.snapshot().unwrap();
+    let limits = Limits::default();
+    let filter = format!("host {BUSY}");
+    assert_eq!(
+        count(&snapshot, &filter, &limits).unwrap(),
+        tcpdump_count(&first, &filter)
+    );
+    assert!(!snapshot.connection_index_opened());
+
+    let name = r#"dns.qry.name == "router.utorrent.com""#;
+    let named = count(&snapshot, name, &limits).unwrap();
+    assert!(named > 0, "the name's queries and answers");
+    assert!(snapshot.connection_index_opened());
+    // The same answer from a search that finds the index already open.
+    assert_eq!(count(&snapshot, name, &limits).unwrap(), named);
+}
