@@ -6,6 +6,7 @@
 //!   LOCK                 flock(2)ed by the one writer (ingest, serve)
 //!   config.toml          the archive's settings (optional; expiration of the connection index)
 //!   catalog.jsonl        the catalog of both tables (see catalog.rs)
+//!   catalog.checkpoint   the catalog as of a prefix of catalog.jsonl, binary (catalog/checkpoint.rs)
 //!   packets/             sealed segments seg-<id>.parquet, and .seg-<id>.parquet.tmp while writing
 //!   flows/               the same for the flows table
 //!   quarantine/          segment files recovery could not read, moved aside, never deleted

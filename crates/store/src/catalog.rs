@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use hindsight_model::SegmentId;
@@ -17,6 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StoreError};
 use crate::segment::reader::TimeRange;
+
+mod checkpoint;
+
+pub use checkpoint::CHECKPOINT_EVERY_LINES;
+use checkpoint::Checkpoint;
 
 /// The summary of one sealed segment, as the catalog keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +97,8 @@ pub struct Catalog {
     lines: u64,
     /// The file, open for appending, when this catalog belongs to the writer.
     appender: Option<File>,
+    /// Lines the last checkpoint read or written covers (`checkpoint.rs`).
+    checkpoint_lines: u64,
 }
 
 /// An unreadable line in the middle of the catalog, which a lenient load skipped.
@@ -146,6 +153,24 @@ impl Catalog {
         let mut max_id_seen = None;
         let mut valid_len = 0u64;
         let mut lines = 0u64;
+        // The order of each addition and removal: a removal cancels the
+        // additions before it.
+        let mut order = 0u64;
+        let mut checkpoint_lines = 0u64;
+        if let Some(reader) = reader.as_mut()
+            && let Some(checkpoint) = Self::checkpoint_for(path, reader)?
+        {
+            // The covered prefix, as of the checkpoint: its removals come
+            // before its live entries, which come before every later line.
+            removed_at.extend(checkpoint.removed.iter().map(|&id| (id, 0)));
+            added_at = vec![1; checkpoint.entries.len()];
+            adds = checkpoint.entries;
+            max_id_seen = checkpoint.max_id_seen;
+            valid_len = checkpoint.covered_len;
+            lines = checkpoint.lines;
+            checkpoint_lines = checkpoint.lines;
+            order = 2;
+        }
         let mut line = Vec::with_capacity(512);
         while let Some(reader) = reader.as_mut() {
             line.clear();
@@ -158,12 +183,12 @@ impl Catalog {
                 Ok(CatalogOp::Add(entry)) => {
                     max_id_seen = max_id_seen.max(Some(entry.segment_id()));
                     adds.push(entry);
-                    added_at.push(lines);
+                    added_at.push(order);
                 }
                 Ok(CatalogOp::Remove { id }) => {
                     // A compacted catalog may hold the largest id only here.
                     max_id_seen = max_id_seen.max(Some(SegmentId(id)));
-                    removed_at.insert(SegmentId(id), lines);
+                    removed_at.insert(SegmentId(id), order);
                 }
                 Err(error) => {
                     let last = reader.fill_buf().map_err(read_error)?.is_empty();
@@ -181,6 +206,7 @@ impl Catalog {
             }
             valid_len += read as u64;
             lines += 1;
+            order += 1;
         }
         let mut line_of = added_at.into_iter();
         let mut entries = adds;
@@ -208,8 +234,59 @@ impl Catalog {
             valid_len_bytes: valid_len,
             lines,
             appender: None,
+            checkpoint_lines,
         };
         Ok((catalog, damage))
+    }
+
+    /// The checkpoint of the catalog at `path` if there is a valid one and
+    /// the first bytes `reader` (the catalog, at its start) reads are those it
+    /// covers; `reader` is then past them. Otherwise `None`, with `reader`
+    /// back at the start.
+    fn checkpoint_for(
+        path: &Path,
+        reader: &mut std::io::BufReader<File>,
+    ) -> Result<Option<Checkpoint>> {
+        let Some(checkpoint) = Checkpoint::read(&checkpoint::path_of(path)) else {
+            return Ok(None);
+        };
+        let read_error = |e| StoreError::io("read catalog", path)(e);
+        let crc = checkpoint::crc_of_prefix(reader, checkpoint.covered_len).map_err(read_error)?;
+        if crc == Some(checkpoint.covered_crc) {
+            return Ok(Some(checkpoint));
+        }
+        reader.rewind().map_err(read_error)?;
+        Ok(None)
+    }
+
+    /// Writes a checkpoint of the whole file as it is now (the writer's
+    /// catalog only), if [`CHECKPOINT_EVERY_LINES`] lines came after the last
+    /// one or `now`. A checkpoint that cannot be written is left out: readers
+    /// then parse more lines.
+    fn checkpoint(&mut self, now: bool) {
+        if self.appender.is_none()
+            || (!now && self.lines < self.checkpoint_lines + CHECKPOINT_EVERY_LINES)
+        {
+            return;
+        }
+        let Ok(mut file) = File::open(&self.path) else {
+            return;
+        };
+        let Ok(Some(covered_crc)) = checkpoint::crc_of_prefix(&mut file, self.valid_len_bytes)
+        else {
+            return;
+        };
+        let checkpoint = checkpoint::Parts {
+            covered_len: self.valid_len_bytes,
+            covered_crc,
+            lines: self.lines,
+            max_id_seen: self.max_id_seen,
+            removed: &self.removed,
+            entries: &self.entries,
+        };
+        if checkpoint.write(&checkpoint::path_of(&self.path)).is_ok() {
+            self.checkpoint_lines = self.lines;
+        }
     }
 
     /// Rewrites the catalog at `path` without its unreadable lines (and without
@@ -245,6 +322,7 @@ impl Catalog {
         file.set_len(catalog.valid_len_bytes)
             .map_err(StoreError::io("truncate torn catalog tail", path))?;
         catalog.appender = Some(file);
+        catalog.checkpoint(false);
         Ok(catalog)
     }
 
@@ -295,6 +373,7 @@ impl Catalog {
             }
             Err(at) => self.entries.insert(at, entry),
         }
+        self.checkpoint(false);
         Ok(())
     }
 
@@ -305,6 +384,7 @@ impl Catalog {
             self.entries.remove(at);
         }
         self.removed.insert(id);
+        self.checkpoint(false);
         Ok(())
     }
 
@@ -382,6 +462,7 @@ impl Catalog {
         self.lines = (removed.len() + self.entries.len()) as u64;
         self.removed = removed;
         self.valid_len_bytes = text.len() as u64;
+        self.checkpoint(true);
         Ok(())
     }
 
@@ -627,6 +708,165 @@ mod tests {
         assert!(fast_line(&lines[0]).is_some() && fast_line(&lines[2]).is_some());
         assert!(fast_line(&lines[3]).is_none());
         assert!(fast > 0 && compared > fast, "{fast} of {compared}");
+    }
+
+    /// What a load found, for comparing loads with and without a checkpoint.
+    fn state(
+        catalog: &Catalog,
+    ) -> (
+        Vec<CatalogEntry>,
+        Option<SegmentId>,
+        Vec<SegmentId>,
+        u64,
+        u64,
+    ) {
+        (
+            catalog.entries().cloned().collect(),
+            catalog.max_id(),
+            catalog.removed_ids().collect(),
+            catalog.lines,
+            catalog.valid_len_bytes,
+        )
+    }
+
+    /// The catalog at `path` loaded through its checkpoint, and loaded line by
+    /// line (the checkpoint moved aside and back).
+    fn both_loads(path: &Path) -> (Catalog, Catalog) {
+        let with = Catalog::load(path).unwrap();
+        let checkpoint = checkpoint::path_of(path);
+        let aside = path.with_extension("aside");
+        std::fs::rename(&checkpoint, &aside).unwrap();
+        let without = Catalog::load(path).unwrap();
+        std::fs::rename(&aside, &checkpoint).unwrap();
+        (with, without)
+    }
+
+    /// The writer checkpoints every `CHECKPOINT_EVERY_LINES` lines and after a
+    /// compaction; a load through the checkpoint (lines after it parsed)
+    /// finds what a load of every line finds, through removals of
+    /// checkpointed segments, re-additions, classes and a compaction.
+    #[test]
+    fn a_load_through_the_checkpoint_finds_what_every_line_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.jsonl");
+        let mut catalog = Catalog::open_for_append(&path).unwrap();
+        let every = CHECKPOINT_EVERY_LINES;
+        for id in 1..=every + 10 {
+            let mut added = entry(id);
+            if id % 7 == 0 {
+                added.class = Some("dns".to_owned());
+                added.table = "flows".into();
+            }
+            catalog.add(added).unwrap();
+        }
+        assert!(checkpoint::path_of(&path).exists());
+        // Lines after the checkpoint: removals of checkpointed segments, one
+        // of them added again, and new segments.
+        for id in [3, 5, 200] {
+            catalog.remove(SegmentId(id)).unwrap();
+        }
+        catalog.add(entry(5)).unwrap();
+        catalog.add(entry(every + 20)).unwrap();
+        let (with, without) = both_loads(&path);
+        assert!(with.checkpoint_lines > 0 && without.checkpoint_lines == 0);
+        assert_eq!(state(&with), state(&without));
+        assert!(with.get(SegmentId(3)).is_none() && with.get(SegmentId(5)).is_some());
+        assert!(with.was_removed(SegmentId(200)));
+
+        // Enough removals for a compaction, which writes a checkpoint of the new file.
+        for id in 6..=every {
+            if id != 200 && catalog.get(SegmentId(id)).is_some() {
+                catalog.remove(SegmentId(id)).unwrap();
+            }
+        }
+        let lines_before = catalog.lines;
+        catalog.compact(&[SegmentId(7)]).unwrap();
+        assert!(catalog.lines < lines_before);
+        assert_eq!(catalog.checkpoint_lines, catalog.lines);
+        catalog.add(entry(every + 21)).unwrap();
+        let (with, without) = both_loads(&path);
+        assert_eq!(with.checkpoint_lines, catalog.lines - 1);
+        assert_eq!(state(&with), state(&without));
+        assert_eq!(state(&with), state(&catalog));
+    }
+
+    /// A catalog line damaged inside the checkpoint's prefix is found and
+    /// reported as without a checkpoint; a damaged or torn checkpoint is
+    /// passed over.
+    #[test]
+    fn damage_in_the_covered_lines_or_the_checkpoint_falls_back_to_the_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.jsonl");
+        let mut catalog = Catalog::open_for_append(&path).unwrap();
+        for id in 1..=CHECKPOINT_EVERY_LINES + 3 {
+            catalog.add(entry(id)).unwrap();
+        }
+        drop(catalog);
+        let expected = state(&Catalog::load(&path).unwrap());
+
+        let checkpoint_path = checkpoint::path_of(&path);
+        let good = std::fs::read(&checkpoint_path).unwrap();
+        for damaged in [
+            good[..good.len() - 1].to_vec(),
+            good[..good.len() / 2].to_vec(),
+            {
+                let mut flipped = good.clone();
+                flipped[40] ^= 1;
+                flipped
+            },
+        ] {
+            std::fs::write(&checkpoint_path, &damaged).unwrap();
+            let loaded = Catalog::load(&path).unwrap();
+            assert_eq!(loaded.checkpoint_lines, 0, "the checkpoint was passed over");
+            assert_eq!(state(&loaded), expected);
+        }
+        std::fs::write(&checkpoint_path, &good).unwrap();
+        assert!(Catalog::load(&path).unwrap().checkpoint_lines > 0);
+
+        // The file rewritten in place with one line damaged (same length).
+        let mut text = std::fs::read(&path).unwrap();
+        let at = text.len() / 3;
+        let line_start = text[..at].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+        text[line_start + 2] = b'#';
+        std::fs::write(&path, &text).unwrap();
+        let (loaded, damage) = Catalog::load_lenient(&path).unwrap();
+        assert_eq!(loaded.checkpoint_lines, 0);
+        assert_eq!(damage.len(), 1);
+        assert_eq!(damage[0].offset, line_start as u64);
+        assert_eq!(loaded.len(), expected.0.len() - 1);
+    }
+
+    /// The checkpoint decoder refuses every truncation and every byte changed
+    /// (it checks its CRC-32 first), and never panics on bytes whose CRC-32
+    /// was made to match.
+    #[test]
+    fn checkpoint_decoding_refuses_damage_and_never_panics() {
+        let mut entries: Vec<CatalogEntry> = (1..=3).map(entry).collect();
+        entries[1].class = Some("dns".to_owned());
+        let checkpoint = Checkpoint {
+            covered_len: 1234,
+            covered_crc: 99,
+            lines: 5,
+            max_id_seen: Some(SegmentId(9)),
+            removed: [SegmentId(4), SegmentId(9)].into(),
+            entries,
+        };
+        let bytes = checkpoint.encode();
+        assert_eq!(Checkpoint::decode(&bytes), Some(checkpoint));
+        for at in 0..bytes.len() {
+            assert_eq!(Checkpoint::decode(&bytes[..at]), None, "truncated at {at}");
+            let mut changed = bytes.clone();
+            changed[at] ^= 0x40;
+            assert_eq!(Checkpoint::decode(&changed), None, "byte {at} changed");
+            // The body changed and its CRC-32 made to match: a valid
+            // checkpoint or none, never a panic.
+            if at < bytes.len() - 4 {
+                let body = &changed[..bytes.len() - 4];
+                let mut resealed = body.to_vec();
+                resealed.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+                let _ = Checkpoint::decode(&resealed);
+            }
+        }
     }
 
     fn entry(id: u64) -> CatalogEntry {
