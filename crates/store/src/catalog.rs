@@ -511,6 +511,16 @@ fn replace_durably(path: &Path, temp_extension: &str, text: &[u8]) -> Result<()>
     Ok(())
 }
 
+/// A table's name as an entry holds it: the names of the archive's tables
+/// borrowed, not allocated for each entry; any other name copied.
+fn table_name(name: &str) -> Cow<'static, str> {
+    match name {
+        name if name == crate::Table::Packets.name() => Cow::Borrowed(crate::Table::Packets.name()),
+        name if name == crate::Table::Flows.name() => Cow::Borrowed(crate::Table::Flows.name()),
+        name => Cow::Owned(name.to_owned()),
+    }
+}
+
 /// Reads one catalog line. The lines this catalog writes are read by
 /// [`fast_line`], field by field (`serde_json`'s internally tagged enum
 /// buffers each line into a tree before it reads it; with the rest of the
@@ -539,11 +549,7 @@ fn fast_line(line: &[u8]) -> Option<CatalogOp> {
     }
     let id = cursor.unsigned()?;
     cursor.expect(b",\"table\":")?;
-    let table = match cursor.string()? {
-        name if name == crate::Table::Packets.name() => Cow::Borrowed(crate::Table::Packets.name()),
-        name if name == crate::Table::Flows.name() => Cow::Borrowed(crate::Table::Flows.name()),
-        name => Cow::Owned(name.to_owned()),
-    };
+    let table = table_name(cursor.string()?);
     cursor.expect(b",\"file\":")?;
     let file = cursor.string()?.to_owned();
     cursor.expect(b",\"rows\":")?;

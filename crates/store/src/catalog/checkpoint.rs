@@ -21,7 +21,6 @@
 //! sealed_at, table (u8 length, bytes), file (u32 length, bytes), class (u8
 //! flag, u32 length, bytes)); then the CRC-32 of everything before it (u32).
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -176,16 +175,7 @@ impl Checkpoint {
             let crc32 = cursor.u32()?;
             let sealed_at_nanos = cursor.u64()? as i64;
             let table_len = usize::from(cursor.u8()?);
-            let table = std::str::from_utf8(cursor.take(table_len)?).ok()?;
-            let table = match table {
-                name if name == crate::Table::Packets.name() => {
-                    Cow::Borrowed(crate::Table::Packets.name())
-                }
-                name if name == crate::Table::Flows.name() => {
-                    Cow::Borrowed(crate::Table::Flows.name())
-                }
-                name => Cow::Owned(name.to_owned()),
-            };
+            let table = super::table_name(std::str::from_utf8(cursor.take(table_len)?).ok()?);
             let file_len = cursor.u32()? as usize;
             let file = std::str::from_utf8(cursor.take(file_len)?).ok()?.to_owned();
             let class = match cursor.u8()? {
