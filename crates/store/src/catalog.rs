@@ -164,7 +164,7 @@ impl Catalog {
             // before its live entries, which come before every later line.
             removed_at.extend(checkpoint.removed.iter().map(|&id| (id, 0)));
             added_at = vec![1; checkpoint.entries.len()];
-            adds = checkpoint.entries;
+            adds = checkpoint.entries.into_owned();
             max_id_seen = checkpoint.max_id_seen;
             valid_len = checkpoint.covered_len;
             lines = checkpoint.lines;
@@ -246,7 +246,7 @@ impl Catalog {
     fn checkpoint_for(
         path: &Path,
         reader: &mut std::io::BufReader<File>,
-    ) -> Result<Option<Checkpoint>> {
+    ) -> Result<Option<Checkpoint<'static>>> {
         let Some(checkpoint) = Checkpoint::read(&checkpoint::path_of(path)) else {
             return Ok(None);
         };
@@ -276,15 +276,23 @@ impl Catalog {
         else {
             return;
         };
-        let checkpoint = checkpoint::Parts {
+        let checkpoint = Checkpoint {
             covered_len: self.valid_len_bytes,
             covered_crc,
             lines: self.lines,
             max_id_seen: self.max_id_seen,
-            removed: &self.removed,
-            entries: &self.entries,
+            removed: Cow::Borrowed(&self.removed),
+            entries: Cow::Borrowed(&self.entries),
         };
-        if checkpoint.write(&checkpoint::path_of(&self.path)).is_ok() {
+        let path = checkpoint::path_of(&self.path);
+        if replace(
+            &path,
+            "checkpoint.new",
+            &checkpoint.encode(),
+            Durability::Unsynced,
+        )
+        .is_ok()
+        {
             self.checkpoint_lines = self.lines;
         }
     }
@@ -307,7 +315,7 @@ impl Catalog {
                 kept.extend_from_slice(line);
             }
         }
-        replace_durably(path, "jsonl.repair", &kept)?;
+        replace(path, "jsonl.repair", &kept, Durability::Synced)?;
         Ok(damage)
     }
 
@@ -452,7 +460,7 @@ impl Catalog {
         for entry in &self.entries {
             encode(&CatalogOp::Add(entry.clone()), &mut text)?;
         }
-        replace_durably(&self.path, "jsonl.compact", &text)?;
+        replace(&self.path, "jsonl.compact", &text, Durability::Synced)?;
         self.appender = Some(
             OpenOptions::new()
                 .append(true)
@@ -489,14 +497,30 @@ impl Catalog {
     }
 }
 
-/// Replaces the catalog at `path` with `text`: written whole to a file beside
-/// it (extension `temp_extension`), synced, renamed over it, and the directory
-/// synced. A crash leaves the old catalog or the new one whole; a failure
-/// before the rename leaves the old one in use and removes the temporary file.
-fn replace_durably(path: &Path, temp_extension: &str, text: &[u8]) -> Result<()> {
+/// Whether [`replace`] syncs the new file and its directory.
+#[derive(Clone, Copy, PartialEq)]
+enum Durability {
+    /// The file and its directory synced: the catalog itself.
+    Synced,
+    /// Not synced: the checkpoint, which a load passes over if it is torn.
+    Unsynced,
+}
+
+/// Replaces the file at `path` with `text`: written whole to a file beside
+/// it (extension `temp_extension`), renamed over it, the file and the
+/// directory synced if `durability` says so (then a crash leaves the old file
+/// or the new one whole). A failure before the rename leaves the old one in
+/// use and removes the temporary file.
+fn replace(path: &Path, temp_extension: &str, text: &[u8], durability: Durability) -> Result<()> {
     let temp = path.with_extension(temp_extension);
     let written = File::create(&temp)
-        .and_then(|mut file| file.write_all(text).and_then(|()| file.sync_all()))
+        .and_then(|mut file| {
+            file.write_all(text)?;
+            if durability == Durability::Synced {
+                file.sync_all()?;
+            }
+            Ok(())
+        })
         .map_err(StoreError::io("write catalog", &temp))
         .and_then(|()| {
             std::fs::rename(&temp, path).map_err(StoreError::io("replace catalog", path))
@@ -505,7 +529,9 @@ fn replace_durably(path: &Path, temp_extension: &str, text: &[u8]) -> Result<()>
         let _ = std::fs::remove_file(&temp);
         return Err(error);
     }
-    if let Some(dir) = path.parent() {
+    if durability == Durability::Synced
+        && let Some(dir) = path.parent()
+    {
         crate::segment::writer::sync_dir(dir)?;
     }
     Ok(())
@@ -854,8 +880,8 @@ mod tests {
             covered_crc: 99,
             lines: 5,
             max_id_seen: Some(SegmentId(9)),
-            removed: [SegmentId(4), SegmentId(9)].into(),
-            entries,
+            removed: Cow::Owned([SegmentId(4), SegmentId(9)].into()),
+            entries: Cow::Owned(entries),
         };
         let bytes = checkpoint.encode();
         assert_eq!(Checkpoint::decode(&bytes), Some(checkpoint));

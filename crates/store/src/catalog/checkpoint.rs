@@ -21,6 +21,7 @@
 //! sealed_at, table (u8 length, bytes), file (u32 length, bytes), class (u8
 //! flag, u32 length, bytes)); then the CRC-32 of everything before it (u32).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,18 +35,19 @@ pub const CHECKPOINT_EVERY_LINES: u64 = 256;
 
 const MAGIC: &[u8; 8] = b"HSCKPT01";
 
-/// The catalog as of a prefix of its file.
+/// The catalog as of a prefix of its file: borrowed from the writer's catalog
+/// when it writes one, owned when a load reads one.
 #[derive(Debug, Default, PartialEq)]
-pub(super) struct Checkpoint {
+pub(super) struct Checkpoint<'a> {
     /// Bytes of `catalog.jsonl` it covers, and their CRC-32.
     pub covered_len: u64,
     pub covered_crc: u32,
     /// Lines in those bytes.
     pub lines: u64,
     pub max_id_seen: Option<SegmentId>,
-    pub removed: BTreeSet<SegmentId>,
+    pub removed: Cow<'a, BTreeSet<SegmentId>>,
     /// The live entries, in id order.
-    pub entries: Vec<CatalogEntry>,
+    pub entries: Cow<'a, [CatalogEntry]>,
 }
 
 /// Where the checkpoint of the catalog at `catalog` is.
@@ -53,17 +55,7 @@ pub(super) fn path_of(catalog: &Path) -> PathBuf {
     catalog.with_extension("checkpoint")
 }
 
-/// The parts of a checkpoint, borrowed from the writer's catalog.
-pub(super) struct Parts<'a> {
-    pub covered_len: u64,
-    pub covered_crc: u32,
-    pub lines: u64,
-    pub max_id_seen: Option<SegmentId>,
-    pub removed: &'a BTreeSet<SegmentId>,
-    pub entries: &'a [CatalogEntry],
-}
-
-impl Parts<'_> {
+impl Checkpoint<'_> {
     /// Encodes the checkpoint.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.entries.len() * 96);
@@ -74,11 +66,11 @@ impl Parts<'_> {
         out.push(u8::from(self.max_id_seen.is_some()));
         out.extend_from_slice(&self.max_id_seen.map_or(0, |id| id.0).to_le_bytes());
         out.extend_from_slice(&(self.removed.len() as u64).to_le_bytes());
-        for id in self.removed {
+        for id in self.removed.iter() {
             out.extend_from_slice(&id.0.to_le_bytes());
         }
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        for entry in self.entries {
+        for entry in self.entries.iter() {
             for value in [entry.id, entry.rows] {
                 out.extend_from_slice(&value.to_le_bytes());
             }
@@ -107,36 +99,10 @@ impl Parts<'_> {
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
-
-    /// Writes the checkpoint to `path` (through a file beside it, renamed
-    /// over it).
-    pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let temp = path.with_extension("checkpoint.new");
-        let written =
-            std::fs::write(&temp, self.encode()).and_then(|()| std::fs::rename(&temp, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        written
-    }
 }
 
-impl Checkpoint {
-    /// Encodes the checkpoint.
-    #[cfg(test)]
-    pub fn encode(&self) -> Vec<u8> {
-        Parts {
-            covered_len: self.covered_len,
-            covered_crc: self.covered_crc,
-            lines: self.lines,
-            max_id_seen: self.max_id_seen,
-            removed: &self.removed,
-            entries: &self.entries,
-        }
-        .encode()
-    }
-
-    /// Decodes [`Parts::encode`]'s output; `None` if the bytes are not
+impl Checkpoint<'static> {
+    /// Decodes [`encode`](Self::encode)'s output; `None` if the bytes are not
     /// a whole checkpoint whose CRC-32 matches (never a panic).
     pub fn decode(bytes: &[u8]) -> Option<Self> {
         let (body, crc) = bytes.split_last_chunk::<4>()?;
@@ -210,8 +176,8 @@ impl Checkpoint {
             covered_crc,
             lines,
             max_id_seen,
-            removed,
-            entries,
+            removed: Cow::Owned(removed),
+            entries: Cow::Owned(entries),
         })
     }
 
