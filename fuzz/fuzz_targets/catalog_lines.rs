@@ -5,6 +5,8 @@
 
 #![no_main]
 
+#[path = "catalog_checks.rs"]
+mod catalog_checks;
 #[path = "scratch.rs"]
 mod scratch;
 
@@ -21,14 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok((catalog, _damage)) = Catalog::load_lenient(path) else {
         return;
     };
-    let mut previous = None;
-    for entry in catalog.entries() {
-        // Live entries are in increasing id order, and each is found.
-        assert!(previous < Some(entry.id));
-        previous = Some(entry.id);
-        assert!(catalog.get(entry.segment_id()).is_some());
-        assert!(catalog.max_id() >= Some(entry.segment_id()));
-    }
+    catalog_checks::check_entries(&catalog);
     let _ = (
         catalog.len(),
         catalog.wants_compaction(),
