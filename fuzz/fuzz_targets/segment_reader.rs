@@ -1,7 +1,9 @@
 //! Fuzzes the segment reader with damaged segment files (seed it with real
 //! segments, see docs/ARCHITECTURE.md): opening, pruning, decoding every row
-//! group into packet records, locating damage and rebuilding postings must never
-//! panic; damage is an error, never a crash.
+//! group into packet records, locating damage, rebuilding postings and reading
+//! the summary must never panic; damage is an error, never a crash. The input
+//! also goes whole to the summary's decoder, as the bytes of a summary whose
+//! CRC matched (a summary is itself a Parquet file).
 
 #![no_main]
 
@@ -10,11 +12,15 @@ mod scratch;
 
 use hindsight_model::Addr16;
 use hindsight_store::schema::PacketBatchView;
+use hindsight_store::segment::summary;
 use hindsight_store::{SegmentReader, TimeRange};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let path = scratch::scratch("segment", "parquet");
+    if let Ok(summary) = summary::decode(data.to_vec(), path) {
+        assert_eq!(summary.schema(), summary::summary_schema());
+    }
     if std::fs::write(path, data).is_err() {
         return;
     }
@@ -40,4 +46,5 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = reader.find_damage().map(|damage| damage.to_string());
     let _ = reader.address_postings();
+    let _ = reader.summary();
 });

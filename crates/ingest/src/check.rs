@@ -219,7 +219,11 @@ fn check_segment(archive: &Archive, entry: &CatalogEntry) -> Result<(u64, Option
     let reader = SegmentReader::open(path).map_err(|e| e.to_string())?;
     if crc != entry.crc32 {
         // Name where the changed bytes are, if a page shows it.
-        return Err(match reader.find_damage() {
+        let damage = reader
+            .find_damage()
+            .map(|damage| damage.to_string())
+            .or_else(|| reader.summary().err().map(|e| e.to_string()));
+        return Err(match damage {
             Some(damage) => format!("bytes changed since it was sealed: {damage}"),
             None => format!(
                 "bytes changed since it was sealed (CRC-32 {crc:08x}, the catalog says {:08x})",
@@ -234,6 +238,7 @@ fn check_segment(archive: &Archive, entry: &CatalogEntry) -> Result<(u64, Option
             entry.rows
         ));
     }
+    reader.summary().map_err(|e| e.to_string())?;
     let addresses = if entry.table == Table::Packets.name() {
         let postings = reader.address_postings().map_err(|e| e.to_string())?;
         Some(postings.len() as u64)

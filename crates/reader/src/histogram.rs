@@ -52,6 +52,9 @@ pub struct Histogram {
     pub total: u64,
     /// The path that counted them: `columnar` or `rows`.
     pub method: &'static str,
+    /// Segments the columnar path counted from their summaries (their
+    /// packets by minute and header fields) instead of their rows.
+    pub summarised: usize,
     /// What the answer went without: damaged catalog lines, segments skipped.
     pub incomplete: Vec<String>,
 }
@@ -97,19 +100,14 @@ impl Snapshot {
         } else {
             last.map_or(start, |last| last.saturating_add(1))
         };
-        let count = buckets.max(1);
-        let span = end.saturating_sub(start).max(1);
-        let width = (span + count as i64 - 1) / count as i64;
+        let buckets = timeline_buckets(start, end, buckets);
+        let width = buckets.width_ns;
         let columnar = ColumnarFilter::of(&request.filter).filter(|_| match method {
             HistogramMethod::Auto => self.plan_rows(request, &plan) > ROWS_PATH_MAX_ROWS,
             HistogramMethod::Columnar => true,
             HistogramMethod::Rows => false,
         });
-        let buckets = TimeBuckets {
-            start_ns: start,
-            width_ns: width,
-            count,
-        };
+        let mut summarised = 0;
         let (counts, method, incomplete) = match columnar {
             // Copies in the object store: DataFusion reads them.
             Some(filter) if !plan.remote.is_empty() => {
@@ -118,8 +116,9 @@ impl Snapshot {
                 (counts, "columnar", session.skipped())
             }
             Some(filter) => {
-                let (counts, skipped) =
+                let (counts, skipped, by_summary) =
                     self.count_segments(&filter, &plan, time, buckets, limits)?;
+                summarised = by_summary;
                 // Segments the plan left out (files gone), then those that
                 // failed as they were read.
                 let mut incomplete = self.catalog_damage();
@@ -135,7 +134,7 @@ impl Snapshot {
                     limits,
                     &mut |_| {},
                     &mut |record, _| {
-                        let slot = record.ts_nanos.saturating_sub(start) / width;
+                        let slot = record.ts_nanos.saturating_sub(buckets.start_ns) / width;
                         if let Some(count) =
                             usize::try_from(slot).ok().and_then(|s| counts.get_mut(s))
                         {
@@ -150,14 +149,73 @@ impl Snapshot {
             }
         };
         Ok(Histogram {
-            start_ns: start,
+            start_ns: buckets.start_ns,
             end_ns: end,
             bucket_ns: width,
             total: counts.iter().sum(),
             counts,
             method,
+            summarised,
             incomplete,
         })
+    }
+}
+
+const SECOND_NS: i64 = 1_000_000_000;
+const DAY_NS: i64 = 86_400 * SECOND_NS;
+
+/// Bucket widths of a second to a day a timeline may take (Kibana's and
+/// Arkime's): whole minutes from a minute up, so that segment summaries
+/// answer.
+const TIMELINE_WIDTHS_S: [i64; 17] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1_800, 3_600, 7_200, 10_800, 21_600, 43_200,
+];
+
+/// The narrowest timeline width of at least `wanted` ns: 1, 2 or 5 times a
+/// power of ten below a second, [`TIMELINE_WIDTHS_S`] up to a day, whole
+/// days above.
+fn timeline_width(wanted: i64) -> i64 {
+    let wanted = wanted.max(1);
+    if wanted <= SECOND_NS {
+        let mut power = 1;
+        loop {
+            for step in [1, 2, 5] {
+                if step * power >= wanted {
+                    return step * power;
+                }
+            }
+            power *= 10;
+        }
+    }
+    TIMELINE_WIDTHS_S
+        .iter()
+        .map(|s| s * SECOND_NS)
+        .find(|&width| width >= wanted)
+        .unwrap_or_else(|| {
+            (wanted / DAY_NS + i64::from(wanted % DAY_NS != 0)).saturating_mul(DAY_NS)
+        })
+}
+
+/// At most `count` buckets covering `start..end`, each of a timeline width
+/// and starting at a multiple of it from the epoch (so the first may start
+/// before `start`): the narrowest such width.
+pub fn timeline_buckets(start: i64, end: i64, count: usize) -> TimeBuckets {
+    let count = count.max(1) as i64;
+    let span = end.saturating_sub(start).max(1);
+    let mut width = timeline_width(span / count + i64::from(span % count != 0));
+    loop {
+        let first = start.div_euclid(width).saturating_mul(width);
+        let needed = (i128::from(end) - i128::from(first)).max(1);
+        let buckets = needed.div_euclid(i128::from(width))
+            + i128::from(needed.rem_euclid(i128::from(width)) != 0);
+        if buckets <= i128::from(count) || width == i64::MAX {
+            return TimeBuckets {
+                start_ns: first,
+                width_ns: width,
+                count: usize::try_from(buckets.max(1)).unwrap_or(1),
+            };
+        }
+        width = timeline_width(width.saturating_add(1));
     }
 }
 
@@ -176,7 +234,7 @@ impl Snapshot {
         time: TimeRange,
         buckets: TimeBuckets,
         limits: &Limits,
-    ) -> Result<(Vec<u64>, Vec<String>), ReaderError> {
+    ) -> Result<(Vec<u64>, Vec<String>, usize), ReaderError> {
         let started = Instant::now();
         let exceeded = || -> Option<LimitExceeded> {
             if limits.cancel.is_cancelled() {
@@ -191,7 +249,7 @@ impl Snapshot {
         let next = AtomicUsize::new(0);
         let skipped = Mutex::new(Vec::new());
         let threads = COUNT_THREADS.min(plan.segments.len()).max(1);
-        let parts: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let parts: Vec<(Vec<u64>, usize)> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|_| {
                     let mut counter = counter.clone();
@@ -227,7 +285,7 @@ impl Snapshot {
                                 ));
                             }
                         }
-                        counts
+                        (counts, counter.summarised())
                     })
                 })
                 .collect();
@@ -237,10 +295,12 @@ impl Snapshot {
                 .collect()
         });
         let mut counts = vec![0u64; buckets.count];
-        for part in parts {
+        let mut summarised = 0;
+        for (part, by_summary) in parts {
             for (total, count) in counts.iter_mut().zip(part) {
                 *total += count;
             }
+            summarised += by_summary;
         }
         if let Some(tail) = &self.tail {
             let mut counter = counter;
@@ -252,6 +312,6 @@ impl Snapshot {
             return Err(ReaderError::Limit(limit));
         }
         let skipped = skipped.into_inner().unwrap_or_default();
-        Ok((counts, skipped))
+        Ok((counts, skipped, summarised))
     }
 }

@@ -55,16 +55,18 @@ fn request(filter: &str, time: TimeRange) -> SearchRequest {
 }
 
 /// Compares the two paths for every filter over `time`; returns the
-/// mismatches and the filters that took the row path when asked for columnar.
+/// mismatches, the filters that took the row path when asked for columnar and
+/// those some segment's summary answered.
 fn compare(
     snapshot: &Snapshot,
     filters: &[&str],
     time: TimeRange,
     buckets: usize,
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Vec<String>, Vec<String>) {
     let limits = Limits::default();
     let mut mismatches = Vec::new();
     let mut by_rows = Vec::new();
+    let mut summarised = Vec::new();
     for filter in filters {
         let request = request(filter, time);
         let columnar = snapshot
@@ -83,6 +85,9 @@ fn compare(
         if columnar.method != "columnar" {
             by_rows.push((*filter).to_owned());
         }
+        if columnar.summarised > 0 {
+            summarised.push((*filter).to_owned());
+        }
         if (columnar.start_ns, columnar.bucket_ns, &columnar.counts)
             != (rows.start_ns, rows.bucket_ns, &rows.counts)
         {
@@ -92,7 +97,7 @@ fn compare(
             ));
         }
     }
-    (mismatches, by_rows)
+    (mismatches, by_rows, summarised)
 }
 
 /// Filters whose every field is a column: counted on the columnar path.
@@ -231,10 +236,31 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
         end_nanos: first + 2_900_000_000_000,
     };
     for (time, buckets) in [(TimeRange::ALL, 60), (window, 7)] {
-        let (mismatches, by_rows) = compare(&snapshot, COLUMNAR, time, buckets);
+        let (mismatches, by_rows, summarised) = compare(&snapshot, COLUMNAR, time, buckets);
         failures.extend(mismatches);
         assert!(by_rows.is_empty(), "took the row path: {by_rows:?}");
-        let (mismatches, by_rows) = compare(&snapshot, ROWS, time, buckets);
+        // Minute-wide buckets (and ten-minute ones): the summaries answer
+        // every filter on their fields, the rows of a segment across the
+        // window's edge are read.
+        for filter in [
+            "tcp",
+            "ip.addr == 10.64.88.0/24",
+            "vlan.id == 100",
+            "ipv6",
+            "!ip",
+        ] {
+            assert!(
+                summarised.iter().any(|f| f == filter),
+                "{filter}: {summarised:?}"
+            );
+        }
+        for filter in ["", "udp.port == 53", "ip.ttl < 64", "frame.len > 1000"] {
+            assert!(
+                !summarised.iter().any(|f| f == filter),
+                "{filter}: {summarised:?}"
+            );
+        }
+        let (mismatches, by_rows, _) = compare(&snapshot, ROWS, time, buckets);
         failures.extend(mismatches);
         assert_eq!(by_rows.len(), ROWS.len(), "{by_rows:?}");
     }
@@ -259,7 +285,7 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
                 TimeBuckets {
                     start_ns: rows.start_ns,
                     width_ns: rows.bucket_ns,
-                    count: 13,
+                    count: rows.counts.len(),
                 },
                 &hindsight_sql::Limits::default(),
             )
@@ -337,9 +363,10 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
     ingest(&mixed, &captures);
     let reader = Reader::open(&mixed).unwrap();
     let snapshot = reader.snapshot().unwrap();
-    let (mismatches, by_rows) = compare(&snapshot, COLUMNAR, TimeRange::ALL, 25);
+    let (mismatches, by_rows, summarised) = compare(&snapshot, COLUMNAR, TimeRange::ALL, 25);
     failures.extend(mismatches.into_iter().map(|m| format!("fixtures: {m}")));
     assert!(by_rows.is_empty(), "took the row path: {by_rows:?}");
+    assert!(summarised.len() > 30, "fixtures: {summarised:?}");
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",

@@ -934,6 +934,7 @@ async fn histogram(
             "counts": histogram.counts,
             "total": histogram.total,
             "method": histogram.method,
+            "summarised_segments": histogram.summarised,
             "incomplete": header_text(&histogram.incomplete),
         }))
     })

@@ -16,12 +16,13 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{SchemaRef, TimestampNanosecondType};
+use datafusion::arrow::datatypes::{SchemaRef, TimestampNanosecondType, UInt64Type};
 use datafusion::common::DFSchema;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use hindsight_model::{Addr16, GranuleSet};
 use hindsight_store::schema::col;
+use hindsight_store::segment::summary::{PACKETS, SUMMARY_DIMENSIONS, SUMMARY_GRANULE_NS};
 use hindsight_store::{SegmentReader, TimeRange};
 
 use crate::{ColumnarFilter, SqlError, TimeBuckets};
@@ -37,6 +38,13 @@ pub struct TimeCounter {
     buckets: TimeBuckets,
     context: SessionContext,
     compiled: Option<(SchemaRef, Arc<dyn PhysicalExpr>)>,
+    /// Whether segment summaries can answer: the filter reads only their
+    /// dimensions and every bucket's edge is a minute's.
+    by_summary: bool,
+    /// The filter compiled for the summary's schema.
+    compiled_summary: Option<Arc<dyn PhysicalExpr>>,
+    /// Segments this counter counted from their summaries.
+    summarised: usize,
 }
 
 impl std::fmt::Debug for TimeCounter {
@@ -55,6 +63,9 @@ impl Clone for TimeCounter {
             buckets: self.buckets,
             context: SessionContext::new(),
             compiled: None,
+            by_summary: self.by_summary,
+            compiled_summary: None,
+            summarised: 0,
         }
     }
 }
@@ -72,6 +83,13 @@ impl TimeCounter {
         columns.sort();
         columns.dedup();
         columns.retain(|name| name != col::TS);
+        let width = buckets.width_ns.max(1);
+        let by_summary = !filter.is_match_all()
+            && columns
+                .iter()
+                .all(|name| SUMMARY_DIMENSIONS.contains(&name.as_str()))
+            && buckets.start_ns.rem_euclid(SUMMARY_GRANULE_NS) == 0
+            && width % SUMMARY_GRANULE_NS == 0;
         columns.push(col::TS.to_owned());
         Self {
             filter: filter.clone(),
@@ -84,7 +102,20 @@ impl TimeCounter {
             },
             context: SessionContext::new(),
             compiled: None,
+            by_summary,
+            compiled_summary: None,
+            summarised: 0,
         }
+    }
+
+    /// Whether segments' summaries may answer instead of their rows.
+    pub fn by_summary(&self) -> bool {
+        self.by_summary
+    }
+
+    /// The segments this counter counted from their summaries.
+    pub fn summarised(&self) -> usize {
+        self.summarised
     }
 
     /// The bucket of a timestamp in the window.
@@ -101,7 +132,8 @@ impl TimeCounter {
     /// reading only the row groups that may hold rows in the window and, with
     /// them, in `granules` and with an address in `addresses`. `stop` is
     /// asked between batches; once it says so, the count ends early (the
-    /// caller reports why). Returns the rows decoded.
+    /// caller reports why). Returns the rows decoded (of its summary, if
+    /// that answered).
     pub fn segment(
         &mut self,
         reader: &SegmentReader,
@@ -153,6 +185,16 @@ impl TimeCounter {
             }
             return Ok(decoded);
         }
+        if self.by_summary {
+            // A segment without a summary (written before them) or with a
+            // damaged one is read instead: its rows answer the same.
+            if let Ok(Some(summary)) = reader.summary()
+                && self.count_summary(&summary, counts)?
+            {
+                self.summarised += 1;
+                return Ok(summary.num_rows() as u64);
+            }
+        }
         let columns: Vec<&str> = self.columns.iter().map(String::as_str).collect();
         let (batches, _) =
             reader.read_granules(groups, granules, Some(&columns), addresses, &[])?;
@@ -192,6 +234,65 @@ impl TimeCounter {
             ))
         })?;
         self.count_rows(batch, Some(mask), counts)
+    }
+
+    /// Adds a segment's matching packets from its summary (`by_summary`);
+    /// false, adding nothing, if one of its minutes lies across the window's
+    /// edge, so that its rows must be read.
+    fn count_summary(
+        &mut self,
+        summary: &RecordBatch,
+        counts: &mut [u64],
+    ) -> Result<bool, SqlError> {
+        let internal = |what: &str| {
+            SqlError::DataFusion(datafusion::error::DataFusionError::Internal(format!(
+                "a segment summary has no {what} column"
+            )))
+        };
+        let minutes = summary
+            .column_by_name(col::TS)
+            .and_then(|c| c.as_primitive_opt::<TimestampNanosecondType>())
+            .ok_or_else(|| internal(col::TS))?;
+        let packets = summary
+            .column_by_name(PACKETS)
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+            .ok_or_else(|| internal(PACKETS))?;
+        let last = |minute: i64| minute.saturating_add(SUMMARY_GRANULE_NS - 1);
+        let across = minutes.values().iter().any(|&minute| {
+            let inside = self.in_window(minute) && self.in_window(last(minute));
+            let outside = last(minute) < self.low || minute > self.high;
+            !inside && !outside
+        });
+        if across {
+            return Ok(false);
+        }
+        let expr = match &self.compiled_summary {
+            Some(expr) => Arc::clone(expr),
+            None => {
+                let df_schema = DFSchema::try_from(summary.schema())?;
+                let expr = self
+                    .context
+                    .create_physical_expr(self.filter.expr().clone(), &df_schema)?;
+                self.compiled_summary = Some(Arc::clone(&expr));
+                expr
+            }
+        };
+        let mask = expr.evaluate(summary)?.into_array(summary.num_rows())?;
+        let mask = mask.as_boolean_opt().ok_or_else(|| {
+            SqlError::DataFusion(datafusion::error::DataFusionError::Internal(
+                "a filter's expression is not a boolean".to_owned(),
+            ))
+        })?;
+        for row in mask.values().set_indices() {
+            let minute = minutes.value(row);
+            if mask.is_valid(row)
+                && self.in_window(minute)
+                && let Some(count) = counts.get_mut(self.slot(minute))
+            {
+                *count += packets.value(row);
+            }
+        }
+        Ok(true)
     }
 
     fn count_rows(

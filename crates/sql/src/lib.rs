@@ -26,6 +26,7 @@ pub mod objects;
 mod policy;
 mod prune;
 mod stages;
+mod summary;
 mod table;
 
 use std::collections::BTreeSet;
@@ -319,7 +320,7 @@ impl SqlSession {
         }
         let context = SessionContext::new_with_config_rt(config, environment.build_arc()?);
         functions::register(&context);
-        let packets: Arc<dyn datafusion::datasource::TableProvider> = Arc::new(
+        let segments = Arc::new(
             SegmentTable::new(
                 Arc::clone(&archive),
                 Table::Packets,
@@ -328,6 +329,8 @@ impl SqlSession {
             )
             .with_unsealed(unsealed.packets),
         );
+        context.add_analyzer_rule(Arc::new(summary::BySummary::new(Arc::clone(&segments))));
+        let packets: Arc<dyn datafusion::datasource::TableProvider> = segments;
         context.register_table("packets", Arc::clone(&packets))?;
         let flows = if unsealed.flows.is_empty() {
             Vec::new()

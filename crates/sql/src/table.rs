@@ -154,6 +154,18 @@ impl SegmentTable {
         }
     }
 
+    /// Rows not yet in a segment.
+    pub(crate) fn unsealed(&self) -> &[RecordBatch] {
+        &self.unsealed
+    }
+
+    /// Whether scans may read copies in an object store.
+    pub(crate) fn reads_copies(&self) -> bool {
+        self.scans
+            .lock()
+            .map_or(true, |scans| scans.remote.is_some())
+    }
+
     /// The table with `batches` (of its schema) besides its segments.
     pub fn with_unsealed(mut self, batches: Vec<RecordBatch>) -> Self {
         self.unsealed = batches;
@@ -162,7 +174,7 @@ impl SegmentTable {
 
     /// The segments a scan with `filters` must read, each with the URL of its
     /// file: the local one, or its copy in the object store once it is gone.
-    fn segments(&self, filters: &[Expr]) -> Result<Vec<(CatalogEntry, String)>> {
+    pub(crate) fn segments(&self, filters: &[Expr]) -> Result<Vec<(CatalogEntry, String)>> {
         let time = prune::time_range(filters);
         let mut segments: Vec<CatalogEntry> = self
             .archive

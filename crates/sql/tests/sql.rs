@@ -495,3 +495,132 @@ fn a_statement_cut_into_fragments_answers_as_the_archive_and_bad_fragments_are_r
         let _ = local.run_fragment(&bytes, &mut Vec::new(), &Limits::default());
     }
 }
+
+/// Aggregations the segments' summaries answer, each with its condition (if
+/// any): the same statement reading `ip_ttl` too (which no summary holds)
+/// reads the rows, and must answer the same.
+const SUMMARISED: &[(&str, &str)] = &[
+    (
+        "SELECT ip_proto, count(*) AS packets, sum(wire_len) AS bytes, sum(cap_len) AS captured \
+         FROM packets {where} GROUP BY ip_proto ORDER BY ip_proto",
+        "",
+    ),
+    (
+        "SELECT src_addr, sum(wire_len) AS n FROM packets {where} GROUP BY src_addr \
+         ORDER BY n DESC, src_addr LIMIT 10",
+        "",
+    ),
+    (
+        "SELECT date_trunc('minute', ts) AS m, count(*) AS n FROM packets {where} \
+         GROUP BY m ORDER BY m",
+        "ip_proto = 6",
+    ),
+    (
+        "SELECT date_trunc('hour', ts) AS h, sum(wire_len) AS n FROM packets {where} GROUP BY h ORDER BY h",
+        "",
+    ),
+    (
+        "SELECT dst_addr, count(DISTINCT src_addr) AS sources, count(vlan_outer) AS tagged, \
+         min(ip_version) AS lo, max(eth_type) AS hi FROM packets {where} \
+         GROUP BY dst_addr ORDER BY sources DESC, dst_addr LIMIT 20",
+        "ip_version IS NOT NULL",
+    ),
+    (
+        "SELECT count(*) AS n, sum(wire_len) AS b FROM packets {where}",
+        "src_addr = ip('10.174.200.10') OR dst_addr = ip('10.174.200.10')",
+    ),
+    (
+        "SELECT count(*) AS n, sum(wire_len) AS b FROM packets {where}",
+        "ip_proto = 250",
+    ),
+    (
+        "SELECT iface, link_type, status, count(*) AS n FROM packets {where} \
+         GROUP BY iface, link_type, status ORDER BY iface, link_type, status",
+        "NOT (ip_proto = 17)",
+    ),
+];
+
+fn with_condition(template: &str, conditions: &[&str]) -> String {
+    let conditions: Vec<&str> = conditions
+        .iter()
+        .copied()
+        .filter(|c| !c.is_empty())
+        .collect();
+    let clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    template.replace("{where}", &clause)
+}
+
+#[test]
+fn aggregations_on_summarised_fields_read_the_summaries_and_answer_as_the_rows_do() {
+    let session = SqlSession::open(archive()).unwrap();
+    for (template, condition) in SUMMARISED {
+        let summarised = with_condition(template, &[condition]);
+        let rows = with_condition(template, &["(ip_ttl IS NULL OR ip_ttl >= 0)", condition]);
+        let plan = session.explain(&summarised).unwrap();
+        assert!(plan.contains("StreamingTableExec"), "{summarised}:\n{plan}");
+        let plan = session.explain(&rows).unwrap();
+        assert!(!plan.contains("StreamingTableExec"), "{rows}:\n{plan}");
+        let (summarised_answer, rows_answer) = (query(&summarised), query(&rows));
+        assert!(rows_answer.lines().count() > 1, "{rows}");
+        assert_eq!(summarised_answer, rows_answer, "{summarised}");
+    }
+    // What the summaries cannot answer reads the rows.
+    for statement in [
+        "SELECT dst_port, count(*) FROM packets GROUP BY dst_port",
+        "SELECT count(*) FROM packets",
+        "SELECT ip_proto, avg(wire_len) FROM packets GROUP BY ip_proto",
+        "SELECT ip_proto, count(*) FROM packets WHERE ts > '2012-11-23T17:10:00Z' GROUP BY ip_proto",
+        "SELECT date_trunc('second', ts), count(*) FROM packets GROUP BY 1",
+        "SELECT ip_proto, sum(ip_ttl) FROM packets GROUP BY ip_proto",
+    ] {
+        let plan = session.explain(statement).unwrap();
+        assert!(!plan.contains("StreamingTableExec"), "{statement}:\n{plan}");
+    }
+}
+
+#[test]
+fn a_damaged_summary_is_made_again_from_its_rows() {
+    use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
+    use hindsight_store::segment::summary::{SUMMARY_KEY, SummaryLocation};
+
+    let copy = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(archive())
+        .arg(copy.path().join("a"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = copy.path().join("a");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(root.join("packets")).unwrap() {
+        let path = entry.unwrap().path();
+        let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+        let text = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|kv| kv.key == SUMMARY_KEY).cloned())
+            .and_then(|kv| kv.value)
+            .unwrap();
+        let location = SummaryLocation::parse(&text).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(location.offset + location.len / 2) as usize] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        damaged += 1;
+        if damaged == 3 {
+            break;
+        }
+    }
+    let statement = with_condition(SUMMARISED[0].0, &[]);
+    let session = SqlSession::open(&root).unwrap();
+    let mut out = Vec::new();
+    session
+        .run(&statement, Format::Csv, &mut out, &Limits::default())
+        .unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), query(&statement));
+}

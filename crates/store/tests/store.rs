@@ -440,3 +440,181 @@ fn a_footer_with_pages_outside_their_chunk_is_corruption() {
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error}");
     assert!(error.to_string().contains("outside"), "{error}");
 }
+
+/// `records` made varied in every summarised field: UDP and ICMP, VLANs,
+/// IPv6, frames with no IP layer, two interfaces, fragments.
+fn varied_records(count: usize) -> Vec<PacketRecord> {
+    let mut rows = records(count, count / 2);
+    for (i, row) in rows.iter_mut().enumerate() {
+        let h = &mut row.headers;
+        h.eth_type = Some(0x0800);
+        row.iface = (i % 3 == 0) as u32;
+        if i % 7 == 0 {
+            h.ip_proto = Some(17);
+        }
+        if i % 11 == 0 {
+            h.vlan_outer = Some(100 + (i % 2) as u16);
+        }
+        if i % 13 == 0 {
+            h.ip_version = Some(6);
+            h.eth_type = Some(0x86dd);
+            h.src_addr = Some(Addr16([
+                0x20,
+                1,
+                0x0d,
+                0xb8,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                (i % 5) as u8,
+            ]));
+        }
+        if i % 17 == 0 {
+            h.ip_version = None;
+            h.src_addr = None;
+            h.dst_addr = None;
+            h.ip_proto = None;
+            h.src_port = None;
+            h.dst_port = None;
+            h.eth_type = Some(0x0806);
+        }
+        if i % 19 == 0 {
+            h.status = DecodeStatus::Fragment;
+        }
+    }
+    rows
+}
+
+/// The summary's rows as text, one line per row, sorted.
+fn summary_lines(batch: &hindsight_store::arrow::array::RecordBatch) -> Vec<String> {
+    use hindsight_store::arrow::array::AsArray;
+    use hindsight_store::arrow::datatypes::TimestampNanosecondType;
+    use hindsight_store::arrow::util::display::array_value_to_string;
+    let mut lines: Vec<String> = (0..batch.num_rows())
+        .map(|row| {
+            let ts = batch.column(0).as_primitive::<TimestampNanosecondType>();
+            std::iter::once(ts.value(row).to_string())
+                .chain(
+                    batch.columns()[1..]
+                        .iter()
+                        .map(|c| array_value_to_string(c, row).unwrap()),
+                )
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
+    use hindsight_store::arrow::array::AsArray;
+    use hindsight_store::arrow::datatypes::{TimestampNanosecondType, UInt32Type};
+    use hindsight_store::arrow::util::display::array_value_to_string;
+    use hindsight_store::segment::summary::{SUMMARY_DIMENSIONS, SUMMARY_GRANULE_NS};
+
+    let dir = tempfile::tempdir().unwrap();
+    let rows = varied_records(5000);
+    let sealed = write_segment(dir.path(), 1, &rows);
+    let reader = SegmentReader::open(&sealed.path).unwrap();
+    let summary = reader
+        .summary()
+        .unwrap()
+        .expect("a packets segment has a summary");
+
+    // The oracle: every row of the file read back, grouped by the text of
+    // its minute and its dimensions.
+    let mut groups = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
+    for batch in reader
+        .read((0..reader.row_groups()).collect(), None)
+        .unwrap()
+    {
+        let batch = batch.unwrap();
+        let ts = batch
+            .column_by_name("ts")
+            .unwrap()
+            .as_primitive::<TimestampNanosecondType>();
+        let wire = batch
+            .column_by_name("wire_len")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        let cap = batch
+            .column_by_name("cap_len")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        for row in 0..batch.num_rows() {
+            let minute = ts.value(row).div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS;
+            let mut key = vec![minute.to_string()];
+            for name in SUMMARY_DIMENSIONS {
+                key.push(array_value_to_string(batch.column_by_name(name).unwrap(), row).unwrap());
+            }
+            let sums = groups.entry(key.join(" ")).or_default();
+            sums.0 += 1;
+            sums.1 += u64::from(wire.value(row));
+            sums.2 += u64::from(cap.value(row));
+        }
+    }
+    let expected: Vec<String> = groups
+        .into_iter()
+        .map(|(key, (packets, wire, cap))| format!("{key} {packets} {wire} {cap}"))
+        .collect();
+    assert!(expected.len() > 400, "{} groups", expected.len());
+    assert_eq!(summary_lines(&summary), expected);
+
+    // Other readers skip it: every row reads back as written.
+    assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
+}
+
+#[test]
+fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
+    use hindsight_store::segment::summary::{SUMMARY_KEY, SummaryLocation};
+
+    let dir = tempfile::tempdir().unwrap();
+    let rows = varied_records(3000);
+    let sealed = write_segment(dir.path(), 1, &rows);
+    let location = {
+        let file = fs::File::open(&sealed.path).unwrap();
+        let metadata =
+            hindsight_store::parquet::file::reader::SerializedFileReader::new(file).unwrap();
+        use hindsight_store::parquet::file::reader::FileReader;
+        let text = metadata
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .find(|kv| kv.key == SUMMARY_KEY)
+            .and_then(|kv| kv.value.clone())
+            .unwrap();
+        SummaryLocation::parse(&text).unwrap()
+    };
+    let pristine = fs::read(&sealed.path).unwrap();
+    for at in [0, location.len / 2, location.len - 1] {
+        let mut bytes = pristine.clone();
+        bytes[(location.offset + at) as usize] ^= 0x40;
+        fs::write(&sealed.path, &bytes).unwrap();
+        let reader = SegmentReader::open(&sealed.path).unwrap();
+        match reader.summary() {
+            Err(StoreError::Corrupt {
+                path,
+                offset,
+                reason,
+            }) => {
+                assert_eq!(path, sealed.path);
+                assert_eq!(offset, location.offset);
+                assert!(reason.starts_with("summary: CRC-32"), "{reason}");
+            }
+            other => panic!("byte {at} of the summary changed: {other:?}"),
+        }
+        assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
+    }
+}

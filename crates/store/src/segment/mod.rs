@@ -10,6 +10,7 @@ mod chunk;
 mod cluster;
 pub mod postings;
 pub mod reader;
+pub mod summary;
 pub mod writer;
 
 use hindsight_model::SegmentId;

@@ -10,7 +10,7 @@ use arrow::array::{
     UInt32Array,
 };
 use arrow::compute::{concat_batches, take_record_batch};
-use arrow::datatypes::TimestampNanosecondType;
+use arrow::datatypes::{TimestampNanosecondType, UInt64Type};
 use arrow::error::ArrowError;
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
 use parquet::arrow::ProjectionMask;
@@ -24,6 +24,7 @@ use parquet::file::statistics::Statistics;
 use crate::error::{Result, StoreError};
 use crate::schema::col;
 use crate::segment::postings::{CoveringLimits, PostingsCollector};
+use crate::segment::summary::{self, SUMMARY_KEY, SummaryLocation};
 use crate::segment::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY};
 
 /// An inclusive time range in ns since the epoch.
@@ -635,6 +636,70 @@ impl SegmentReader {
 }
 
 impl SegmentReader {
+    /// The segment's summary (`summary.rs`): `None` for a segment written
+    /// without one. Its bytes are checked against their CRC-32, its columns
+    /// against [`summary_schema`], and its packets must add up to the
+    /// segment's rows; anything else is [`StoreError::Corrupt`].
+    pub fn summary(&self) -> Result<Option<RecordBatch>> {
+        let Some(text) = key_value(&self.metadata, SUMMARY_KEY) else {
+            return Ok(None);
+        };
+        let corrupt = |offset: u64, reason: String| StoreError::Corrupt {
+            path: self.path.clone(),
+            offset,
+            reason: format!("summary: {reason}"),
+        };
+        let location = SummaryLocation::parse(text).ok_or_else(|| {
+            corrupt(
+                0,
+                format!("its location {text:?} is not `<offset> <length> <crc32>`"),
+            )
+        })?;
+        let file_len = self
+            .file
+            .metadata()
+            .map_err(StoreError::io("stat segment", &self.path))?
+            .len();
+        let SummaryLocation { offset, len, crc32 } = location;
+        let len_inside = offset.checked_add(len).is_some_and(|end| end <= file_len);
+        let Some(len) = usize::try_from(len).ok().filter(|_| len_inside) else {
+            return Err(corrupt(
+                offset,
+                format!("{len} bytes at {offset} lie outside the file of {file_len} bytes"),
+            ));
+        };
+        let mut bytes = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&self.file, &mut bytes, offset)
+            .map_err(StoreError::io("read summary", &self.path))?;
+        let found = crc32fast::hash(&bytes);
+        if found != crc32 {
+            return Err(corrupt(
+                offset,
+                format!("CRC-32 {found:08x} of its {len} bytes, {crc32:08x} recorded"),
+            ));
+        }
+        let summary =
+            summary::decode(bytes, &self.path).map_err(|reason| corrupt(offset, reason))?;
+        let packets = summary
+            .column_by_name(summary::PACKETS)
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+            .map(|c| {
+                c.values()
+                    .iter()
+                    .try_fold(0u64, |sum, &n| sum.checked_add(n))
+            });
+        match packets {
+            Some(Some(total)) if total == self.rows() => Ok(Some(summary)),
+            _ => Err(corrupt(
+                offset,
+                format!(
+                    "its packets do not add up to the segment's {} rows",
+                    self.rows()
+                ),
+            )),
+        }
+    }
+
     /// Returns the address postings of the segment (every distinct source or
     /// destination address with the granules where it occurs), sorted, by scanning
     /// the two address columns; used to rebuild the index after a crash.
@@ -693,7 +758,11 @@ fn key_value<'a>(metadata: &'a ArrowReaderMetadata, key: &str) -> Option<&'a str
 /// chunk: the `parquet` crate trusts these offsets (a negative one fails an
 /// assertion, a page before its chunk's start overflows a subtraction; found by
 /// the `segment_reader` fuzz target).
-fn check_layout(path: &Path, metadata: &ArrowReaderMetadata, file_len: u64) -> Result<()> {
+pub(crate) fn check_layout(
+    path: &Path,
+    metadata: &ArrowReaderMetadata,
+    file_len: u64,
+) -> Result<()> {
     let corrupt = |reason: String| StoreError::Corrupt {
         path: path.to_owned(),
         offset: 0,

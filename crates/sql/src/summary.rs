@@ -1,0 +1,398 @@
+//! Aggregations over `packets` answered from the segments' summaries
+//! (`hindsight_store::segment::summary`): their packets and bytes by minute
+//! and by the fields of the link, network and tunnel layers.
+//!
+//! [`BySummary`], an analyzer rule, finds an aggregation straight over
+//! `packets` (through filters only) whose groups, filters and aggregates the
+//! summaries can answer, and points it at [`SummaryTable`] instead:
+//! - groups and filters read only the summaries' fields, and `ts` only as
+//!   `date_trunc` to a minute or more;
+//! - aggregates are `count(*)` (the sum of `packets`), `count(field)`,
+//!   `sum(wire_len)`, `sum(cap_len)` (the sums of `wire_bytes`, `cap_bytes`),
+//!   `min`, `max` and `count(DISTINCT …)` of fields.
+//!
+//! Anything else reads the rows as before, as does a bare `count(*)` (the
+//! segments' statistics answer it). The answer is the same: a segment
+//! without a summary (written before them), or whose summary does not read
+//! back sound, is summarised from its rows as the statement runs, and so is
+//! the unsealed tail.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::Session;
+use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::datasource::{TableProvider, TableType, provider_as_source};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::{
+    Aggregate, Expr, LogicalPlan, LogicalPlanBuilder, TableProviderFilterPushDown, cast, col, lit,
+    when,
+};
+use datafusion::optimizer::AnalyzerRule;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use hindsight_store::SegmentReader;
+use hindsight_store::schema::col as column;
+use hindsight_store::segment::summary::{
+    CAP_BYTES, PACKETS, SUMMARY_DIMENSIONS, SummaryBuilder, WIRE_BYTES, summary_schema,
+};
+
+use crate::table::SegmentTable;
+
+/// Partitions of a summary scan: the machine's two cores.
+const PARTITIONS: usize = 2;
+
+/// The summaries of the segments a `packets` scan would read, and of its
+/// unsealed tail, as a table of [`summary_schema`].
+#[derive(Debug)]
+pub struct SummaryTable {
+    packets: Arc<SegmentTable>,
+}
+
+impl SummaryTable {
+    /// The summaries of `packets`' segments and tail.
+    pub fn new(packets: Arc<SegmentTable>) -> Self {
+        Self { packets }
+    }
+}
+
+#[async_trait]
+impl TableProvider for SummaryTable {
+    fn schema(&self) -> SchemaRef {
+        summary_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        // They choose the segments (by address postings); DataFusion applies them.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let segments = self.packets.segments(filters)?;
+        let mut parts: Vec<Vec<String>> = vec![Vec::new(); PARTITIONS];
+        for (i, (_, path)) in segments.into_iter().enumerate() {
+            parts[i % PARTITIONS].push(path);
+        }
+        let partitions: Vec<Arc<dyn PartitionStream>> = parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, paths)| {
+                Arc::new(Summaries {
+                    schema: summary_schema(),
+                    paths,
+                    unsealed: if i == 0 {
+                        self.packets.unsealed().to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        Ok(Arc::new(StreamingTableExec::try_new(
+            summary_schema(),
+            partitions,
+            projection,
+            [],
+            false,
+            None,
+        )?))
+    }
+}
+
+/// One partition of a summary scan: its segments' summaries, one batch each.
+#[derive(Debug)]
+struct Summaries {
+    schema: SchemaRef,
+    paths: Vec<String>,
+    unsealed: Vec<RecordBatch>,
+}
+
+impl PartitionStream for Summaries {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let paths = self.paths.clone();
+        let unsealed = self.unsealed.clone();
+        let sealed = paths.into_iter().map(|path| segment_summary(&path));
+        let tail = (!unsealed.is_empty()).then(move || {
+            let mut builder = SummaryBuilder::default();
+            for batch in &unsealed {
+                builder.add(batch).map_err(external)?;
+            }
+            builder.finish().map_err(external)
+        });
+        let batches = sealed.chain(tail);
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            futures::stream::iter(batches),
+        ))
+    }
+}
+
+/// A segment's summary: the one it holds, or one made from its rows if it
+/// holds none (written before them) or one that does not read back sound.
+fn segment_summary(path: &str) -> Result<RecordBatch> {
+    let reader = SegmentReader::open(std::path::Path::new(path)).map_err(external)?;
+    if let Ok(Some(summary)) = reader.summary() {
+        return Ok(summary);
+    }
+    let mut columns = vec![column::TS, column::WIRE_LEN, column::CAP_LEN];
+    columns.extend(SUMMARY_DIMENSIONS);
+    let mut builder = SummaryBuilder::default();
+    let batches = reader
+        .read((0..reader.row_groups()).collect(), Some(&columns))
+        .map_err(external)?;
+    for batch in batches {
+        builder.add(&batch?).map_err(external)?;
+    }
+    builder.finish().map_err(external)
+}
+
+fn external(error: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
+    DataFusionError::External(Box::new(error))
+}
+
+/// The analyzer rule that points aggregations the summaries answer at them.
+#[derive(Debug)]
+pub struct BySummary {
+    /// The session's `packets`.
+    table: Arc<SegmentTable>,
+    /// The same, as the provider of its scans.
+    packets: Arc<dyn TableProvider>,
+    /// Its summaries.
+    summary: Arc<dyn TableProvider>,
+}
+
+impl BySummary {
+    /// The rule for a session's `packets` table.
+    pub fn new(packets: Arc<SegmentTable>) -> Self {
+        Self {
+            summary: Arc::new(SummaryTable::new(Arc::clone(&packets))),
+            table: Arc::clone(&packets),
+            packets,
+        }
+    }
+
+    fn is_packets(&self, provider: &Arc<dyn TableProvider>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(provider), Arc::as_ptr(&self.packets))
+    }
+
+    /// The summary's plan of `aggregate`, if it answers it.
+    fn rewrite(&self, aggregate: &Aggregate) -> Result<Option<LogicalPlan>> {
+        let mut filters = Vec::new();
+        let mut input = aggregate.input.as_ref();
+        let scan = loop {
+            match input {
+                LogicalPlan::Filter(filter) => {
+                    filters.push(filter.predicate.clone());
+                    input = filter.input.as_ref();
+                }
+                LogicalPlan::TableScan(scan) => break scan,
+                _ => return Ok(None),
+            }
+        };
+        let packets = source_as_provider(&scan.source).ok();
+        if !packets.is_some_and(|p| self.is_packets(&p))
+            || self.table.reads_copies()
+            || scan.projection.is_some()
+            || !scan.filters.is_empty()
+            || scan.fetch.is_some()
+        {
+            return Ok(None);
+        }
+        if !aggregate.group_expr.iter().all(is_summary_group)
+            || !filters.iter().all(reads_dimensions_only)
+        {
+            return Ok(None);
+        }
+        // A bare count: the segments' statistics answer it, unread.
+        if aggregate.group_expr.is_empty() && filters.is_empty() {
+            return Ok(None);
+        }
+        let mut sums = Vec::with_capacity(aggregate.aggr_expr.len());
+        for expr in &aggregate.aggr_expr {
+            match summary_aggregate(expr) {
+                Some(sum) => sums.push(sum),
+                None => return Ok(None),
+            }
+        }
+        let mut builder = LogicalPlanBuilder::scan(
+            scan.table_name.clone(),
+            provider_as_source(Arc::clone(&self.summary)),
+            None,
+        )?;
+        for predicate in filters.into_iter().rev() {
+            builder = builder.filter(predicate)?;
+        }
+        let names: Vec<String> = (0..sums.len()).map(|i| format!("__summary_{i}")).collect();
+        let aggregates: Vec<Expr> = sums
+            .iter()
+            .zip(&names)
+            .map(|((expr, _), name)| expr.clone().alias(name))
+            .collect();
+        builder = builder.aggregate(aggregate.group_expr.clone(), aggregates)?;
+        // The aggregate's own columns, names and types.
+        let groups = aggregate.schema.fields().len() - sums.len();
+        let mut columns = Vec::with_capacity(aggregate.schema.fields().len());
+        for (i, (qualifier, field)) in aggregate.schema.iter().enumerate() {
+            let expr = match i.checked_sub(groups) {
+                None => Expr::Column(Column::from((qualifier, field))),
+                Some(at) => {
+                    let value = cast(
+                        col(Column::from_name(&names[at])),
+                        field.data_type().clone(),
+                    );
+                    let value = if sums[at].1 {
+                        // A count of no rows is 0; a sum of none is null.
+                        when(
+                            value.clone().is_null(),
+                            cast(lit(0i64), field.data_type().clone()),
+                        )
+                        .otherwise(value)?
+                    } else {
+                        value
+                    };
+                    value.alias_qualified(qualifier.cloned(), field.name())
+                }
+            };
+            columns.push(expr);
+        }
+        Ok(Some(builder.project(columns)?.build()?))
+    }
+}
+
+impl AnalyzerRule for BySummary {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| match &node {
+            LogicalPlan::Aggregate(aggregate) => Ok(match self.rewrite(aggregate)? {
+                Some(summary) => Transformed::yes(summary),
+                None => Transformed::no(node),
+            }),
+            _ => Ok(Transformed::no(node)),
+        })
+        .map(|transformed| transformed.data)
+    }
+
+    fn name(&self) -> &str {
+        "hindsight_by_summary"
+    }
+}
+
+/// Whether `expr` reads no column but the summaries' fields.
+fn reads_dimensions_only(expr: &Expr) -> bool {
+    !matches!(expr, Expr::GroupingSet(_))
+        && expr
+            .column_refs()
+            .iter()
+            .all(|c| SUMMARY_DIMENSIONS.contains(&c.name.as_str()))
+}
+
+/// `date_trunc` units whose instants are whole minutes (in UTC, `ts`'s zone).
+const MINUTE_UNITS: [&str; 7] = ["minute", "hour", "day", "week", "month", "quarter", "year"];
+
+/// Whether a group expression reads only the summaries' fields, and `ts` only
+/// truncated to a minute or more.
+fn is_summary_group(expr: &Expr) -> bool {
+    if reads_dimensions_only(expr) {
+        return true;
+    }
+    let Expr::ScalarFunction(function) = expr else {
+        return false;
+    };
+    match (function.name(), function.args.as_slice()) {
+        (
+            "date_trunc",
+            [
+                Expr::Literal(
+                    ScalarValue::Utf8(Some(unit))
+                    | ScalarValue::LargeUtf8(Some(unit))
+                    | ScalarValue::Utf8View(Some(unit)),
+                    _,
+                ),
+                Expr::Column(ts),
+            ],
+        ) => ts.name == column::TS && MINUTE_UNITS.contains(&unit.to_ascii_lowercase().as_str()),
+        _ => false,
+    }
+}
+
+/// `expr` without the casts around it that keep every value of a `u32`.
+fn uncast(expr: &Expr) -> &Expr {
+    use datafusion::arrow::datatypes::DataType;
+    match expr {
+        Expr::Cast(cast)
+            if matches!(
+                cast.field.data_type(),
+                DataType::Int64 | DataType::UInt64 | DataType::Float64
+            ) =>
+        {
+            uncast(&cast.expr)
+        }
+        expr => expr,
+    }
+}
+
+/// The summaries' aggregate for one of a statement's, and whether it is a
+/// count (0, not null, over no rows).
+fn summary_aggregate(expr: &Expr) -> Option<(Expr, bool)> {
+    // `count(*)` is `count(1) AS "count(*)"`; the name is kept by the caller.
+    let expr = match expr {
+        Expr::Alias(alias) => alias.expr.as_ref(),
+        expr => expr,
+    };
+    let Expr::AggregateFunction(AggregateFunction { func, params }) = expr else {
+        return None;
+    };
+    if params.filter.is_some() || !params.order_by.is_empty() || params.null_treatment.is_some() {
+        return None;
+    }
+    let [arg] = params.args.as_slice() else {
+        return None;
+    };
+    let sum = |of: Expr| datafusion::functions_aggregate::expr_fn::sum(of);
+    match func.name() {
+        "count" if params.distinct => reads_dimensions_only(arg).then(|| (expr.clone(), true)),
+        "count" => match arg {
+            Expr::Literal(value, _) if !value.is_null() => Some((sum(col(PACKETS)), true)),
+            arg if reads_dimensions_only(arg) => Some((
+                sum(when(arg.clone().is_null(), lit(0u64))
+                    .otherwise(col(PACKETS))
+                    .ok()?),
+                true,
+            )),
+            _ => None,
+        },
+        // Type coercion widened the column (`CAST(wire_len AS UInt64)`).
+        "sum" if !params.distinct => match uncast(arg) {
+            Expr::Column(c) if c.name == column::WIRE_LEN => Some((sum(col(WIRE_BYTES)), false)),
+            Expr::Column(c) if c.name == column::CAP_LEN => Some((sum(col(CAP_BYTES)), false)),
+            _ => None,
+        },
+        "min" | "max" => reads_dimensions_only(arg).then(|| (expr.clone(), false)),
+        _ => None,
+    }
+}

@@ -1,0 +1,415 @@
+//! A `packets` segment's summary: its packets counted by minute and by the
+//! fields of their link, network and tunnel layers (Hyperion's per-segment
+//! summaries, ClickHouse's aggregate projections). An aggregation whose filter
+//! and groups read only these fields (`tcp`, `host 10.1.2.3`, packets and
+//! bytes per protocol, per source, per hour) adds up a few thousand summary
+//! rows per segment instead of decoding tens of thousands of packets.
+//!
+//! The summary is a small Parquet file of its own, written inside the segment
+//! file after the last row group and before the footer, where other Parquet
+//! readers (DuckDB, pyarrow) do not look; the footer's key-value metadata
+//! `hindsight.summary` says where it is and its CRC-32. It is part of the
+//! segment, so it is sealed, checksummed in the catalog, copied, expired and
+//! compacted with it. Segments written before it have none; they are read.
+//!
+//! The summary's rows are grouped by [`SUMMARY_DIMENSIONS`] and by `ts`, the
+//! minute (`SUMMARY_GRANULE_NS`, from the epoch) the packets fall in; each
+//! carries `packets`, `wire_bytes` and `cap_bytes`. A reader checks its CRC,
+//! its schema and that its packets add up to the segment's rows before any of
+//! it becomes an answer.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch,
+    TimestampNanosecondArray, UInt64Array,
+};
+use arrow::compute::cast;
+use arrow::datatypes::{
+    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
+    UInt32Type,
+};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::basic::{Compression, Encoding};
+use parquet::errors::ParquetError;
+use parquet::file::properties::WriterProperties;
+
+use crate::schema::{col, packets_schema};
+use crate::segment::reader::check_layout;
+
+/// Key of the footer's key-value metadata that locates the summary:
+/// `<offset> <length> <crc32 in hex>`, offset and length in bytes of the file.
+pub const SUMMARY_KEY: &str = "hindsight.summary";
+
+/// The time granule of a summary row: a minute, counted from the epoch.
+pub const SUMMARY_GRANULE_NS: i64 = 60_000_000_000;
+
+/// The `packets` columns a summary is grouped by (with `ts`, the minute).
+pub const SUMMARY_DIMENSIONS: [&str; 12] = [
+    col::IFACE,
+    col::LINK_TYPE,
+    col::STATUS,
+    col::ETH_TYPE,
+    col::VLAN_OUTER,
+    col::VLAN_INNER,
+    col::MPLS_LABEL,
+    col::TUNNEL,
+    col::IP_VERSION,
+    col::IP_PROTO,
+    col::SRC_ADDR,
+    col::DST_ADDR,
+];
+
+/// The packets of a summary row.
+pub const PACKETS: &str = "packets";
+/// The sum of their `wire_len`.
+pub const WIRE_BYTES: &str = "wire_bytes";
+/// The sum of their `cap_len`.
+pub const CAP_BYTES: &str = "cap_bytes";
+
+/// Integer dimensions (all but the two addresses), in [`SUMMARY_DIMENSIONS`]'s order.
+const INTS: usize = 10;
+
+/// The summary's schema: `ts` and the dimensions as `packets` has them, then
+/// the three sums.
+pub fn summary_schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    Arc::clone(SCHEMA.get_or_init(|| {
+        let packets = packets_schema();
+        let mut fields: Vec<Field> = std::iter::once(col::TS)
+            .chain(SUMMARY_DIMENSIONS)
+            .filter_map(|name| packets.field_with_name(name).ok().cloned())
+            .collect();
+        fields.extend(
+            [PACKETS, WIRE_BYTES, CAP_BYTES].map(|name| Field::new(name, DataType::UInt64, false)),
+        );
+        Arc::new(Schema::new(fields))
+    }))
+}
+
+/// One group: the minute and every dimension, nulls marked in `nulls`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Key {
+    minute: i64,
+    ints: [u32; INTS],
+    /// Bit `i` set: dimension `i` of [`SUMMARY_DIMENSIONS`] is null.
+    nulls: u16,
+    src: [u8; 16],
+    dst: [u8; 16],
+}
+
+/// Sums of one group.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    packets: u64,
+    wire_bytes: u64,
+    cap_bytes: u64,
+}
+
+/// An integer column of a batch, whatever its width.
+enum Ints<'a> {
+    U8(&'a arrow::array::PrimitiveArray<UInt8Type>),
+    U16(&'a arrow::array::PrimitiveArray<UInt16Type>),
+    U32(&'a arrow::array::PrimitiveArray<UInt32Type>),
+}
+
+impl Ints<'_> {
+    fn of(array: &ArrayRef) -> Option<Ints<'_>> {
+        match array.data_type() {
+            DataType::UInt8 => Some(Ints::U8(array.as_primitive())),
+            DataType::UInt16 => Some(Ints::U16(array.as_primitive())),
+            DataType::UInt32 => Some(Ints::U32(array.as_primitive())),
+            _ => None,
+        }
+    }
+
+    /// Sets dimension `i` of `keys` from the rows from `start` on.
+    fn fill(&self, i: usize, start: usize, keys: &mut [Key]) {
+        fn values<T: Copy + Into<u32>>(i: usize, values: &[T], keys: &mut [Key]) {
+            for (key, &value) in keys.iter_mut().zip(values) {
+                key.ints[i] = value.into();
+            }
+        }
+        let len = keys.len();
+        let nulls = match self {
+            Ints::U8(a) => {
+                values(i, &a.values()[start..start + len], keys);
+                a.nulls()
+            }
+            Ints::U16(a) => {
+                values(i, &a.values()[start..start + len], keys);
+                a.nulls()
+            }
+            Ints::U32(a) => {
+                values(i, &a.values()[start..start + len], keys);
+                a.nulls()
+            }
+        };
+        if let Some(nulls) = nulls.filter(|n| n.null_count() > 0) {
+            for (row, key) in keys.iter_mut().enumerate() {
+                if nulls.is_null(start + row) {
+                    // A null's value slot holds anything: it must not split groups.
+                    key.ints[i] = 0;
+                    key.nulls |= 1 << i;
+                }
+            }
+        }
+    }
+}
+
+/// Builds a segment's summary from its rows, batch by batch.
+#[derive(Debug, Default)]
+pub struct SummaryBuilder {
+    groups: Vec<(Key, Sums)>,
+    index: HashMap<Key, usize, foldhash::fast::RandomState>,
+    /// The groups of the last two keys looked up in `index`.
+    recent: [usize; 2],
+}
+
+/// Rows whose keys are made at once (column by column), then grouped.
+const KEY_CHUNK_ROWS: usize = 256;
+
+/// Why a batch could not be summarised: a column missing or of another type.
+fn schema_error(what: &str) -> ParquetError {
+    ParquetError::General(format!(
+        "summary: the batch's {what} is not as `packets` has it"
+    ))
+}
+
+impl SummaryBuilder {
+    /// Adds a batch of `packets` rows.
+    pub fn add(&mut self, batch: &RecordBatch) -> Result<(), ParquetError> {
+        let column = |name: &str| batch.column_by_name(name).ok_or_else(|| schema_error(name));
+        let ts = column(col::TS)?
+            .as_primitive_opt::<TimestampNanosecondType>()
+            .ok_or_else(|| schema_error(col::TS))?;
+        let wire = column(col::WIRE_LEN)?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| schema_error(col::WIRE_LEN))?;
+        let cap = column(col::CAP_LEN)?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| schema_error(col::CAP_LEN))?;
+        let mut ints = Vec::with_capacity(INTS);
+        for name in &SUMMARY_DIMENSIONS[..INTS] {
+            ints.push(Ints::of(column(name)?).ok_or_else(|| schema_error(name))?);
+        }
+        let address = |name: &str| -> Result<&FixedSizeBinaryArray, ParquetError> {
+            column(name)?
+                .as_fixed_size_binary_opt()
+                .filter(|a| a.value_length() == 16)
+                .ok_or_else(|| schema_error(name))
+        };
+        let (src, dst) = (address(col::SRC_ADDR)?, address(col::DST_ADDR)?);
+        let mut keys = vec![Key::default(); KEY_CHUNK_ROWS];
+        let mut start = 0;
+        while start < batch.num_rows() {
+            let len = KEY_CHUNK_ROWS.min(batch.num_rows() - start);
+            let keys = &mut keys[..len];
+            // Column by column: one type dispatch per column, not per value.
+            for (key, &ts) in keys.iter_mut().zip(&ts.values()[start..start + len]) {
+                *key = Key {
+                    minute: ts.div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS,
+                    ..Key::default()
+                };
+            }
+            for (i, column) in ints.iter().enumerate() {
+                column.fill(i, start, keys);
+            }
+            for (i, array) in [src, dst].into_iter().enumerate() {
+                for (row, key) in keys.iter_mut().enumerate() {
+                    let at = start + row;
+                    if array.is_null(at) {
+                        key.nulls |= 1 << (INTS + i);
+                    } else if i == 0 {
+                        key.src.copy_from_slice(array.value(at));
+                    } else {
+                        key.dst.copy_from_slice(array.value(at));
+                    }
+                }
+            }
+            for (row, key) in keys.iter().enumerate() {
+                let at = start + row;
+                let slot = self.slot(key);
+                let sums = &mut self.groups[slot].1;
+                sums.packets += 1;
+                sums.wire_bytes += u64::from(wire.value(at));
+                sums.cap_bytes += u64::from(cap.value(at));
+            }
+            start += len;
+        }
+        Ok(())
+    }
+
+    /// The group of `key`, made if new. The rows of a host come together, its
+    /// two directions in turn: most keys are one of the last two.
+    fn slot(&mut self, key: &Key) -> usize {
+        for at in self.recent {
+            if self.groups.get(at).is_some_and(|(k, _)| k == key) {
+                return at;
+            }
+        }
+        let groups = &mut self.groups;
+        let at = *self.index.entry(*key).or_insert_with(|| {
+            groups.push((*key, Sums::default()));
+            groups.len() - 1
+        });
+        self.recent = [at, self.recent[0]];
+        at
+    }
+
+    /// The summary's rows, in minute order, as a batch of [`summary_schema`].
+    pub fn finish(mut self) -> Result<RecordBatch, ParquetError> {
+        self.groups.sort_by(|a, b| {
+            (a.0.minute, a.0.src, a.0.dst, a.0.ints, a.0.nulls)
+                .cmp(&(b.0.minute, b.0.src, b.0.dst, b.0.ints, b.0.nulls))
+        });
+        let schema = summary_schema();
+        let groups = &self.groups;
+        let arrow_error = |e: arrow::error::ArrowError| ParquetError::ArrowError(e.to_string());
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        columns.push(Arc::new(
+            TimestampNanosecondArray::from_iter_values(groups.iter().map(|(k, _)| k.minute))
+                .with_timezone_opt(match schema.field(0).data_type() {
+                    DataType::Timestamp(_, zone) => zone.clone(),
+                    _ => None,
+                }),
+        ));
+        for i in 0..INTS {
+            let values: arrow::array::UInt32Array = groups
+                .iter()
+                .map(|(k, _)| (k.nulls & (1 << i) == 0).then_some(k.ints[i]))
+                .collect();
+            let field = schema.field(1 + i);
+            columns.push(cast(&values, field.data_type()).map_err(arrow_error)?);
+        }
+        for i in 0..2 {
+            let mut builder = FixedSizeBinaryBuilder::with_capacity(groups.len(), 16);
+            for (key, _) in groups {
+                if key.nulls & (1 << (INTS + i)) != 0 {
+                    builder.append_null();
+                } else {
+                    let value = if i == 0 { &key.src } else { &key.dst };
+                    builder.append_value(value).map_err(arrow_error)?;
+                }
+            }
+            columns.push(Arc::new(builder.finish()));
+        }
+        for sum in [
+            |s: &Sums| s.packets,
+            |s: &Sums| s.wire_bytes,
+            |s: &Sums| s.cap_bytes,
+        ] {
+            columns.push(Arc::new(UInt64Array::from_iter_values(
+                groups.iter().map(|(_, s)| sum(s)),
+            )));
+        }
+        RecordBatch::try_new(schema, columns).map_err(arrow_error)
+    }
+}
+
+/// The summary as the bytes of a Parquet file, to be written inside the segment.
+pub fn encode_summary(summary: &RecordBatch) -> Result<Vec<u8>, ParquetError> {
+    let properties = WriterProperties::builder()
+        // LZ4: the `parquet` crate makes a zstd context for each page it
+        // decompresses, which cost more than decoding a summary's values.
+        .set_compression(Compression::LZ4_RAW)
+        .set_dictionary_enabled(true)
+        .set_column_encoding(col::TS.into(), Encoding::DELTA_BINARY_PACKED)
+        .set_column_dictionary_enabled(col::TS.into(), false)
+        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
+        .build();
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, summary.schema(), Some(properties))?;
+    writer.write(summary)?;
+    writer.close()?;
+    Ok(bytes)
+}
+
+/// Where a summary lies in its segment file, from [`SUMMARY_KEY`]'s value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SummaryLocation {
+    /// Its first byte's offset in the file.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The CRC-32 (IEEE) of its bytes.
+    pub crc32: u32,
+}
+
+impl SummaryLocation {
+    /// The key-value metadata's text.
+    pub fn to_text(self) -> String {
+        format!("{} {} {:08x}", self.offset, self.len, self.crc32)
+    }
+
+    /// Parses [`to_text`](Self::to_text)'s form; `None` for any other text.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split(' ');
+        let offset = parts.next()?.parse().ok()?;
+        let len = parts.next()?.parse().ok()?;
+        let crc = parts.next()?;
+        if crc.len() != 8 || parts.next().is_some() {
+            return None;
+        }
+        let crc32 = u32::from_str_radix(crc, 16).ok()?;
+        Some(Self { offset, len, crc32 })
+    }
+}
+
+/// The summary's batch from its Parquet bytes, or why they are not one
+/// (`path` names the segment in errors). Its CRC and its packets' total are
+/// the caller's to check ([`SegmentReader::summary`](crate::SegmentReader::summary)).
+pub fn decode(bytes: Vec<u8>, path: &Path) -> Result<RecordBatch, String> {
+    let bytes = bytes::Bytes::from(bytes);
+    let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
+    let metadata =
+        ArrowReaderMetadata::load(&bytes, options).map_err(|e| format!("its footer: {e}"))?;
+    check_layout(path, &metadata, bytes.len() as u64).map_err(|e| e.to_string())?;
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
+        .with_batch_size(usize::MAX)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let schema = summary_schema();
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let parts: Vec<_> = batches
+            .iter()
+            .map(|b| b.column_by_name(field.name()).cloned())
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("it has no column {}", field.name()))?;
+        let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+        let column = match refs.as_slice() {
+            [] => arrow::array::new_empty_array(field.data_type()),
+            _ => arrow::compute::concat(&refs).map_err(|e| e.to_string())?,
+        };
+        // `ts` reads back with the zone "+00:00" (the Parquet logical type).
+        let column = match (column.data_type(), field.data_type()) {
+            (
+                DataType::Timestamp(TimeUnit::Nanosecond, _),
+                DataType::Timestamp(TimeUnit::Nanosecond, zone),
+            ) => Arc::new(
+                column
+                    .as_primitive::<TimestampNanosecondType>()
+                    .clone()
+                    .with_timezone_opt(zone.clone()),
+            ),
+            (found, wanted) if found == wanted => column,
+            (found, wanted) => {
+                return Err(format!(
+                    "its column {} is {found}, not {wanted}",
+                    field.name()
+                ));
+            }
+        };
+        columns.push(column);
+    }
+    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+}
