@@ -18,8 +18,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let path = scratch::scratch("segment", "parquet");
-    if let Ok(summary) = summary::decode(data.to_vec(), path) {
-        assert_eq!(summary.schema(), summary::summary_schema());
+    for kind in summary::SummaryKind::ALL {
+        if let Ok(summary) = summary::decode(data.to_vec(), path, kind) {
+            assert_eq!(summary.schema(), kind.schema());
+        }
     }
     if std::fs::write(path, data).is_err() {
         return;
@@ -46,5 +48,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = reader.find_damage().map(|damage| damage.to_string());
     let _ = reader.address_postings();
-    let _ = reader.summary();
+    for kind in summary::SummaryKind::ALL {
+        let _ = reader.summary(kind);
+    }
 });

@@ -17,6 +17,7 @@
 //! deleted), their postings are purged, stale postings are purged and wrong
 //! postings are rebuilt from the segment.
 
+use hindsight_store::segment::summary::SummaryKind;
 use std::path::{Path, PathBuf};
 
 use hindsight_index::{AddressIndex, ConnectionIndex};
@@ -222,7 +223,11 @@ fn check_segment(archive: &Archive, entry: &CatalogEntry) -> Result<(u64, Option
         let damage = reader
             .find_damage()
             .map(|damage| damage.to_string())
-            .or_else(|| reader.summary().err().map(|e| e.to_string()));
+            .or_else(|| {
+                SummaryKind::ALL
+                    .into_iter()
+                    .find_map(|kind| reader.summary(kind).err().map(|e| e.to_string()))
+            });
         return Err(match damage {
             Some(damage) => format!("bytes changed since it was sealed: {damage}"),
             None => format!(
@@ -238,7 +243,9 @@ fn check_segment(archive: &Archive, entry: &CatalogEntry) -> Result<(u64, Option
             entry.rows
         ));
     }
-    reader.summary().map_err(|e| e.to_string())?;
+    for kind in SummaryKind::ALL {
+        reader.summary(kind).map_err(|e| e.to_string())?;
+    }
     let addresses = if entry.table == Table::Packets.name() {
         let postings = reader.address_postings().map_err(|e| e.to_string())?;
         Some(postings.len() as u64)

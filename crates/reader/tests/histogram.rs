@@ -123,6 +123,13 @@ const COLUMNAR: &[&str] = &[
     "udp.srcport in {53, 137..139, 67..68}",
     "tcp.dstport in {139, 445, 10050..10051}",
     "tcp.port > 65535",
+    "tcp.port < 1024",
+    "tcp.port > 100",
+    "tcp.srcport >= 139",
+    "udp.dstport != 137",
+    "udp.port >= 1023",
+    "tcp.port >= 1024",
+    "tcp.port in {22, 80, 443}",
     "tcp.port >= 65535",
     "tcp.port <= 65535",
     "tcp.port < 1",
@@ -248,13 +255,25 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
             "vlan.id == 100",
             "ipv6",
             "!ip",
+            "udp.port == 53",
+            "port 53",
+            "tcp.port < 1024",
+            "tcp.flags.syn == 1 && tcp.flags.ack == 0",
+            "icmp.type == 8 || icmp.type == 0",
         ] {
             assert!(
                 summarised.iter().any(|f| f == filter),
                 "{filter}: {summarised:?}"
             );
         }
-        for filter in ["", "udp.port == 53", "ip.ttl < 64", "frame.len > 1000"] {
+        for filter in [
+            "",
+            "ip.ttl < 64",
+            "frame.len > 1000",
+            "tcp.port == 10050",
+            "tcp.dstport in {139, 445, 10050..10051}",
+            "(tcp.port == 139 || udp.port == 138) and ip.src == 10.64.88.7",
+        ] {
             assert!(
                 !summarised.iter().any(|f| f == filter),
                 "{filter}: {summarised:?}"

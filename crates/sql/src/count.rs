@@ -22,7 +22,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use hindsight_model::{Addr16, GranuleSet};
 use hindsight_store::schema::col;
-use hindsight_store::segment::summary::{PACKETS, SUMMARY_DIMENSIONS, SUMMARY_GRANULE_NS};
+use hindsight_store::segment::summary::{PACKETS, SUMMARY_GRANULE_NS, SummaryKind};
 use hindsight_store::{SegmentReader, TimeRange};
 
 use crate::{ColumnarFilter, SqlError, TimeBuckets};
@@ -38,9 +38,11 @@ pub struct TimeCounter {
     buckets: TimeBuckets,
     context: SessionContext,
     compiled: Option<(SchemaRef, Arc<dyn PhysicalExpr>)>,
-    /// Whether segment summaries can answer: the filter reads only their
-    /// dimensions and every bucket's edge is a minute's.
-    by_summary: bool,
+    /// The segment summary that can answer, if one can: the filter means
+    /// for its rows what it means for their packets
+    /// ([`crate::summary::answers_filter`]) and every bucket's edge is a
+    /// minute's.
+    by_summary: Option<SummaryKind>,
     /// The filter compiled for the summary's schema.
     compiled_summary: Option<Arc<dyn PhysicalExpr>>,
     /// Segments this counter counted from their summaries.
@@ -84,12 +86,12 @@ impl TimeCounter {
         columns.dedup();
         columns.retain(|name| name != col::TS);
         let width = buckets.width_ns.max(1);
-        let by_summary = !filter.is_match_all()
-            && columns
-                .iter()
-                .all(|name| SUMMARY_DIMENSIONS.contains(&name.as_str()))
-            && buckets.start_ns.rem_euclid(SUMMARY_GRANULE_NS) == 0
-            && width % SUMMARY_GRANULE_NS == 0;
+        let aligned =
+            buckets.start_ns.rem_euclid(SUMMARY_GRANULE_NS) == 0 && width % SUMMARY_GRANULE_NS == 0;
+        let by_summary = SummaryKind::ALL
+            .into_iter()
+            .find(|&kind| crate::summary::answers_filter(kind, filter.expr()))
+            .filter(|_| aligned && !filter.is_match_all());
         columns.push(col::TS.to_owned());
         Self {
             filter: filter.clone(),
@@ -110,7 +112,7 @@ impl TimeCounter {
 
     /// Whether segments' summaries may answer instead of their rows.
     pub fn by_summary(&self) -> bool {
-        self.by_summary
+        self.by_summary.is_some()
     }
 
     /// The segments this counter counted from their summaries.
@@ -185,10 +187,10 @@ impl TimeCounter {
             }
             return Ok(decoded);
         }
-        if self.by_summary {
+        if let Some(kind) = self.by_summary {
             // A segment without a summary (written before them) or with a
             // damaged one is read instead: its rows answer the same.
-            if let Ok(Some(summary)) = reader.summary()
+            if let Ok(Some(summary)) = reader.summary(kind)
                 && self.count_summary(&summary, counts)?
             {
                 self.summarised += 1;

@@ -43,7 +43,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use hindsight_store::SegmentReader;
 use hindsight_store::schema::col as column;
 use hindsight_store::segment::summary::{
-    CAP_BYTES, PACKETS, SUMMARY_DIMENSIONS, SummaryBuilder, WIRE_BYTES, summary_schema,
+    CAP_BYTES, PACKETS, SERVICE_PORTS_BELOW, SummaryBuilder, SummaryKind, WIRE_BYTES,
 };
 
 use crate::table::SegmentTable;
@@ -52,23 +52,24 @@ use crate::table::SegmentTable;
 const PARTITIONS: usize = 2;
 
 /// The summaries of the segments a `packets` scan would read, and of its
-/// unsealed tail, as a table of [`summary_schema`].
+/// unsealed tail, as a table of its kind's schema.
 #[derive(Debug)]
 pub struct SummaryTable {
     packets: Arc<SegmentTable>,
+    kind: SummaryKind,
 }
 
 impl SummaryTable {
-    /// The summaries of `packets`' segments and tail.
-    pub fn new(packets: Arc<SegmentTable>) -> Self {
-        Self { packets }
+    /// The summaries of `kind` of `packets`' segments and tail.
+    pub fn new(packets: Arc<SegmentTable>, kind: SummaryKind) -> Self {
+        Self { packets, kind }
     }
 }
 
 #[async_trait]
 impl TableProvider for SummaryTable {
     fn schema(&self) -> SchemaRef {
-        summary_schema()
+        self.kind.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -100,7 +101,8 @@ impl TableProvider for SummaryTable {
             .enumerate()
             .map(|(i, paths)| {
                 Arc::new(Summaries {
-                    schema: summary_schema(),
+                    kind: self.kind,
+                    schema: self.kind.schema(),
                     paths,
                     unsealed: if i == 0 {
                         self.packets.unsealed().to_vec()
@@ -111,7 +113,7 @@ impl TableProvider for SummaryTable {
             })
             .collect();
         Ok(Arc::new(StreamingTableExec::try_new(
-            summary_schema(),
+            self.kind.schema(),
             partitions,
             projection,
             [],
@@ -124,6 +126,7 @@ impl TableProvider for SummaryTable {
 /// One partition of a summary scan: its segments' summaries, one batch each.
 #[derive(Debug)]
 struct Summaries {
+    kind: SummaryKind,
     schema: SchemaRef,
     paths: Vec<String>,
     unsealed: Vec<RecordBatch>,
@@ -137,9 +140,12 @@ impl PartitionStream for Summaries {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let paths = self.paths.clone();
         let unsealed = self.unsealed.clone();
-        let sealed = paths.into_iter().map(|path| segment_summary(&path));
+        let kind = self.kind;
+        let sealed = paths
+            .into_iter()
+            .map(move |path| segment_summary(&path, kind));
         let tail = (!unsealed.is_empty()).then(move || {
-            let mut builder = SummaryBuilder::default();
+            let mut builder = SummaryBuilder::new(kind);
             for batch in &unsealed {
                 builder.add(batch).map_err(external)?;
             }
@@ -155,14 +161,14 @@ impl PartitionStream for Summaries {
 
 /// A segment's summary: the one it holds, or one made from its rows if it
 /// holds none (written before them) or one that does not read back sound.
-fn segment_summary(path: &str) -> Result<RecordBatch> {
+fn segment_summary(path: &str, kind: SummaryKind) -> Result<RecordBatch> {
     let reader = SegmentReader::open(std::path::Path::new(path)).map_err(external)?;
-    if let Ok(Some(summary)) = reader.summary() {
+    if let Ok(Some(summary)) = reader.summary(kind) {
         return Ok(summary);
     }
     let mut columns = vec![column::TS, column::WIRE_LEN, column::CAP_LEN];
-    columns.extend(SUMMARY_DIMENSIONS);
-    let mut builder = SummaryBuilder::default();
+    columns.extend(kind.dimensions());
+    let mut builder = SummaryBuilder::new(kind);
     let batches = reader
         .read((0..reader.row_groups()).collect(), Some(&columns))
         .map_err(external)?;
@@ -183,15 +189,20 @@ pub struct BySummary {
     table: Arc<SegmentTable>,
     /// The same, as the provider of its scans.
     packets: Arc<dyn TableProvider>,
-    /// Its summaries.
-    summary: Arc<dyn TableProvider>,
+    /// Its summaries, of each kind, the smaller first.
+    summaries: Vec<(SummaryKind, Arc<dyn TableProvider>)>,
 }
 
 impl BySummary {
     /// The rule for a session's `packets` table.
     pub fn new(packets: Arc<SegmentTable>) -> Self {
         Self {
-            summary: Arc::new(SummaryTable::new(Arc::clone(&packets))),
+            summaries: SummaryKind::ALL
+                .map(|kind| {
+                    let table = SummaryTable::new(Arc::clone(&packets), kind);
+                    (kind, Arc::new(table) as Arc<dyn TableProvider>)
+                })
+                .into(),
             table: Arc::clone(&packets),
             packets,
         }
@@ -224,25 +235,29 @@ impl BySummary {
         {
             return Ok(None);
         }
-        if !aggregate.group_expr.iter().all(is_summary_group)
-            || !filters.iter().all(reads_dimensions_only)
-        {
-            return Ok(None);
-        }
         // A bare count: the segments' statistics answer it, unread.
         if aggregate.group_expr.is_empty() && filters.is_empty() {
             return Ok(None);
         }
-        let mut sums = Vec::with_capacity(aggregate.aggr_expr.len());
-        for expr in &aggregate.aggr_expr {
-            match summary_aggregate(expr) {
-                Some(sum) => sums.push(sum),
-                None => return Ok(None),
-            }
-        }
+        let answering = self.summaries.iter().find_map(|(kind, table)| {
+            let answers = aggregate
+                .group_expr
+                .iter()
+                .all(|e| is_summary_group(*kind, e))
+                && filters.iter().all(|e| answers_filter(*kind, e));
+            let sums: Option<Vec<_>> = aggregate
+                .aggr_expr
+                .iter()
+                .map(|e| summary_aggregate(*kind, e))
+                .collect();
+            sums.filter(|_| answers).map(|sums| (table, sums))
+        });
+        let Some((summary, sums)) = answering else {
+            return Ok(None);
+        };
         let mut builder = LogicalPlanBuilder::scan(
             scan.table_name.clone(),
-            provider_as_source(Arc::clone(&self.summary)),
+            provider_as_source(Arc::clone(summary)),
             None,
         )?;
         for predicate in filters.into_iter().rev() {
@@ -302,13 +317,118 @@ impl AnalyzerRule for BySummary {
     }
 }
 
-/// Whether `expr` reads no column but the summaries' fields.
-fn reads_dimensions_only(expr: &Expr) -> bool {
+/// Whether `expr` reads no column but those `kind` holds as they are (all
+/// its dimensions but the services summary's ports).
+fn reads_exact_only(kind: SummaryKind, expr: &Expr) -> bool {
     !matches!(expr, Expr::GroupingSet(_))
+        && expr.column_refs().iter().all(|c| {
+            kind.dimensions().contains(&c.name.as_str())
+                && !(kind == SummaryKind::Services && is_port_name(&c.name))
+        })
+}
+
+fn is_port_name(name: &str) -> bool {
+    name == column::SRC_PORT || name == column::DST_PORT
+}
+
+/// Whether a condition means for a summary row of `kind` what it means for
+/// each of its packets: it reads only the summary's dimensions, and a port
+/// (merged from 1024 up in the services summary) only compared with
+/// constants below 1024, true or false alike for every port merged.
+pub fn answers_filter(kind: SummaryKind, expr: &Expr) -> bool {
+    let reads = !matches!(expr, Expr::GroupingSet(_))
         && expr
             .column_refs()
             .iter()
-            .all(|c| SUMMARY_DIMENSIONS.contains(&c.name.as_str()))
+            .all(|c| kind.dimensions().contains(&c.name.as_str()));
+    reads && (kind != SummaryKind::Services || ports_compared_below(expr))
+}
+
+/// Whether every port in `expr` is compared (`=`, `<>`, `<`, `<=`, `>`,
+/// `>=`, `BETWEEN`, `IN`) with constants below [`SERVICE_PORTS_BELOW`]
+/// (`port < 1024`, `port >= 1024` too), or tested for null.
+fn ports_compared_below(expr: &Expr) -> bool {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{BinaryExpr, Operator};
+    let is_port = |e: &Expr| matches!(widened(e), Expr::Column(c) if is_port_name(&c.name));
+    // Whether `e` is a constant in `0..limit`.
+    let below = |e: &Expr, limit: i64| {
+        let mut e = e;
+        while let Expr::Cast(cast) = e {
+            e = &cast.expr;
+        }
+        match e {
+            Expr::Literal(value, _) => value
+                .cast_to(&datafusion::arrow::datatypes::DataType::Int64)
+                .ok()
+                .and_then(|v| match v {
+                    ScalarValue::Int64(Some(v)) => Some(v),
+                    _ => None,
+                })
+                .is_some_and(|v| (0..limit).contains(&v)),
+            _ => false,
+        }
+    };
+    match expr {
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_port(left) || is_port(right) => {
+            let (other, op) = if is_port(left) {
+                (right, Some(*op))
+            } else {
+                (left, op.swap())
+            };
+            let merged = i64::from(SERVICE_PORTS_BELOW);
+            match op {
+                // `port < 1024` and `port >= 1024` hold alike for every port merged.
+                Some(Operator::Lt | Operator::GtEq) => below(other, merged + 1),
+                Some(Operator::Eq | Operator::NotEq | Operator::LtEq | Operator::Gt) => {
+                    below(other, merged)
+                }
+                _ => false,
+            }
+        }
+        Expr::Between(between) if is_port(&between.expr) => {
+            let merged = i64::from(SERVICE_PORTS_BELOW);
+            below(&between.low, merged) && below(&between.high, merged)
+        }
+        Expr::InList(list) if is_port(&list.expr) => list
+            .list
+            .iter()
+            .all(|e| below(e, i64::from(SERVICE_PORTS_BELOW))),
+        Expr::IsNull(e) | Expr::IsNotNull(e) if is_port(e) => true,
+        e if is_port(e) => false,
+        e => {
+            let mut sound = true;
+            let _ = e.apply_children(|child| {
+                sound = ports_compared_below(child);
+                Ok(if sound {
+                    TreeNodeRecursion::Continue
+                } else {
+                    TreeNodeRecursion::Stop
+                })
+            });
+            sound
+        }
+    }
+}
+
+/// `expr` without casts to integer types that keep every value of a `u16`.
+fn widened(expr: &Expr) -> &Expr {
+    use datafusion::arrow::datatypes::DataType;
+    match expr {
+        Expr::Cast(cast)
+            if matches!(
+                cast.field.data_type(),
+                DataType::UInt16
+                    | DataType::Int32
+                    | DataType::UInt32
+                    | DataType::Int64
+                    | DataType::UInt64
+            ) =>
+        {
+            widened(&cast.expr)
+        }
+        expr => expr,
+    }
 }
 
 /// `date_trunc` units whose instants are whole minutes (in UTC, `ts`'s zone).
@@ -316,8 +436,8 @@ const MINUTE_UNITS: [&str; 7] = ["minute", "hour", "day", "week", "month", "quar
 
 /// Whether a group expression reads only the summaries' fields, and `ts` only
 /// truncated to a minute or more.
-fn is_summary_group(expr: &Expr) -> bool {
-    if reads_dimensions_only(expr) {
+fn is_summary_group(kind: SummaryKind, expr: &Expr) -> bool {
+    if reads_exact_only(kind, expr) {
         return true;
     }
     let Expr::ScalarFunction(function) = expr else {
@@ -358,7 +478,7 @@ fn uncast(expr: &Expr) -> &Expr {
 
 /// The summaries' aggregate for one of a statement's, and whether it is a
 /// count (0, not null, over no rows).
-fn summary_aggregate(expr: &Expr) -> Option<(Expr, bool)> {
+fn summary_aggregate(kind: SummaryKind, expr: &Expr) -> Option<(Expr, bool)> {
     // `count(*)` is `count(1) AS "count(*)"`; the name is kept by the caller.
     let expr = match expr {
         Expr::Alias(alias) => alias.expr.as_ref(),
@@ -375,10 +495,10 @@ fn summary_aggregate(expr: &Expr) -> Option<(Expr, bool)> {
     };
     let sum = |of: Expr| datafusion::functions_aggregate::expr_fn::sum(of);
     match func.name() {
-        "count" if params.distinct => reads_dimensions_only(arg).then(|| (expr.clone(), true)),
+        "count" if params.distinct => reads_exact_only(kind, arg).then(|| (expr.clone(), true)),
         "count" => match arg {
             Expr::Literal(value, _) if !value.is_null() => Some((sum(col(PACKETS)), true)),
-            arg if reads_dimensions_only(arg) => Some((
+            arg if reads_exact_only(kind, arg) => Some((
                 sum(when(arg.clone().is_null(), lit(0u64))
                     .otherwise(col(PACKETS))
                     .ok()?),
@@ -392,7 +512,7 @@ fn summary_aggregate(expr: &Expr) -> Option<(Expr, bool)> {
             Expr::Column(c) if c.name == column::CAP_LEN => Some((sum(col(CAP_BYTES)), false)),
             _ => None,
         },
-        "min" | "max" => reads_dimensions_only(arg).then(|| (expr.clone(), false)),
+        "min" | "max" => reads_exact_only(kind, arg).then(|| (expr.clone(), false)),
         _ => None,
     }
 }

@@ -538,6 +538,16 @@ const SUMMARISED: &[(&str, &str)] = &[
          GROUP BY iface, link_type, status ORDER BY iface, link_type, status",
         "NOT (ip_proto = 17)",
     ),
+    (
+        "SELECT ip_proto, count(*) AS n, sum(wire_len) AS b FROM packets {where} \
+         GROUP BY ip_proto ORDER BY ip_proto",
+        "src_port = 53 OR dst_port = 53",
+    ),
+    (
+        "SELECT tcp_flags, icmp_type, count(*) AS n FROM packets {where} \
+         GROUP BY tcp_flags, icmp_type ORDER BY tcp_flags, icmp_type",
+        "dst_port < 1024 OR dst_port IS NULL",
+    ),
 ];
 
 fn with_condition(template: &str, conditions: &[&str]) -> String {
@@ -571,6 +581,9 @@ fn aggregations_on_summarised_fields_read_the_summaries_and_answer_as_the_rows_d
     // What the summaries cannot answer reads the rows.
     for statement in [
         "SELECT dst_port, count(*) FROM packets GROUP BY dst_port",
+        "SELECT count(*) FROM packets WHERE dst_port = 8080",
+        "SELECT max(src_port) FROM packets WHERE ip_proto = 6",
+        "SELECT src_addr, count(*) FROM packets WHERE dst_port = 53 GROUP BY src_addr",
         "SELECT count(*) FROM packets",
         "SELECT ip_proto, avg(wire_len) FROM packets GROUP BY ip_proto",
         "SELECT ip_proto, count(*) FROM packets WHERE ts > '2012-11-23T17:10:00Z' GROUP BY ip_proto",
@@ -585,7 +598,7 @@ fn aggregations_on_summarised_fields_read_the_summaries_and_answer_as_the_rows_d
 #[test]
 fn a_damaged_summary_is_made_again_from_its_rows() {
     use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
-    use hindsight_store::segment::summary::{SUMMARY_KEY, SummaryLocation};
+    use hindsight_store::segment::summary::{SummaryKind, SummaryLocation};
 
     let copy = tempfile::tempdir().unwrap();
     let status = std::process::Command::new("cp")
@@ -604,7 +617,11 @@ fn a_damaged_summary_is_made_again_from_its_rows() {
             .metadata()
             .file_metadata()
             .key_value_metadata()
-            .and_then(|kv| kv.iter().find(|kv| kv.key == SUMMARY_KEY).cloned())
+            .and_then(|kv| {
+                kv.iter()
+                    .find(|kv| kv.key == SummaryKind::Services.key())
+                    .cloned()
+            })
             .and_then(|kv| kv.value)
             .unwrap();
         let location = SummaryLocation::parse(&text).unwrap();

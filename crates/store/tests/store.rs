@@ -489,6 +489,10 @@ fn varied_records(count: usize) -> Vec<PacketRecord> {
         if i % 19 == 0 {
             h.status = DecodeStatus::Fragment;
         }
+        if i % 23 == 0 {
+            h.src_port = h.src_port.map(|_| 53);
+            h.tcp_flags = Some(0x02);
+        }
     }
     rows
 }
@@ -520,55 +524,67 @@ fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
     use hindsight_store::arrow::array::AsArray;
     use hindsight_store::arrow::datatypes::{TimestampNanosecondType, UInt32Type};
     use hindsight_store::arrow::util::display::array_value_to_string;
-    use hindsight_store::segment::summary::{SUMMARY_DIMENSIONS, SUMMARY_GRANULE_NS};
+    use hindsight_store::segment::summary::{SUMMARY_GRANULE_NS, SummaryKind};
 
     let dir = tempfile::tempdir().unwrap();
     let rows = varied_records(5000);
     let sealed = write_segment(dir.path(), 1, &rows);
     let reader = SegmentReader::open(&sealed.path).unwrap();
-    let summary = reader
-        .summary()
-        .unwrap()
-        .expect("a packets segment has a summary");
+    for kind in SummaryKind::ALL {
+        let summary = reader
+            .summary(kind)
+            .unwrap()
+            .expect("a packets segment has both summaries");
 
-    // The oracle: every row of the file read back, grouped by the text of
-    // its minute and its dimensions.
-    let mut groups = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
-    for batch in reader
-        .read((0..reader.row_groups()).collect(), None)
-        .unwrap()
-    {
-        let batch = batch.unwrap();
-        let ts = batch
-            .column_by_name("ts")
+        // The oracle: every row of the file read back, grouped by the text of
+        // its minute and its dimensions.
+        let mut groups = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
+        for batch in reader
+            .read((0..reader.row_groups()).collect(), None)
             .unwrap()
-            .as_primitive::<TimestampNanosecondType>();
-        let wire = batch
-            .column_by_name("wire_len")
-            .unwrap()
-            .as_primitive::<UInt32Type>();
-        let cap = batch
-            .column_by_name("cap_len")
-            .unwrap()
-            .as_primitive::<UInt32Type>();
-        for row in 0..batch.num_rows() {
-            let minute = ts.value(row).div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS;
-            let mut key = vec![minute.to_string()];
-            for name in SUMMARY_DIMENSIONS {
-                key.push(array_value_to_string(batch.column_by_name(name).unwrap(), row).unwrap());
+        {
+            let batch = batch.unwrap();
+            let ts = batch
+                .column_by_name("ts")
+                .unwrap()
+                .as_primitive::<TimestampNanosecondType>();
+            let wire = batch
+                .column_by_name("wire_len")
+                .unwrap()
+                .as_primitive::<UInt32Type>();
+            let cap = batch
+                .column_by_name("cap_len")
+                .unwrap()
+                .as_primitive::<UInt32Type>();
+            for row in 0..batch.num_rows() {
+                let minute = ts.value(row).div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS;
+                let mut key = vec![minute.to_string()];
+                for &name in kind.dimensions() {
+                    let mut value =
+                        array_value_to_string(batch.column_by_name(name).unwrap(), row).unwrap();
+                    // The services summary merges the ports from 1024 up.
+                    let port = name == "src_port" || name == "dst_port";
+                    if kind == SummaryKind::Services
+                        && port
+                        && value.parse::<u32>().is_ok_and(|p| p >= 1024)
+                    {
+                        value = "65535".to_owned();
+                    }
+                    key.push(value);
+                }
+                let sums = groups.entry(key.join(" ")).or_default();
+                sums.0 += 1;
+                sums.1 += u64::from(wire.value(row));
+                sums.2 += u64::from(cap.value(row));
             }
-            let sums = groups.entry(key.join(" ")).or_default();
-            sums.0 += 1;
-            sums.1 += u64::from(wire.value(row));
-            sums.2 += u64::from(cap.value(row));
         }
+        let expected: Vec<String> = groups
+            .into_iter()
+            .map(|(key, (packets, wire, cap))| format!("{key} {packets} {wire} {cap}"))
+            .collect();
+        assert!(expected.len() > 100, "{kind:?}: {} groups", expected.len());
+        assert_eq!(summary_lines(&summary), expected, "{kind:?}");
     }
-    let expected: Vec<String> = groups
-        .into_iter()
-        .map(|(key, (packets, wire, cap))| format!("{key} {packets} {wire} {cap}"))
-        .collect();
-    assert!(expected.len() > 400, "{} groups", expected.len());
-    assert_eq!(summary_lines(&summary), expected);
 
     // Other readers skip it: every row reads back as written.
     assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
@@ -576,7 +592,7 @@ fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
 
 #[test]
 fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
-    use hindsight_store::segment::summary::{SUMMARY_KEY, SummaryLocation};
+    use hindsight_store::segment::summary::{SummaryKind, SummaryLocation};
 
     let dir = tempfile::tempdir().unwrap();
     let rows = varied_records(3000);
@@ -592,7 +608,7 @@ fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
             .key_value_metadata()
             .unwrap()
             .iter()
-            .find(|kv| kv.key == SUMMARY_KEY)
+            .find(|kv| kv.key == SummaryKind::Hosts.key())
             .and_then(|kv| kv.value.clone())
             .unwrap();
         SummaryLocation::parse(&text).unwrap()
@@ -603,7 +619,8 @@ fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
         bytes[(location.offset + at) as usize] ^= 0x40;
         fs::write(&sealed.path, &bytes).unwrap();
         let reader = SegmentReader::open(&sealed.path).unwrap();
-        match reader.summary() {
+        assert!(reader.summary(SummaryKind::Services).is_ok());
+        match reader.summary(SummaryKind::Hosts) {
             Err(StoreError::Corrupt {
                 path,
                 offset,
@@ -611,7 +628,10 @@ fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
             }) => {
                 assert_eq!(path, sealed.path);
                 assert_eq!(offset, location.offset);
-                assert!(reason.starts_with("summary: CRC-32"), "{reason}");
+                assert!(
+                    reason.starts_with("summary hindsight.summary: CRC-32"),
+                    "{reason}"
+                );
             }
             other => panic!("byte {at} of the summary changed: {other:?}"),
         }

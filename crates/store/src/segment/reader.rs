@@ -24,7 +24,7 @@ use parquet::file::statistics::Statistics;
 use crate::error::{Result, StoreError};
 use crate::schema::col;
 use crate::segment::postings::{CoveringLimits, PostingsCollector};
-use crate::segment::summary::{self, SUMMARY_KEY, SummaryLocation};
+use crate::segment::summary::{self, SummaryKind, SummaryLocation};
 use crate::segment::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY};
 
 /// An inclusive time range in ns since the epoch.
@@ -636,18 +636,18 @@ impl SegmentReader {
 }
 
 impl SegmentReader {
-    /// The segment's summary (`summary.rs`): `None` for a segment written
-    /// without one. Its bytes are checked against their CRC-32, its columns
-    /// against [`summary_schema`], and its packets must add up to the
+    /// The segment's summary of `kind` (`summary.rs`): `None` for a segment
+    /// written without one. Its bytes are checked against their CRC-32, its
+    /// columns against its kind's schema, and its packets must add up to the
     /// segment's rows; anything else is [`StoreError::Corrupt`].
-    pub fn summary(&self) -> Result<Option<RecordBatch>> {
-        let Some(text) = key_value(&self.metadata, SUMMARY_KEY) else {
+    pub fn summary(&self, kind: SummaryKind) -> Result<Option<RecordBatch>> {
+        let Some(text) = key_value(&self.metadata, kind.key()) else {
             return Ok(None);
         };
         let corrupt = |offset: u64, reason: String| StoreError::Corrupt {
             path: self.path.clone(),
             offset,
-            reason: format!("summary: {reason}"),
+            reason: format!("summary {}: {reason}", kind.key()),
         };
         let location = SummaryLocation::parse(text).ok_or_else(|| {
             corrupt(
@@ -679,7 +679,7 @@ impl SegmentReader {
             ));
         }
         let summary =
-            summary::decode(bytes, &self.path).map_err(|reason| corrupt(offset, reason))?;
+            summary::decode(bytes, &self.path, kind).map_err(|reason| corrupt(offset, reason))?;
         let packets = summary
             .column_by_name(summary::PACKETS)
             .and_then(|c| c.as_primitive_opt::<UInt64Type>())

@@ -1,22 +1,28 @@
-//! A `packets` segment's summary: its packets counted by minute and by the
-//! fields of their link, network and tunnel layers (Hyperion's per-segment
-//! summaries, ClickHouse's aggregate projections). An aggregation whose filter
-//! and groups read only these fields (`tcp`, `host 10.1.2.3`, packets and
-//! bytes per protocol, per source, per hour) adds up a few thousand summary
-//! rows per segment instead of decoding tens of thousands of packets.
+//! A `packets` segment's summaries: its packets counted by minute and by
+//! header fields (Hyperion's per-segment summaries, ClickHouse's aggregate
+//! projections). An aggregation whose filter and groups read only a
+//! summary's fields (`tcp`, `host 10.1.2.3`, `udp port 53`, SYNs without
+//! ACK; packets and bytes per protocol, per source, per hour) adds up a few
+//! hundred or thousand summary rows per segment instead of decoding tens of
+//! thousands of packets. There are two ([`SummaryKind`]):
+//! - **hosts**, by the link, network and tunnel layers' fields, addresses
+//!   included ([`HOST_DIMENSIONS`]);
+//! - **services**, by the same without the addresses, and with the ports
+//!   (those from 1024 up merged into one), TCP flags and ICMP type and code
+//!   ([`SERVICE_DIMENSIONS`]).
 //!
-//! The summary is a small Parquet file of its own, written inside the segment
-//! file after the last row group and before the footer, where other Parquet
+//! Each is a small Parquet file of its own, written inside the segment file
+//! after the last row group and before the footer, where other Parquet
 //! readers (DuckDB, pyarrow) do not look; the footer's key-value metadata
-//! `hindsight.summary` says where it is and its CRC-32. It is part of the
+//! ([`SummaryKind::key`]) says where it is and its CRC-32. It is part of the
 //! segment, so it is sealed, checksummed in the catalog, copied, expired and
-//! compacted with it. Segments written before it have none; they are read.
+//! compacted with it. Segments written before them have none; they are read.
 //!
-//! The summary's rows are grouped by [`SUMMARY_DIMENSIONS`] and by `ts`, the
-//! minute (`SUMMARY_GRANULE_NS`, from the epoch) the packets fall in; each
-//! carries `packets`, `wire_bytes` and `cap_bytes`. A reader checks its CRC,
-//! its schema and that its packets add up to the segment's rows before any of
-//! it becomes an answer.
+//! A summary's rows are grouped by its dimensions and by `ts`, the minute
+//! (`SUMMARY_GRANULE_NS`, from the epoch) the packets fall in; each carries
+//! `packets`, `wire_bytes` and `cap_bytes`. A reader checks its CRC, its
+//! schema and that its packets add up to the segment's rows before any of it
+//! becomes an answer.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,15 +48,12 @@ use parquet::file::properties::WriterProperties;
 use crate::schema::{col, packets_schema};
 use crate::segment::reader::check_layout;
 
-/// Key of the footer's key-value metadata that locates the summary:
-/// `<offset> <length> <crc32 in hex>`, offset and length in bytes of the file.
-pub const SUMMARY_KEY: &str = "hindsight.summary";
-
 /// The time granule of a summary row: a minute, counted from the epoch.
 pub const SUMMARY_GRANULE_NS: i64 = 60_000_000_000;
 
-/// The `packets` columns a summary is grouped by (with `ts`, the minute).
-pub const SUMMARY_DIMENSIONS: [&str; 12] = [
+/// The `packets` columns the hosts summary is grouped by (with `ts`, the
+/// minute): the link, network and tunnel layers, addresses included.
+pub const HOST_DIMENSIONS: [&str; 12] = [
     col::IFACE,
     col::LINK_TYPE,
     col::STATUS,
@@ -65,6 +68,37 @@ pub const SUMMARY_DIMENSIONS: [&str; 12] = [
     col::DST_ADDR,
 ];
 
+/// The `packets` columns the services summary is grouped by (with `ts`):
+/// the hosts summary's but the addresses, and the transport's ports (each
+/// from [`SERVICE_PORTS_BELOW`] up held as [`PORT_ABOVE`]), TCP flags and
+/// ICMP type and code.
+pub const SERVICE_DIMENSIONS: [&str; 15] = [
+    col::IFACE,
+    col::LINK_TYPE,
+    col::STATUS,
+    col::ETH_TYPE,
+    col::VLAN_OUTER,
+    col::VLAN_INNER,
+    col::MPLS_LABEL,
+    col::TUNNEL,
+    col::IP_VERSION,
+    col::IP_PROTO,
+    col::SRC_PORT,
+    col::DST_PORT,
+    col::TCP_FLAGS,
+    col::ICMP_TYPE,
+    col::ICMP_CODE,
+];
+
+/// Ports below this are held as they are in the services summary; the
+/// others, ephemeral ports mostly, all as [`PORT_ABOVE`]. So a test of a port
+/// against a constant below it (`port 53`, `tcp.port < 1024`) is true or
+/// false alike for every port it merges.
+pub const SERVICE_PORTS_BELOW: u16 = 1024;
+
+/// The port the services summary holds for any from [`SERVICE_PORTS_BELOW`] up.
+pub const PORT_ABOVE: u16 = u16::MAX;
+
 /// The packets of a summary row.
 pub const PACKETS: &str = "packets";
 /// The sum of their `wire_len`.
@@ -72,24 +106,71 @@ pub const WIRE_BYTES: &str = "wire_bytes";
 /// The sum of their `cap_len`.
 pub const CAP_BYTES: &str = "cap_bytes";
 
-/// Integer dimensions (all but the two addresses), in [`SUMMARY_DIMENSIONS`]'s order.
-const INTS: usize = 10;
+/// Integer dimensions a summary may have, at most.
+const INTS: usize = 15;
 
-/// The summary's schema: `ts` and the dimensions as `packets` has them, then
-/// the three sums.
-pub fn summary_schema() -> SchemaRef {
-    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
-    Arc::clone(SCHEMA.get_or_init(|| {
-        let packets = packets_schema();
-        let mut fields: Vec<Field> = std::iter::once(col::TS)
-            .chain(SUMMARY_DIMENSIONS)
-            .filter_map(|name| packets.field_with_name(name).ok().cloned())
-            .collect();
-        fields.extend(
-            [PACKETS, WIRE_BYTES, CAP_BYTES].map(|name| Field::new(name, DataType::UInt64, false)),
-        );
-        Arc::new(Schema::new(fields))
-    }))
+/// The summaries a `packets` segment carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SummaryKind {
+    /// By [`HOST_DIMENSIONS`]: who talked, over which protocols.
+    Hosts,
+    /// By [`SERVICE_DIMENSIONS`]: which services and flags, not who.
+    Services,
+}
+
+impl SummaryKind {
+    /// Both, the smaller (services) first.
+    pub const ALL: [Self; 2] = [Self::Services, Self::Hosts];
+
+    /// The footer's key-value metadata that locates it:
+    /// `<offset> <length> <crc32 in hex>`, offset and length in bytes of the file.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Hosts => "hindsight.summary",
+            Self::Services => "hindsight.summary.services",
+        }
+    }
+
+    /// The columns it is grouped by (with `ts`).
+    pub fn dimensions(self) -> &'static [&'static str] {
+        match self {
+            Self::Hosts => &HOST_DIMENSIONS,
+            Self::Services => &SERVICE_DIMENSIONS,
+        }
+    }
+
+    /// The integer dimensions: all but the addresses.
+    fn ints(self) -> &'static [&'static str] {
+        match self {
+            Self::Hosts => &HOST_DIMENSIONS[..10],
+            Self::Services => &SERVICE_DIMENSIONS,
+        }
+    }
+
+    fn has_addresses(self) -> bool {
+        self == Self::Hosts
+    }
+
+    /// Its schema: `ts` and the dimensions as `packets` has them, then the
+    /// three sums.
+    pub fn schema(self) -> SchemaRef {
+        static SCHEMAS: OnceLock<[SchemaRef; 2]> = OnceLock::new();
+        let schemas = SCHEMAS.get_or_init(|| {
+            [Self::Hosts, Self::Services].map(|kind| {
+                let packets = packets_schema();
+                let mut fields: Vec<Field> = std::iter::once(col::TS)
+                    .chain(kind.dimensions().iter().copied())
+                    .filter_map(|name| packets.field_with_name(name).ok().cloned())
+                    .collect();
+                fields.extend(
+                    [PACKETS, WIRE_BYTES, CAP_BYTES]
+                        .map(|name| Field::new(name, DataType::UInt64, false)),
+                );
+                Arc::new(Schema::new(fields))
+            })
+        });
+        Arc::clone(&schemas[usize::from(self == Self::Services)])
+    }
 }
 
 /// One group: the minute and every dimension, nulls marked in `nulls`.
@@ -97,8 +178,9 @@ pub fn summary_schema() -> SchemaRef {
 struct Key {
     minute: i64,
     ints: [u32; INTS],
-    /// Bit `i` set: dimension `i` of [`SUMMARY_DIMENSIONS`] is null.
-    nulls: u16,
+    /// Bit `i` set: integer dimension `i` is null; bits `INTS` and `INTS +
+    /// 1`, the addresses.
+    nulls: u32,
     src: [u8; 16],
     dst: [u8; 16],
 }
@@ -128,8 +210,9 @@ impl Ints<'_> {
         }
     }
 
-    /// Sets dimension `i` of `keys` from the rows from `start` on.
-    fn fill(&self, i: usize, start: usize, keys: &mut [Key]) {
+    /// Sets dimension `i` of `keys` from the rows from `start` on; a port
+    /// from [`SERVICE_PORTS_BELOW`] up as [`PORT_ABOVE`] if `port`.
+    fn fill(&self, i: usize, start: usize, keys: &mut [Key], port: bool) {
         fn values<T: Copy + Into<u32>>(i: usize, values: &[T], keys: &mut [Key]) {
             for (key, &value) in keys.iter_mut().zip(values) {
                 key.ints[i] = value.into();
@@ -150,6 +233,13 @@ impl Ints<'_> {
                 a.nulls()
             }
         };
+        if port {
+            for key in keys.iter_mut() {
+                if key.ints[i] >= u32::from(SERVICE_PORTS_BELOW) {
+                    key.ints[i] = u32::from(PORT_ABOVE);
+                }
+            }
+        }
         if let Some(nulls) = nulls.filter(|n| n.null_count() > 0) {
             for (row, key) in keys.iter_mut().enumerate() {
                 if nulls.is_null(start + row) {
@@ -163,8 +253,9 @@ impl Ints<'_> {
 }
 
 /// Builds a segment's summary from its rows, batch by batch.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SummaryBuilder {
+    kind: SummaryKind,
     groups: Vec<(Key, Sums)>,
     index: HashMap<Key, usize, foldhash::fast::RandomState>,
     /// The groups of the last two keys looked up in `index`.
@@ -182,6 +273,21 @@ fn schema_error(what: &str) -> ParquetError {
 }
 
 impl SummaryBuilder {
+    /// A builder of a summary of `kind`.
+    pub fn new(kind: SummaryKind) -> Self {
+        Self {
+            kind,
+            groups: Vec::new(),
+            index: HashMap::default(),
+            recent: [0; 2],
+        }
+    }
+
+    /// The kind of summary it builds.
+    pub fn kind(&self) -> SummaryKind {
+        self.kind
+    }
+
     /// Adds a batch of `packets` rows.
     pub fn add(&mut self, batch: &RecordBatch) -> Result<(), ParquetError> {
         let column = |name: &str| batch.column_by_name(name).ok_or_else(|| schema_error(name));
@@ -195,8 +301,12 @@ impl SummaryBuilder {
             .as_primitive_opt::<UInt32Type>()
             .ok_or_else(|| schema_error(col::CAP_LEN))?;
         let mut ints = Vec::with_capacity(INTS);
-        for name in &SUMMARY_DIMENSIONS[..INTS] {
-            ints.push(Ints::of(column(name)?).ok_or_else(|| schema_error(name))?);
+        for &name in self.kind.ints() {
+            let port = name == col::SRC_PORT || name == col::DST_PORT;
+            ints.push((
+                Ints::of(column(name)?).ok_or_else(|| schema_error(name))?,
+                port,
+            ));
         }
         let address = |name: &str| -> Result<&FixedSizeBinaryArray, ParquetError> {
             column(name)?
@@ -204,7 +314,11 @@ impl SummaryBuilder {
                 .filter(|a| a.value_length() == 16)
                 .ok_or_else(|| schema_error(name))
         };
-        let (src, dst) = (address(col::SRC_ADDR)?, address(col::DST_ADDR)?);
+        let addresses = if self.kind.has_addresses() {
+            vec![address(col::SRC_ADDR)?, address(col::DST_ADDR)?]
+        } else {
+            Vec::new()
+        };
         let mut keys = vec![Key::default(); KEY_CHUNK_ROWS];
         let mut start = 0;
         while start < batch.num_rows() {
@@ -217,10 +331,10 @@ impl SummaryBuilder {
                     ..Key::default()
                 };
             }
-            for (i, column) in ints.iter().enumerate() {
-                column.fill(i, start, keys);
+            for (i, (column, port)) in ints.iter().enumerate() {
+                column.fill(i, start, keys, *port);
             }
-            for (i, array) in [src, dst].into_iter().enumerate() {
+            for (i, array) in addresses.iter().enumerate() {
                 for (row, key) in keys.iter_mut().enumerate() {
                     let at = start + row;
                     if array.is_null(at) {
@@ -262,13 +376,13 @@ impl SummaryBuilder {
         at
     }
 
-    /// The summary's rows, in minute order, as a batch of [`summary_schema`].
+    /// The summary's rows, in minute order, as a batch of its kind's schema.
     pub fn finish(mut self) -> Result<RecordBatch, ParquetError> {
         self.groups.sort_by(|a, b| {
             (a.0.minute, a.0.src, a.0.dst, a.0.ints, a.0.nulls)
                 .cmp(&(b.0.minute, b.0.src, b.0.dst, b.0.ints, b.0.nulls))
         });
-        let schema = summary_schema();
+        let schema = self.kind.schema();
         let groups = &self.groups;
         let arrow_error = |e: arrow::error::ArrowError| ParquetError::ArrowError(e.to_string());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
@@ -279,7 +393,8 @@ impl SummaryBuilder {
                     _ => None,
                 }),
         ));
-        for i in 0..INTS {
+        let ints = self.kind.ints().len();
+        for i in 0..ints {
             let values: arrow::array::UInt32Array = groups
                 .iter()
                 .map(|(k, _)| (k.nulls & (1 << i) == 0).then_some(k.ints[i]))
@@ -287,7 +402,7 @@ impl SummaryBuilder {
             let field = schema.field(1 + i);
             columns.push(cast(&values, field.data_type()).map_err(arrow_error)?);
         }
-        for i in 0..2 {
+        for i in 0..if self.kind.has_addresses() { 2 } else { 0 } {
             let mut builder = FixedSizeBinaryBuilder::with_capacity(groups.len(), 16);
             for (key, _) in groups {
                 if key.nulls & (1 << (INTS + i)) != 0 {
@@ -330,7 +445,8 @@ pub fn encode_summary(summary: &RecordBatch) -> Result<Vec<u8>, ParquetError> {
     Ok(bytes)
 }
 
-/// Where a summary lies in its segment file, from [`SUMMARY_KEY`]'s value.
+/// Where a summary lies in its segment file, from its key's value
+/// ([`SummaryKind::key`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SummaryLocation {
     /// Its first byte's offset in the file.
@@ -364,7 +480,7 @@ impl SummaryLocation {
 /// The summary's batch from its Parquet bytes, or why they are not one
 /// (`path` names the segment in errors). Its CRC and its packets' total are
 /// the caller's to check ([`SegmentReader::summary`](crate::SegmentReader::summary)).
-pub fn decode(bytes: Vec<u8>, path: &Path) -> Result<RecordBatch, String> {
+pub fn decode(bytes: Vec<u8>, path: &Path, kind: SummaryKind) -> Result<RecordBatch, String> {
     let bytes = bytes::Bytes::from(bytes);
     let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
     let metadata =
@@ -377,7 +493,7 @@ pub fn decode(bytes: Vec<u8>, path: &Path) -> Result<RecordBatch, String> {
     let batches = reader
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    let schema = summary_schema();
+    let schema = kind.schema();
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let parts: Vec<_> = batches

@@ -22,7 +22,7 @@ use parquet::schema::types::ColumnDescPtr;
 use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
 use super::cluster::{HostOrder, host_order};
 use super::postings::{CoveringLimits, PostingsCollector};
-use super::summary::{SUMMARY_KEY, SummaryBuilder, SummaryLocation, encode_summary};
+use super::summary::{SummaryBuilder, SummaryKind, SummaryLocation, encode_summary};
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
 use crate::error::{Result, StoreError};
@@ -420,8 +420,8 @@ struct RowGroupEncoder {
     postings: Option<PostingsCollector>,
     /// Rows encoded so far: the segment row of the next row group's first row.
     rows_encoded: u64,
-    /// The summary, built for `packets` segments only.
-    summary: Option<SummaryBuilder>,
+    /// The summaries, built for `packets` segments only.
+    summaries: Vec<SummaryBuilder>,
 }
 
 /// One column of a row group to encode: its position, values, descriptor and options.
@@ -464,7 +464,11 @@ impl RowGroupEncoder {
             group_by_host: options.group_by_host && table == Table::Packets,
             postings,
             rows_encoded: 0,
-            summary: (table == Table::Packets).then(SummaryBuilder::default),
+            summaries: if table == Table::Packets {
+                SummaryKind::ALL.map(SummaryBuilder::new).into()
+            } else {
+                Vec::new()
+            },
         })
     }
 
@@ -555,7 +559,7 @@ impl RowGroupEncoder {
             }
         }
         self.rows_encoded += group.num_rows() as u64;
-        if let Some(summary) = &mut self.summary {
+        for summary in &mut self.summaries {
             summary.add(group)?;
         }
         let mut jobs = self.jobs(group);
@@ -605,7 +609,8 @@ impl RowGroupEncoder {
         mut self,
     ) -> Result<(ChecksummingFile, Vec<Duration>, Option<PostingsCollector>), ParquetError> {
         self.flush(true)?;
-        if let Some(summary) = self.summary.take() {
+        for summary in std::mem::take(&mut self.summaries) {
+            let key = summary.kind().key();
             let bytes = encode_summary(&summary.finish()?)?;
             let location = SummaryLocation {
                 offset: self.file.bytes_written() as u64,
@@ -613,10 +618,8 @@ impl RowGroupEncoder {
                 crc32: crc32fast::hash(&bytes),
             };
             self.file.write_all(&bytes)?;
-            self.file.append_key_value_metadata(KeyValue::new(
-                SUMMARY_KEY.to_owned(),
-                location.to_text(),
-            ));
+            self.file
+                .append_key_value_metadata(KeyValue::new(key.to_owned(), location.to_text()));
         }
         Ok((self.file.into_inner()?, self.column_cpu, self.postings))
     }
