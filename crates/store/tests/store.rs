@@ -588,6 +588,13 @@ fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
 
     // Other readers skip it: every row reads back as written.
     assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
+
+    // A segment below `summary_min_rows` has none: its rows answer.
+    let small = write_segment(dir.path(), 2, &rows[..4095]);
+    let reader = SegmentReader::open(&small.path).unwrap();
+    for kind in SummaryKind::ALL {
+        assert_eq!(reader.summary(kind).unwrap(), None);
+    }
 }
 
 #[test]
@@ -595,7 +602,7 @@ fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
     use hindsight_store::segment::summary::{SummaryKind, SummaryLocation};
 
     let dir = tempfile::tempdir().unwrap();
-    let rows = varied_records(3000);
+    let rows = varied_records(5000);
     let sealed = write_segment(dir.path(), 1, &rows);
     let location = {
         let file = fs::File::open(&sealed.path).unwrap();

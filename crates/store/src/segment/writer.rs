@@ -68,6 +68,11 @@ pub struct SegmentOptions {
     /// Whether the header columns of `packets` segments (all but `data`) are
     /// compressed with LZ4 rather than zstd (see `ChunkOptions::lz4`).
     pub lz4_headers: bool,
+    /// The fewest rows of a `packets` segment that carries summaries
+    /// (`summary.rs`): below, reading its rows costs about what reading a
+    /// summary does, and a summary's own footer (about 2 kB each) would
+    /// weigh on small segments (a small retention class's).
+    pub summary_min_rows: u64,
 }
 
 impl Default for SegmentOptions {
@@ -84,6 +89,7 @@ impl Default for SegmentOptions {
             encode_threads: 2,
             group_by_host: true,
             lz4_headers: true,
+            summary_min_rows: 4096,
         }
     }
 }
@@ -422,6 +428,8 @@ struct RowGroupEncoder {
     rows_encoded: u64,
     /// The summaries, built for `packets` segments only.
     summaries: Vec<SummaryBuilder>,
+    /// Written only for a segment of at least this many rows.
+    summary_min_rows: u64,
 }
 
 /// One column of a row group to encode: its position, values, descriptor and options.
@@ -464,6 +472,7 @@ impl RowGroupEncoder {
             group_by_host: options.group_by_host && table == Table::Packets,
             postings,
             rows_encoded: 0,
+            summary_min_rows: options.summary_min_rows,
             summaries: if table == Table::Packets {
                 SummaryKind::ALL.map(SummaryBuilder::new).into()
             } else {
@@ -609,7 +618,9 @@ impl RowGroupEncoder {
         mut self,
     ) -> Result<(ChecksummingFile, Vec<Duration>, Option<PostingsCollector>), ParquetError> {
         self.flush(true)?;
-        for summary in std::mem::take(&mut self.summaries) {
+        let summaries = std::mem::take(&mut self.summaries);
+        let summarised = self.rows_encoded >= self.summary_min_rows;
+        for summary in summaries.into_iter().filter(|_| summarised) {
             let key = summary.kind().key();
             let bytes = encode_summary(&summary.finish()?)?;
             let location = SummaryLocation {
