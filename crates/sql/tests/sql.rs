@@ -622,8 +622,9 @@ fn a_damaged_summary_is_made_again_from_its_rows() {
                     .find(|kv| kv.key == SummaryKind::Services.key())
                     .cloned()
             })
-            .and_then(|kv| kv.value)
-            .unwrap();
+            .and_then(|kv| kv.value);
+        // A segment below `summary_min_rows` (the last ten minutes) has none.
+        let Some(text) = text else { continue };
         let location = SummaryLocation::parse(&text).unwrap();
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[(location.offset + location.len / 2) as usize] ^= 1;
@@ -633,6 +634,7 @@ fn a_damaged_summary_is_made_again_from_its_rows() {
             break;
         }
     }
+    assert_eq!(damaged, 3);
     let statement = with_condition(SUMMARISED[0].0, &[]);
     let session = SqlSession::open(&root).unwrap();
     let mut out = Vec::new();
