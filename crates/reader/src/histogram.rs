@@ -3,7 +3,7 @@
 //! - **columnar**: the filter as a DataFusion expression
 //!   ([`hindsight_sql::ColumnarFilter`]) in a grouped count over `packets`,
 //!   decoding `ts` and the columns the filter names a batch at a time, as SQL
-//!   does;
+//!   does, or evaluated on the segments' summaries where they answer;
 //! - **rows**: the packet search, record by record, for filters the columns
 //!   cannot answer (packet bytes, payload, application names, Community IDs)
 //!   and for plans small enough that opening a SQL session costs more than

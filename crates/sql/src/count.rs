@@ -11,7 +11,11 @@
 //!   row groups and granules the plan's statistics, Bloom filters and address
 //!   postings leave; the filter is evaluated a batch at a time (DataFusion's
 //!   physical expression of [`ColumnarFilter`]), and each match goes straight
-//!   to its bucket's counter.
+//!   to its bucket's counter;
+//! - with one that a segment summary answers (its columns among the
+//!   summary's, buckets of whole minutes), the summary's rows are evaluated
+//!   instead and their packets added, a few hundred or thousand rows per
+//!   segment (`hindsight_store::segment::summary`).
 
 use std::sync::Arc;
 
@@ -108,11 +112,6 @@ impl TimeCounter {
             compiled_summary: None,
             summarised: 0,
         }
-    }
-
-    /// Whether segments' summaries may answer instead of their rows.
-    pub fn by_summary(&self) -> bool {
-        self.by_summary.is_some()
     }
 
     /// The segments this counter counted from their summaries.

@@ -25,7 +25,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::Transformed;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::{TableProvider, TableType, provider_as_source};
 use datafusion::error::{DataFusionError, Result};
@@ -237,6 +237,22 @@ impl BySummary {
         }
         // A bare count: the segments' statistics answer it, unread.
         if aggregate.group_expr.is_empty() && filters.is_empty() {
+            return Ok(None);
+        }
+        // A subquery's columns are not among the condition's own.
+        let subquery = |e: &Expr| {
+            e.exists(|e| {
+                Ok(matches!(
+                    e,
+                    Expr::Exists(_)
+                        | Expr::InSubquery(_)
+                        | Expr::ScalarSubquery(_)
+                        | Expr::OuterReferenceColumn(..)
+                ))
+            })
+            .unwrap_or(true)
+        };
+        if filters.iter().chain(&aggregate.group_expr).any(subquery) {
             return Ok(None);
         }
         let answering = self.summaries.iter().find_map(|(kind, table)| {

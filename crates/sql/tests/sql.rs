@@ -582,6 +582,8 @@ fn aggregations_on_summarised_fields_read_the_summaries_and_answer_as_the_rows_d
     for statement in [
         "SELECT dst_port, count(*) FROM packets GROUP BY dst_port",
         "SELECT count(*) FROM packets WHERE dst_port = 8080",
+        "SELECT ip_proto, count(*) FROM packets \
+         WHERE ip_proto = (SELECT max(ip_proto) FROM packets) GROUP BY ip_proto",
         "SELECT max(src_port) FROM packets WHERE ip_proto = 6",
         "SELECT src_addr, count(*) FROM packets WHERE dst_port = 53 GROUP BY src_addr",
         "SELECT count(*) FROM packets",
