@@ -645,3 +645,19 @@ fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
         assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
     }
 }
+
+/// A summary's pages crafted past its CRC (found by the `segment_reader`
+/// fuzz target): the `parquet` crate's definition-level decoder panics on
+/// them; the summary's decoder answers an error.
+#[test]
+fn a_crafted_summary_the_parquet_decoder_panics_on_is_an_error() {
+    use hindsight_store::segment::summary::{SummaryKind, decode};
+    let bytes = fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz-summary-def-levels.parquet"),
+    )
+    .unwrap();
+    for kind in SummaryKind::ALL {
+        let error = decode(bytes.clone(), Path::new("seg.parquet"), kind).unwrap_err();
+        assert!(error.contains("Parquet decoder failed"), "{error}");
+    }
+}
