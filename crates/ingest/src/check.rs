@@ -17,12 +17,12 @@
 //! deleted), their postings are purged, stale postings are purged and wrong
 //! postings are rebuilt from the segment.
 
-use hindsight_store::segment::summary::SummaryKind;
 use std::path::{Path, PathBuf};
 
 use hindsight_index::{AddressIndex, ConnectionIndex};
 use hindsight_model::SegmentId;
 use hindsight_store::archive::checksum_file;
+use hindsight_store::segment::summary::SummaryKind;
 use hindsight_store::{Archive, CatalogDamage, CatalogEntry, SegmentReader, Table};
 
 use crate::IngestError;
