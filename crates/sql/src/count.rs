@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::{SchemaRef, TimestampNanosecondType, UInt64Type};
 use datafusion::common::DFSchema;
 use datafusion::physical_expr::PhysicalExpr;
@@ -31,6 +31,10 @@ use hindsight_store::{SegmentReader, TimeRange};
 
 use crate::{ColumnarFilter, SqlError, TimeBuckets};
 
+/// Schemas a counter keeps its filter compiled for: a segment's rows and its
+/// summary.
+const COMPILED_SCHEMAS: usize = 2;
+
 /// Counts into buckets; one per thread.
 pub struct TimeCounter {
     filter: ColumnarFilter,
@@ -41,14 +45,14 @@ pub struct TimeCounter {
     high: i64,
     buckets: TimeBuckets,
     context: SessionContext,
-    compiled: Option<(SchemaRef, Arc<dyn PhysicalExpr>)>,
+    /// The filter compiled for the schemas it was last evaluated on (the
+    /// rows' and a summary's), at most [`COMPILED_SCHEMAS`].
+    compiled: Vec<(SchemaRef, Arc<dyn PhysicalExpr>)>,
     /// The segment summary that can answer, if one can: the filter means
     /// for its rows what it means for their packets
     /// ([`crate::summary::answers_filter`]) and every bucket's edge is a
     /// minute's.
     by_summary: Option<SummaryKind>,
-    /// The filter compiled for the summary's schema.
-    compiled_summary: Option<Arc<dyn PhysicalExpr>>,
     /// Segments this counter counted from their summaries.
     summarised: usize,
 }
@@ -68,9 +72,8 @@ impl Clone for TimeCounter {
             high: self.high,
             buckets: self.buckets,
             context: SessionContext::new(),
-            compiled: None,
+            compiled: Vec::new(),
             by_summary: self.by_summary,
-            compiled_summary: None,
             summarised: 0,
         }
     }
@@ -107,9 +110,8 @@ impl TimeCounter {
                 ..buckets
             },
             context: SessionContext::new(),
-            compiled: None,
+            compiled: Vec::new(),
             by_summary,
-            compiled_summary: None,
             summarised: 0,
         }
     }
@@ -216,25 +218,35 @@ impl TimeCounter {
         if self.filter.is_match_all() {
             return self.count_rows(batch, None, counts);
         }
+        let mask = self.mask(batch)?;
+        self.count_rows(batch, Some(&mask), counts)
+    }
+
+    /// The filter evaluated on `batch` (rows or a summary), its expression
+    /// compiled once for each schema.
+    fn mask(&mut self, batch: &RecordBatch) -> Result<BooleanArray, SqlError> {
         let schema = batch.schema();
-        let expr = match &self.compiled {
-            Some((compiled_for, expr)) if *compiled_for == schema => Arc::clone(expr),
-            _ => {
+        let compiled = self.compiled.iter().find(|(of, _)| *of == schema);
+        let expr = match compiled {
+            Some((_, expr)) => Arc::clone(expr),
+            None => {
                 let df_schema = DFSchema::try_from(Arc::clone(&schema))?;
                 let expr = self
                     .context
                     .create_physical_expr(self.filter.expr().clone(), &df_schema)?;
-                self.compiled = Some((schema, Arc::clone(&expr)));
+                if self.compiled.len() == COMPILED_SCHEMAS {
+                    self.compiled.remove(0);
+                }
+                self.compiled.push((schema, Arc::clone(&expr)));
                 expr
             }
         };
         let mask = expr.evaluate(batch)?.into_array(batch.num_rows())?;
-        let mask = mask.as_boolean_opt().ok_or_else(|| {
+        mask.as_boolean_opt().cloned().ok_or_else(|| {
             SqlError::DataFusion(datafusion::error::DataFusionError::Internal(
                 "a filter's expression is not a boolean".to_owned(),
             ))
-        })?;
-        self.count_rows(batch, Some(mask), counts)
+        })
     }
 
     /// Adds a segment's matching packets from its summary (`by_summary`);
@@ -267,23 +279,7 @@ impl TimeCounter {
         if across {
             return Ok(false);
         }
-        let expr = match &self.compiled_summary {
-            Some(expr) => Arc::clone(expr),
-            None => {
-                let df_schema = DFSchema::try_from(summary.schema())?;
-                let expr = self
-                    .context
-                    .create_physical_expr(self.filter.expr().clone(), &df_schema)?;
-                self.compiled_summary = Some(Arc::clone(&expr));
-                expr
-            }
-        };
-        let mask = expr.evaluate(summary)?.into_array(summary.num_rows())?;
-        let mask = mask.as_boolean_opt().ok_or_else(|| {
-            SqlError::DataFusion(datafusion::error::DataFusionError::Internal(
-                "a filter's expression is not a boolean".to_owned(),
-            ))
-        })?;
+        let mask = self.mask(summary)?;
         for row in mask.values().set_indices() {
             let minute = minutes.value(row);
             if mask.is_valid(row)

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::config::ConfigOptions;
@@ -186,9 +186,7 @@ fn external(error: impl std::error::Error + Send + Sync + 'static) -> DataFusion
 #[derive(Debug)]
 pub struct BySummary {
     /// The session's `packets`.
-    table: Arc<SegmentTable>,
-    /// The same, as the provider of its scans.
-    packets: Arc<dyn TableProvider>,
+    packets: Arc<SegmentTable>,
     /// Its summaries, of each kind, the smaller first.
     summaries: Vec<(SummaryKind, Arc<dyn TableProvider>)>,
 }
@@ -203,7 +201,6 @@ impl BySummary {
                     (kind, Arc::new(table) as Arc<dyn TableProvider>)
                 })
                 .into(),
-            table: Arc::clone(&packets),
             packets,
         }
     }
@@ -228,7 +225,7 @@ impl BySummary {
         };
         let packets = source_as_provider(&scan.source).ok();
         if !packets.is_some_and(|p| self.is_packets(&p))
-            || self.table.reads_copies()
+            || self.packets.reads_copies()
             || scan.projection.is_some()
             || !scan.filters.is_empty()
             || scan.fetch.is_some()
@@ -366,7 +363,19 @@ pub fn answers_filter(kind: SummaryKind, expr: &Expr) -> bool {
 fn ports_compared_below(expr: &Expr) -> bool {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::logical_expr::{BinaryExpr, Operator};
-    let is_port = |e: &Expr| matches!(widened(e), Expr::Column(c) if is_port_name(&c.name));
+    // Casts that keep every value of a `u16` (a port).
+    let widens = |to: &DataType| {
+        matches!(
+            to,
+            DataType::UInt16
+                | DataType::Int32
+                | DataType::UInt32
+                | DataType::Int64
+                | DataType::UInt64
+        )
+    };
+    let is_port =
+        |e: &Expr| matches!(without_widening(e, widens), Expr::Column(c) if is_port_name(&c.name));
     // Whether `e` is a constant in `0..limit`.
     let below = |e: &Expr, limit: i64| {
         let mut e = e;
@@ -427,26 +436,6 @@ fn ports_compared_below(expr: &Expr) -> bool {
     }
 }
 
-/// `expr` without casts to integer types that keep every value of a `u16`.
-fn widened(expr: &Expr) -> &Expr {
-    use datafusion::arrow::datatypes::DataType;
-    match expr {
-        Expr::Cast(cast)
-            if matches!(
-                cast.field.data_type(),
-                DataType::UInt16
-                    | DataType::Int32
-                    | DataType::UInt32
-                    | DataType::Int64
-                    | DataType::UInt64
-            ) =>
-        {
-            widened(&cast.expr)
-        }
-        expr => expr,
-    }
-}
-
 /// `date_trunc` units whose instants are whole minutes (in UTC, `ts`'s zone).
 const MINUTE_UNITS: [&str; 7] = ["minute", "hour", "day", "week", "month", "quarter", "year"];
 
@@ -476,18 +465,11 @@ fn is_summary_group(kind: SummaryKind, expr: &Expr) -> bool {
     }
 }
 
-/// `expr` without the casts around it that keep every value of a `u32`.
-fn uncast(expr: &Expr) -> &Expr {
-    use datafusion::arrow::datatypes::DataType;
+/// `expr` without the casts around it to types that `keeps` says hold every
+/// value of what they cast.
+fn without_widening(expr: &Expr, keeps: fn(&DataType) -> bool) -> &Expr {
     match expr {
-        Expr::Cast(cast)
-            if matches!(
-                cast.field.data_type(),
-                DataType::Int64 | DataType::UInt64 | DataType::Float64
-            ) =>
-        {
-            uncast(&cast.expr)
-        }
+        Expr::Cast(cast) if keeps(cast.field.data_type()) => without_widening(&cast.expr, keeps),
         expr => expr,
     }
 }
@@ -523,7 +505,10 @@ fn summary_aggregate(kind: SummaryKind, expr: &Expr) -> Option<(Expr, bool)> {
             _ => None,
         },
         // Type coercion widened the column (`CAST(wire_len AS UInt64)`).
-        "sum" if !params.distinct => match uncast(arg) {
+        "sum" if !params.distinct => match without_widening(arg, |to| {
+            // Every value of a `u32` (`wire_len`, `cap_len`).
+            matches!(to, DataType::Int64 | DataType::UInt64 | DataType::Float64)
+        }) {
             Expr::Column(c) if c.name == column::WIRE_LEN => Some((sum(col(WIRE_BYTES)), false)),
             Expr::Column(c) if c.name == column::CAP_LEN => Some((sum(col(CAP_BYTES)), false)),
             _ => None,

@@ -164,6 +164,8 @@ const READ_BATCH_ROWS: usize = 8192;
 pub struct SegmentReader {
     path: PathBuf,
     file: File,
+    /// The file's length when its footer was read.
+    file_len: u64,
     metadata: ArrowReaderMetadata,
 }
 
@@ -198,6 +200,7 @@ impl SegmentReader {
         Ok(Self {
             path: path.to_owned(),
             file,
+            file_len,
             metadata,
         })
     }
@@ -655,11 +658,7 @@ impl SegmentReader {
                 format!("its location {text:?} is not `<offset> <length> <crc32>`"),
             )
         })?;
-        let file_len = self
-            .file
-            .metadata()
-            .map_err(StoreError::io("stat segment", &self.path))?
-            .len();
+        let file_len = self.file_len;
         let SummaryLocation { offset, len, crc32 } = location;
         let len_inside = offset.checked_add(len).is_some_and(|end| end <= file_len);
         let Some(len) = usize::try_from(len).ok().filter(|_| len_inside) else {
