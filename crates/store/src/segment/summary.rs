@@ -51,9 +51,9 @@ use crate::segment::reader::check_layout;
 /// The time granule of a summary row: a minute, counted from the epoch.
 pub const SUMMARY_GRANULE_NS: i64 = 60_000_000_000;
 
-/// The `packets` columns the hosts summary is grouped by (with `ts`, the
-/// minute): the link, network and tunnel layers, addresses included.
-pub const HOST_DIMENSIONS: [&str; 12] = [
+/// The fields of the link, network and tunnel layers, by which both
+/// summaries are grouped.
+const LAYER_DIMENSIONS: [&str; 10] = [
     col::IFACE,
     col::LINK_TYPE,
     col::STATUS,
@@ -64,31 +64,45 @@ pub const HOST_DIMENSIONS: [&str; 12] = [
     col::TUNNEL,
     col::IP_VERSION,
     col::IP_PROTO,
-    col::SRC_ADDR,
-    col::DST_ADDR,
 ];
+
+/// `first` then `then`, in a constant.
+const fn joined<const A: usize, const B: usize, const N: usize>(
+    first: [&'static str; A],
+    then: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N, "the joined length is the sum of both");
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = first[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = then[i - A];
+        i += 1;
+    }
+    out
+}
+
+/// The `packets` columns the hosts summary is grouped by (with `ts`, the
+/// minute): the link, network and tunnel layers, addresses included.
+pub const HOST_DIMENSIONS: [&str; 12] = joined(LAYER_DIMENSIONS, [col::SRC_ADDR, col::DST_ADDR]);
 
 /// The `packets` columns the services summary is grouped by (with `ts`):
 /// the hosts summary's but the addresses, and the transport's ports (each
 /// from [`SERVICE_PORTS_BELOW`] up held as [`PORT_ABOVE`]), TCP flags and
 /// ICMP type and code.
-pub const SERVICE_DIMENSIONS: [&str; 15] = [
-    col::IFACE,
-    col::LINK_TYPE,
-    col::STATUS,
-    col::ETH_TYPE,
-    col::VLAN_OUTER,
-    col::VLAN_INNER,
-    col::MPLS_LABEL,
-    col::TUNNEL,
-    col::IP_VERSION,
-    col::IP_PROTO,
-    col::SRC_PORT,
-    col::DST_PORT,
-    col::TCP_FLAGS,
-    col::ICMP_TYPE,
-    col::ICMP_CODE,
-];
+pub const SERVICE_DIMENSIONS: [&str; 15] = joined(
+    LAYER_DIMENSIONS,
+    [
+        col::SRC_PORT,
+        col::DST_PORT,
+        col::TCP_FLAGS,
+        col::ICMP_TYPE,
+        col::ICMP_CODE,
+    ],
+);
 
 /// Ports below this are held as they are in the services summary; the
 /// others, ephemeral ports mostly, all as [`PORT_ABOVE`]. So a test of a port
@@ -142,7 +156,7 @@ impl SummaryKind {
     /// The integer dimensions: all but the addresses.
     fn ints(self) -> &'static [&'static str] {
         match self {
-            Self::Hosts => &HOST_DIMENSIONS[..10],
+            Self::Hosts => &LAYER_DIMENSIONS,
             Self::Services => &SERVICE_DIMENSIONS,
         }
     }
