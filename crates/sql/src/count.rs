@@ -190,8 +190,15 @@ impl TimeCounter {
         }
         if let Some(kind) = self.by_summary {
             // A segment without a summary (written before them) or with a
-            // damaged one is read instead: its rows answer the same.
-            if let Ok(Some(summary)) = reader.summary(kind)
+            // damaged one is read instead: its rows answer the same. Only
+            // `ts`, the filter's columns and `packets` are decoded.
+            let schema = kind.schema();
+            let projection: Option<Vec<usize>> = self
+                .columns
+                .iter()
+                .map(|name| schema.index_of(name).ok())
+                .collect();
+            if let Ok(Some(summary)) = reader.summary_columns(kind, projection.as_deref())
                 && self.count_summary(&summary, counts)?
             {
                 self.summarised += 1;

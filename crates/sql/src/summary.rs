@@ -96,13 +96,17 @@ impl TableProvider for SummaryTable {
         for (i, (_, path)) in segments.into_iter().enumerate() {
             parts[i % PARTITIONS].push(path);
         }
+        let all: Vec<usize> = (0..self.kind.schema().fields().len()).collect();
+        let projection = projection.cloned().unwrap_or(all);
+        let schema = Arc::new(self.kind.schema().project(&projection)?);
         let partitions: Vec<Arc<dyn PartitionStream>> = parts
             .into_iter()
             .enumerate()
             .map(|(i, paths)| {
                 Arc::new(Summaries {
                     kind: self.kind,
-                    schema: self.kind.schema(),
+                    schema: Arc::clone(&schema),
+                    projection: projection.clone(),
                     paths,
                     unsealed: if i == 0 {
                         self.packets.unsealed().to_vec()
@@ -113,9 +117,9 @@ impl TableProvider for SummaryTable {
             })
             .collect();
         Ok(Arc::new(StreamingTableExec::try_new(
-            self.kind.schema(),
+            schema,
             partitions,
-            projection,
+            None,
             [],
             false,
             None,
@@ -123,11 +127,13 @@ impl TableProvider for SummaryTable {
     }
 }
 
-/// One partition of a summary scan: its segments' summaries, one batch each.
+/// One partition of a summary scan: its segments' summaries, one batch each,
+/// of the columns at `projection` only.
 #[derive(Debug)]
 struct Summaries {
     kind: SummaryKind,
     schema: SchemaRef,
+    projection: Vec<usize>,
     paths: Vec<String>,
     unsealed: Vec<RecordBatch>,
 }
@@ -141,15 +147,19 @@ impl PartitionStream for Summaries {
         let paths = self.paths.clone();
         let unsealed = self.unsealed.clone();
         let kind = self.kind;
-        let sealed = paths
-            .into_iter()
-            .map(move |path| segment_summary(&path, kind));
+        let projection = Arc::new(self.projection.clone());
+        let sealed = {
+            let projection = Arc::clone(&projection);
+            paths
+                .into_iter()
+                .map(move |path| segment_summary(&path, kind, &projection))
+        };
         let tail = (!unsealed.is_empty()).then(move || {
             let mut builder = SummaryBuilder::new(kind);
             for batch in &unsealed {
                 builder.add(batch).map_err(external)?;
             }
-            builder.finish().map_err(external)
+            Ok(builder.finish().map_err(external)?.project(&projection)?)
         });
         let batches = sealed.chain(tail);
         Box::pin(RecordBatchStreamAdapter::new(
@@ -159,12 +169,15 @@ impl PartitionStream for Summaries {
     }
 }
 
-/// A segment's summary: the one it holds, or one made from its rows if it
-/// holds none (written before them) or one that does not read back sound.
-fn segment_summary(path: &str, kind: SummaryKind) -> Result<RecordBatch> {
+/// A segment's summary, its columns at `projection`: the one it holds, or
+/// one made from its rows if it holds none (written before them, or flows
+/// past its share) or one that does not read back sound.
+fn segment_summary(path: &str, kind: SummaryKind, projection: &[usize]) -> Result<RecordBatch> {
     let reader = SegmentReader::open(std::path::Path::new(path)).map_err(external)?;
-    if let Ok(Some(summary)) = reader.summary(kind) {
-        return Ok(summary);
+    if let Ok(Some(summary)) = reader.summary_columns(kind, Some(projection)) {
+        // `packets` comes last if it was not asked for.
+        let asked: Vec<usize> = (0..projection.len()).collect();
+        return Ok(summary.project(&asked)?);
     }
     let mut columns = vec![column::TS, column::WIRE_LEN, column::CAP_LEN];
     columns.extend(kind.dimensions());
@@ -175,7 +188,7 @@ fn segment_summary(path: &str, kind: SummaryKind) -> Result<RecordBatch> {
     for batch in batches {
         builder.add(&batch?).map_err(external)?;
     }
-    builder.finish().map_err(external)
+    Ok(builder.finish().map_err(external)?.project(projection)?)
 }
 
 fn external(error: impl std::error::Error + Send + Sync + 'static) -> DataFusionError {
@@ -276,13 +289,11 @@ impl BySummary {
         for predicate in filters.into_iter().rev() {
             builder = builder.filter(predicate)?;
         }
-        let names: Vec<String> = (0..sums.len()).map(|i| format!("__summary_{i}")).collect();
-        let aggregates: Vec<Expr> = sums
-            .iter()
-            .zip(&names)
-            .map(|((expr, _), name)| expr.clone().alias(name))
-            .collect();
+        // Not aliased: DataFusion's rewrite of `count(DISTINCT x)` into a
+        // grouping by `x` (SingleDistinctToGroupBy) takes bare aggregates only.
+        let aggregates: Vec<Expr> = sums.iter().map(|(expr, _)| expr.clone()).collect();
         builder = builder.aggregate(aggregate.group_expr.clone(), aggregates)?;
+        let summarised = Arc::clone(builder.schema());
         // The aggregate's own columns, names and types.
         let groups = aggregate.schema.fields().len() - sums.len();
         let mut columns = Vec::with_capacity(aggregate.schema.fields().len());
@@ -291,7 +302,7 @@ impl BySummary {
                 None => Expr::Column(Column::from((qualifier, field))),
                 Some(at) => {
                     let value = cast(
-                        col(Column::from_name(&names[at])),
+                        Expr::Column(Column::from(summarised.qualified_field(groups + at))),
                         field.data_type().clone(),
                     );
                     let value = if sums[at].1 {

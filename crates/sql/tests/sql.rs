@@ -548,6 +548,22 @@ const SUMMARISED: &[(&str, &str)] = &[
          GROUP BY tcp_flags, icmp_type ORDER BY tcp_flags, icmp_type",
         "dst_port < 1024 OR dst_port IS NULL",
     ),
+    // The flows summary: exact ports with the addresses.
+    (
+        "SELECT dst_port, count(DISTINCT src_addr) AS n FROM packets {where} \
+         GROUP BY dst_port ORDER BY n DESC, dst_port LIMIT 10",
+        "ip_proto = 6",
+    ),
+    (
+        "SELECT src_addr, count(*) AS n FROM packets {where} GROUP BY src_addr \
+         ORDER BY n DESC, src_addr",
+        "dst_port = 53",
+    ),
+    (
+        "SELECT dst_port, max(src_port) AS p, count(*) AS n FROM packets {where} \
+         GROUP BY dst_port ORDER BY n DESC, dst_port LIMIT 20",
+        "dst_port >= 1024 AND icmp_type IS NULL",
+    ),
 ];
 
 fn with_condition(template: &str, conditions: &[&str]) -> String {
@@ -580,12 +596,10 @@ fn aggregations_on_summarised_fields_read_the_summaries_and_answer_as_the_rows_d
     }
     // What the summaries cannot answer reads the rows.
     for statement in [
-        "SELECT dst_port, count(*) FROM packets GROUP BY dst_port",
-        "SELECT count(*) FROM packets WHERE dst_port = 8080",
+        "SELECT src_addr, count(*) FROM packets WHERE tcp_flags = 2 GROUP BY src_addr",
+        "SELECT dst_addr, tcp_flags, count(*) FROM packets GROUP BY dst_addr, tcp_flags",
         "SELECT ip_proto, count(*) FROM packets \
          WHERE ip_proto = (SELECT max(ip_proto) FROM packets) GROUP BY ip_proto",
-        "SELECT max(src_port) FROM packets WHERE ip_proto = 6",
-        "SELECT src_addr, count(*) FROM packets WHERE dst_port = 53 GROUP BY src_addr",
         "SELECT count(*) FROM packets",
         "SELECT ip_proto, avg(wire_len) FROM packets GROUP BY ip_proto",
         "SELECT ip_proto, count(*) FROM packets WHERE ts > '2012-11-23T17:10:00Z' GROUP BY ip_proto",

@@ -519,78 +519,110 @@ fn summary_lines(batch: &hindsight_store::arrow::array::RecordBatch) -> Vec<Stri
     lines
 }
 
-#[test]
-fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
+/// The oracle of a summary of `kind`: every row of the segment read back,
+/// grouped by the text of its minute and its dimensions, as
+/// [`summary_lines`] prints a summary.
+fn summary_oracle(
+    reader: &SegmentReader,
+    kind: hindsight_store::segment::summary::SummaryKind,
+) -> Vec<String> {
     use hindsight_store::arrow::array::AsArray;
     use hindsight_store::arrow::datatypes::{TimestampNanosecondType, UInt32Type};
     use hindsight_store::arrow::util::display::array_value_to_string;
-    use hindsight_store::segment::summary::{SUMMARY_GRANULE_NS, SummaryKind};
+    use hindsight_store::segment::summary::SUMMARY_GRANULE_NS;
+
+    let mut groups = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
+    for batch in reader
+        .read((0..reader.row_groups()).collect(), None)
+        .unwrap()
+    {
+        let batch = batch.unwrap();
+        let ts = batch
+            .column_by_name("ts")
+            .unwrap()
+            .as_primitive::<TimestampNanosecondType>();
+        let wire = batch
+            .column_by_name("wire_len")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        let cap = batch
+            .column_by_name("cap_len")
+            .unwrap()
+            .as_primitive::<UInt32Type>();
+        for row in 0..batch.num_rows() {
+            let minute = ts.value(row).div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS;
+            let mut key = vec![minute.to_string()];
+            for &name in kind.dimensions() {
+                let mut value =
+                    array_value_to_string(batch.column_by_name(name).unwrap(), row).unwrap();
+                // The services summary merges the ports from 1024 up.
+                let port = name == "src_port" || name == "dst_port";
+                if kind.merges_ports() && port && value.parse::<u32>().is_ok_and(|p| p >= 1024) {
+                    value = "65535".to_owned();
+                }
+                key.push(value);
+            }
+            let sums = groups.entry(key.join(" ")).or_default();
+            sums.0 += 1;
+            sums.1 += u64::from(wire.value(row));
+            sums.2 += u64::from(cap.value(row));
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(key, (packets, wire, cap))| format!("{key} {packets} {wire} {cap}"))
+        .collect()
+}
+
+#[test]
+fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
+    use hindsight_store::segment::summary::{FLOWS_MAX_SHARE, SummaryKind};
 
     let dir = tempfile::tempdir().unwrap();
-    let rows = varied_records(5000);
-    let sealed = write_segment(dir.path(), 1, &rows);
-    let reader = SegmentReader::open(&sealed.path).unwrap();
-    for kind in SummaryKind::ALL {
-        let summary = reader
-            .summary(kind)
-            .unwrap()
-            .expect("a packets segment has both summaries");
-
-        // The oracle: every row of the file read back, grouped by the text of
-        // its minute and its dimensions.
-        let mut groups = std::collections::BTreeMap::<String, (u64, u64, u64)>::new();
-        for batch in reader
-            .read((0..reader.row_groups()).collect(), None)
-            .unwrap()
-        {
-            let batch = batch.unwrap();
-            let ts = batch
-                .column_by_name("ts")
-                .unwrap()
-                .as_primitive::<TimestampNanosecondType>();
-            let wire = batch
-                .column_by_name("wire_len")
-                .unwrap()
-                .as_primitive::<UInt32Type>();
-            let cap = batch
-                .column_by_name("cap_len")
-                .unwrap()
-                .as_primitive::<UInt32Type>();
-            for row in 0..batch.num_rows() {
-                let minute = ts.value(row).div_euclid(SUMMARY_GRANULE_NS) * SUMMARY_GRANULE_NS;
-                let mut key = vec![minute.to_string()];
-                for &name in kind.dimensions() {
-                    let mut value =
-                        array_value_to_string(batch.column_by_name(name).unwrap(), row).unwrap();
-                    // The services summary merges the ports from 1024 up.
-                    let port = name == "src_port" || name == "dst_port";
-                    if kind == SummaryKind::Services
-                        && port
-                        && value.parse::<u32>().is_ok_and(|p| p >= 1024)
-                    {
-                        value = "65535".to_owned();
-                    }
-                    key.push(value);
+    let varied = varied_records(5000);
+    // The same forty times as dense in time, with three source ports: many
+    // packets of each conversation a minute.
+    let mut conversations = varied.clone();
+    for (i, row) in conversations.iter_mut().enumerate() {
+        row.ts_nanos = 1_000 * SECOND + i as i64 * SECOND / 40;
+        if let Some(port) = &mut row.headers.src_port {
+            *port = 40_000 + (i % 3) as u16;
+        }
+    }
+    for (id, rows, has_flows) in [(1, &varied, false), (2, &conversations, true)] {
+        let sealed = write_segment(dir.path(), id, rows);
+        let reader = SegmentReader::open(&sealed.path).unwrap();
+        for kind in SummaryKind::ALL {
+            let expected = summary_oracle(&reader, kind);
+            assert!(expected.len() > 100, "{kind:?}: {} groups", expected.len());
+            // Flows is written only within its share of the rows.
+            let within = kind != SummaryKind::Flows
+                || expected.len() as u64 * FLOWS_MAX_SHARE <= rows.len() as u64;
+            if kind == SummaryKind::Flows {
+                assert_eq!(within, has_flows, "{} groups", expected.len());
+            }
+            match reader.summary(kind).unwrap() {
+                Some(summary) => {
+                    assert!(within, "{kind:?} written past its share");
+                    assert_eq!(summary_lines(&summary), expected, "{kind:?}");
+                    // A projection reads those columns, `packets` last.
+                    let projection = [3, 0];
+                    let some = reader
+                        .summary_columns(kind, Some(&projection))
+                        .unwrap()
+                        .unwrap();
+                    let packets = summary.schema().index_of("packets").unwrap();
+                    assert_eq!(some, summary.project(&[3, 0, packets]).unwrap());
                 }
-                let sums = groups.entry(key.join(" ")).or_default();
-                sums.0 += 1;
-                sums.1 += u64::from(wire.value(row));
-                sums.2 += u64::from(cap.value(row));
+                None => assert!(!within, "{kind:?} missing"),
             }
         }
-        let expected: Vec<String> = groups
-            .into_iter()
-            .map(|(key, (packets, wire, cap))| format!("{key} {packets} {wire} {cap}"))
-            .collect();
-        assert!(expected.len() > 100, "{kind:?}: {} groups", expected.len());
-        assert_eq!(summary_lines(&summary), expected, "{kind:?}");
+        // Other readers skip them: every row reads back as written.
+        assert_eq!(&read_all(&reader, (0..reader.row_groups()).collect()), rows);
     }
 
-    // Other readers skip it: every row reads back as written.
-    assert_eq!(read_all(&reader, (0..reader.row_groups()).collect()), rows);
-
     // A segment below `summary_min_rows` has none: its rows answer.
-    let small = write_segment(dir.path(), 2, &rows[..4095]);
+    let small = write_segment(dir.path(), 3, &conversations[..4095]);
     let reader = SegmentReader::open(&small.path).unwrap();
     for kind in SummaryKind::ALL {
         assert_eq!(reader.summary(kind).unwrap(), None);
@@ -657,7 +689,7 @@ fn a_crafted_summary_the_parquet_decoder_panics_on_is_an_error() {
     )
     .unwrap();
     for kind in SummaryKind::ALL {
-        let error = decode(bytes.clone(), Path::new("seg.parquet"), kind).unwrap_err();
+        let error = decode(bytes.clone(), Path::new("seg.parquet"), kind, None).unwrap_err();
         assert!(error.contains("Parquet decoder failed"), "{error}");
     }
 }

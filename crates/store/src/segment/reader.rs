@@ -644,6 +644,17 @@ impl SegmentReader {
     /// columns against its kind's schema, and its packets must add up to the
     /// segment's rows; anything else is [`StoreError::Corrupt`].
     pub fn summary(&self, kind: SummaryKind) -> Result<Option<RecordBatch>> {
+        self.summary_columns(kind, None)
+    }
+
+    /// As [`summary`](Self::summary), with only the columns of `kind`'s
+    /// schema at `projection` (in that order), and `packets` last if they
+    /// do not include it: it is read in any case, to check the total.
+    pub fn summary_columns(
+        &self,
+        kind: SummaryKind,
+        projection: Option<&[usize]>,
+    ) -> Result<Option<RecordBatch>> {
         let Some(text) = key_value(&self.metadata, kind.key()) else {
             return Ok(None);
         };
@@ -677,8 +688,8 @@ impl SegmentReader {
                 format!("CRC-32 {found:08x} of its {len} bytes, {crc32:08x} recorded"),
             ));
         }
-        let summary =
-            summary::decode(bytes, &self.path, kind).map_err(|reason| corrupt(offset, reason))?;
+        let summary = summary::decode(bytes, &self.path, kind, projection)
+            .map_err(|reason| corrupt(offset, reason))?;
         let packets = summary
             .column_by_name(summary::PACKETS)
             .and_then(|c| c.as_primitive_opt::<UInt64Type>())

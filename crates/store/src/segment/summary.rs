@@ -4,12 +4,20 @@
 //! summary's fields (`tcp`, `host 10.1.2.3`, `udp port 53`, SYNs without
 //! ACK; packets and bytes per protocol, per source, per hour) adds up a few
 //! hundred or thousand summary rows per segment instead of decoding tens of
-//! thousands of packets. There are two ([`SummaryKind`]):
-//! - **hosts**, by the link, network and tunnel layers' fields, addresses
-//!   included ([`HOST_DIMENSIONS`]);
-//! - **services**, by the same without the addresses, and with the ports
+//! thousands of packets. There are three ([`SummaryKind`]):
+//! - **services**, by the link, network and tunnel layers' fields, the ports
 //!   (those from 1024 up merged into one), TCP flags and ICMP type and code
-//!   ([`SERVICE_DIMENSIONS`]).
+//!   ([`SERVICE_DIMENSIONS`]);
+//! - **hosts**, by the layers' fields and the addresses ([`HOST_DIMENSIONS`]);
+//! - **flows**, by the layers' fields, the addresses and the exact ports and
+//!   ICMP type and code ([`FLOW_DIMENSIONS`]): every conversation, for
+//!   what the other two cannot answer (`count(DISTINCT src_addr)` by
+//!   `dst_port`, `tcp port 8080`). It is written only while it has at most
+//!   half as many rows as the segment ([`FLOWS_MAX_SHARE`]); a scan of
+//!   random ports would make it as large as the rows.
+//!
+//! The hosts summary is made from the flows summary's groups, not the rows,
+//! so a packet is grouped twice at ingest, not three times.
 //!
 //! Each is a small Parquet file of its own, written inside the segment file
 //! after the last row group and before the footer, where other Parquet
@@ -89,6 +97,22 @@ const fn joined<const A: usize, const B: usize, const N: usize>(
 /// minute): the link, network and tunnel layers, addresses included.
 pub const HOST_DIMENSIONS: [&str; 12] = joined(LAYER_DIMENSIONS, [col::SRC_ADDR, col::DST_ADDR]);
 
+/// The integer `packets` columns the flows summary is grouped by: the
+/// layers' fields, then the ports and ICMP type and code, as they are.
+const FLOW_INTS: [&str; 14] = joined(
+    LAYER_DIMENSIONS,
+    [col::SRC_PORT, col::DST_PORT, col::ICMP_TYPE, col::ICMP_CODE],
+);
+
+/// The `packets` columns the flows summary is grouped by (with `ts`): the
+/// hosts summary's, and the ports and ICMP type and code, as they are.
+pub const FLOW_DIMENSIONS: [&str; 16] = joined(FLOW_INTS, [col::SRC_ADDR, col::DST_ADDR]);
+
+/// The flows summary is written only if it has at most this share of the
+/// segment's rows (as a fraction `1 / FLOWS_MAX_SHARE`); past it, reading
+/// it would save little over the rows.
+pub const FLOWS_MAX_SHARE: u64 = 2;
+
 /// The `packets` columns the services summary is grouped by (with `ts`):
 /// the hosts summary's but the addresses, and the transport's ports (each
 /// from [`SERVICE_PORTS_BELOW`] up held as [`PORT_ABOVE`]), TCP flags and
@@ -130,11 +154,13 @@ pub enum SummaryKind {
     Hosts,
     /// By [`SERVICE_DIMENSIONS`]: which services and flags, not who.
     Services,
+    /// By [`FLOW_DIMENSIONS`]: who talked to whom on which ports.
+    Flows,
 }
 
 impl SummaryKind {
-    /// Both, the smaller (services) first.
-    pub const ALL: [Self; 2] = [Self::Services, Self::Hosts];
+    /// All, the smaller first: services, hosts, flows.
+    pub const ALL: [Self; 3] = [Self::Services, Self::Hosts, Self::Flows];
 
     /// The footer's key-value metadata that locates it:
     /// `<offset> <length> <crc32 in hex>`, offset and length in bytes of the file.
@@ -142,6 +168,7 @@ impl SummaryKind {
         match self {
             Self::Hosts => "hindsight.summary",
             Self::Services => "hindsight.summary.services",
+            Self::Flows => "hindsight.summary.flows",
         }
     }
 
@@ -150,6 +177,7 @@ impl SummaryKind {
         match self {
             Self::Hosts => &HOST_DIMENSIONS,
             Self::Services => &SERVICE_DIMENSIONS,
+            Self::Flows => &FLOW_DIMENSIONS,
         }
     }
 
@@ -158,19 +186,26 @@ impl SummaryKind {
         match self {
             Self::Hosts => &LAYER_DIMENSIONS,
             Self::Services => &SERVICE_DIMENSIONS,
+            Self::Flows => &FLOW_INTS,
         }
     }
 
     fn has_addresses(self) -> bool {
-        self == Self::Hosts
+        self != Self::Services
+    }
+
+    /// Whether it holds ports from [`SERVICE_PORTS_BELOW`] up merged as
+    /// [`PORT_ABOVE`] (the services summary) rather than as they are.
+    pub fn merges_ports(self) -> bool {
+        self == Self::Services
     }
 
     /// Its schema: `ts` and the dimensions as `packets` has them, then the
     /// three sums.
     pub fn schema(self) -> SchemaRef {
-        static SCHEMAS: OnceLock<[SchemaRef; 2]> = OnceLock::new();
+        static SCHEMAS: OnceLock<[SchemaRef; 3]> = OnceLock::new();
         let schemas = SCHEMAS.get_or_init(|| {
-            [Self::Hosts, Self::Services].map(|kind| {
+            Self::ALL.map(|kind| {
                 let packets = packets_schema();
                 let mut fields: Vec<Field> = std::iter::once(col::TS)
                     .chain(kind.dimensions().iter().copied())
@@ -183,12 +218,13 @@ impl SummaryKind {
                 Arc::new(Schema::new(fields))
             })
         });
-        Arc::clone(&schemas[usize::from(self == Self::Services)])
+        let at = Self::ALL.iter().position(|&k| k == self).unwrap_or(0);
+        Arc::clone(&schemas[at])
     }
 }
 
 /// One group: the minute and every dimension, nulls marked in `nulls`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Key {
     minute: i64,
     ints: [u32; INTS],
@@ -266,12 +302,76 @@ impl Ints<'_> {
     }
 }
 
+/// One step of a key's hash: `field` folded into `hash` (FxHash's step; the
+/// hash is finished by [`finish_hash`]).
+#[inline]
+fn mix(hash: u64, field: u64) -> u64 {
+    (hash.rotate_left(5) ^ field).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+}
+
+/// A hash's last step, spreading every bit to the top and the bottom bits
+/// the table uses (MurmurHash3's finaliser).
+#[inline]
+fn finish_hash(hash: u64) -> u64 {
+    let hash = (hash ^ (hash >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    let hash = (hash ^ (hash >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
+}
+
+/// A 16-byte address as two words, for [`mix`].
+#[inline]
+fn words(address: &[u8; 16]) -> [u64; 2] {
+    let value = u128::from_ne_bytes(*address);
+    [value as u64, (value >> 64) as u64]
+}
+
+/// The hash of `key`, of its first `ints` integer dimensions: as
+/// [`SummaryBuilder::add`] makes it column by column, field by field.
+fn key_hash(key: &Key, ints: usize) -> u64 {
+    let mut hash = mix(0, key.minute as u64);
+    for &value in &key.ints[..ints] {
+        hash = mix(hash, u64::from(value));
+    }
+    for word in words(&key.src).into_iter().chain(words(&key.dst)) {
+        hash = mix(hash, word);
+    }
+    finish_hash(mix(hash, u64::from(key.nulls)))
+}
+
+/// A hasher for keys that are hashes already ([`key_hash`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = mix(self.0, u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// No group: the end of a chain of groups of one hash.
+const NO_GROUP: usize = usize::MAX;
+
 /// Builds a segment's summary from its rows, batch by batch.
 #[derive(Debug)]
 pub struct SummaryBuilder {
     kind: SummaryKind,
     groups: Vec<(Key, Sums)>,
-    index: HashMap<Key, usize, foldhash::fast::RandomState>,
+    /// Each group's key's hash ([`key_hash`]).
+    hashes: Vec<u64>,
+    /// The next group of the same hash, or [`NO_GROUP`].
+    next: Vec<usize>,
+    /// The first group of each hash.
+    index: HashMap<u64, usize, std::hash::BuildHasherDefault<PassThrough>>,
     /// The groups of the last two keys looked up in `index`.
     recent: [usize; 2],
 }
@@ -292,6 +392,8 @@ impl SummaryBuilder {
         Self {
             kind,
             groups: Vec::new(),
+            hashes: Vec::new(),
+            next: Vec::new(),
             index: HashMap::default(),
             recent: [0; 2],
         }
@@ -316,7 +418,7 @@ impl SummaryBuilder {
             .ok_or_else(|| schema_error(col::CAP_LEN))?;
         let mut ints = Vec::with_capacity(INTS);
         for &name in self.kind.ints() {
-            let port = name == col::SRC_PORT || name == col::DST_PORT;
+            let port = self.kind.merges_ports() && (name == col::SRC_PORT || name == col::DST_PORT);
             ints.push((
                 Ints::of(column(name)?).ok_or_else(|| schema_error(name))?,
                 port,
@@ -334,6 +436,7 @@ impl SummaryBuilder {
             Vec::new()
         };
         let mut keys = vec![Key::default(); KEY_CHUNK_ROWS];
+        let mut hashes = [0u64; KEY_CHUNK_ROWS];
         let mut start = 0;
         while start < batch.num_rows() {
             let len = KEY_CHUNK_ROWS.min(batch.num_rows() - start);
@@ -360,9 +463,28 @@ impl SummaryBuilder {
                     }
                 }
             }
-            for (row, key) in keys.iter().enumerate() {
+            // Hashed column by column too ([`key_hash`]'s order): each row's
+            // steps are independent of the others', so they overlap.
+            let hashes = &mut hashes[..len];
+            for (hash, key) in hashes.iter_mut().zip(keys.iter()) {
+                *hash = mix(0, key.minute as u64);
+            }
+            for i in 0..ints.len() {
+                for (hash, key) in hashes.iter_mut().zip(keys.iter()) {
+                    *hash = mix(*hash, u64::from(key.ints[i]));
+                }
+            }
+            for (hash, key) in hashes.iter_mut().zip(keys.iter()) {
+                let [a, b] = words(&key.src);
+                let [c, d] = words(&key.dst);
+                *hash = mix(mix(mix(mix(*hash, a), b), c), d);
+            }
+            for (hash, key) in hashes.iter_mut().zip(keys.iter()) {
+                *hash = finish_hash(mix(*hash, u64::from(key.nulls)));
+            }
+            for (row, (key, &hash)) in keys.iter().zip(hashes.iter()).enumerate() {
                 let at = start + row;
-                let slot = self.slot(key);
+                let slot = self.slot(key, hash);
                 let sums = &mut self.groups[slot].1;
                 sums.packets += 1;
                 sums.wire_bytes += u64::from(wire.value(at));
@@ -373,28 +495,104 @@ impl SummaryBuilder {
         Ok(())
     }
 
-    /// The group of `key`, made if new. The rows of a host come together, its
-    /// two directions in turn: most keys are one of the last two.
-    fn slot(&mut self, key: &Key) -> usize {
+    /// The group of `key` (of hash `hash`), made if new. The rows of a host
+    /// come together, its two directions in turn: many keys are one of the
+    /// last two.
+    fn slot(&mut self, key: &Key, hash: u64) -> usize {
         for at in self.recent {
-            if self.groups.get(at).is_some_and(|(k, _)| k == key) {
+            if self.hashes.get(at) == Some(&hash) && self.groups[at].0 == *key {
                 return at;
             }
         }
-        let groups = &mut self.groups;
-        let at = *self.index.entry(*key).or_insert_with(|| {
-            groups.push((*key, Sums::default()));
-            groups.len() - 1
-        });
+        let at = match self.index.get(&hash) {
+            Some(&first) => {
+                let mut at = first;
+                loop {
+                    if self.groups[at].0 == *key {
+                        break at;
+                    }
+                    match self.next[at] {
+                        NO_GROUP => {
+                            // A new key of a hash seen: linked after the first.
+                            let new = self.push(key, hash);
+                            self.next[new] = self.next[first];
+                            self.next[first] = new;
+                            break new;
+                        }
+                        next => at = next,
+                    }
+                }
+            }
+            None => {
+                let new = self.push(key, hash);
+                self.index.insert(hash, new);
+                new
+            }
+        };
         self.recent = [at, self.recent[0]];
         at
     }
 
+    /// A new group of `key`; its position.
+    fn push(&mut self, key: &Key, hash: u64) -> usize {
+        self.groups.push((*key, Sums::default()));
+        self.hashes.push(hash);
+        self.next.push(NO_GROUP);
+        self.groups.len() - 1
+    }
+
+    /// Its groups so far: the rows of its summary.
+    pub fn groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// A builder of a coarser summary of `kind` holding this one's groups
+    /// regrouped: `kind`'s integer dimensions must begin this one's, and
+    /// its addresses be among this one's (hosts from flows).
+    pub fn coarsen(&self, kind: SummaryKind) -> Result<SummaryBuilder, ParquetError> {
+        let ints = kind.ints().len();
+        let fits = self.kind.ints().starts_with(kind.ints())
+            && (self.kind.has_addresses() || !kind.has_addresses())
+            && self.kind.merges_ports() == kind.merges_ports();
+        if !fits {
+            return Err(ParquetError::General(format!(
+                "summary: {kind:?} cannot be made from {:?}",
+                self.kind
+            )));
+        }
+        // Null bits of the integer dimensions kept, and of the addresses.
+        let mut keep = (1u32 << ints) - 1;
+        if kind.has_addresses() {
+            keep |= 0b11 << INTS;
+        }
+        let mut coarse = SummaryBuilder::new(kind);
+        for (key, sums) in &self.groups {
+            let mut key = *key;
+            key.ints[ints..].fill(0);
+            key.nulls &= keep;
+            if !kind.has_addresses() {
+                key.src = [0; 16];
+                key.dst = [0; 16];
+            }
+            let slot = coarse.slot(&key, key_hash(&key, ints));
+            let into = &mut coarse.groups[slot].1;
+            into.packets += sums.packets;
+            into.wire_bytes += sums.wire_bytes;
+            into.cap_bytes += sums.cap_bytes;
+        }
+        Ok(coarse)
+    }
+
     /// The summary's rows, in minute order, as a batch of its kind's schema.
     pub fn finish(mut self) -> Result<RecordBatch, ParquetError> {
-        self.groups.sort_by(|a, b| {
-            (a.0.minute, a.0.src, a.0.dst, a.0.ints, a.0.nulls)
-                .cmp(&(b.0.minute, b.0.src, b.0.dst, b.0.ints, b.0.nulls))
+        // Keys are distinct: the order is the same however they are sorted.
+        self.groups.sort_unstable_by(|(a, _), (b, _)| {
+            a.minute
+                .cmp(&b.minute)
+                .then_with(|| a.src.cmp(&b.src))
+                .then_with(|| a.dst.cmp(&b.dst))
+                .then_with(|| a.ints.cmp(&b.ints))
+                .then_with(|| a.nulls.cmp(&b.nulls))
         });
         let schema = self.kind.schema();
         let groups = &self.groups;
@@ -443,20 +641,49 @@ impl SummaryBuilder {
 
 /// The summary as the bytes of a Parquet file, to be written inside the segment.
 pub fn encode_summary(summary: &RecordBatch) -> Result<Vec<u8>, ParquetError> {
-    let properties = WriterProperties::builder()
+    let mut properties = WriterProperties::builder()
         // LZ4: the `parquet` crate makes a zstd context for each page it
         // decompresses, which cost more than decoding a summary's values.
         .set_compression(Compression::LZ4_RAW)
         .set_dictionary_enabled(true)
         .set_column_encoding(col::TS.into(), Encoding::DELTA_BINARY_PACKED)
         .set_column_dictionary_enabled(col::TS.into(), false)
-        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
-        .build();
+        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None);
+    // Exact ports (the flows summary's) are mostly ephemeral: a dictionary
+    // of them is larger than the values. Sorted by address, a port's values
+    // mostly rise: their deltas are small.
+    let exact_ports = summary.schema().column_with_name(col::SRC_ADDR).is_some();
+    for port in [col::SRC_PORT, col::DST_PORT]
+        .into_iter()
+        .filter(|_| exact_ports)
+    {
+        properties = properties
+            .set_column_dictionary_enabled(port.into(), false)
+            .set_column_encoding(port.into(), Encoding::DELTA_BINARY_PACKED);
+    }
+    let properties = properties.build();
     let mut bytes = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut bytes, summary.schema(), Some(properties))?;
     writer.write(summary)?;
     writer.close()?;
     Ok(bytes)
+}
+
+/// `kind`'s schema at `projection`, with `packets` last if it is not among them.
+fn projected_schema(kind: SummaryKind, projection: Option<&[usize]>) -> Result<SchemaRef, String> {
+    let schema = kind.schema();
+    let Some(projection) = projection else {
+        return Ok(schema);
+    };
+    let mut at = projection.to_vec();
+    let packets = schema.index_of(PACKETS).map_err(|e| e.to_string())?;
+    if !at.contains(&packets) {
+        at.push(packets);
+    }
+    schema
+        .project(&at)
+        .map(Arc::new)
+        .map_err(|e| format!("a projection of the summary: {e}"))
 }
 
 /// Where a summary lies in its segment file, from its key's value
@@ -492,16 +719,29 @@ impl SummaryLocation {
 }
 
 /// The summary's batch from its Parquet bytes, or why they are not one
-/// (`path` names the segment in errors). Its CRC and its packets' total are
-/// the caller's to check ([`SegmentReader::summary`](crate::SegmentReader::summary)).
-pub fn decode(bytes: Vec<u8>, path: &Path, kind: SummaryKind) -> Result<RecordBatch, String> {
+/// (`path` names the segment in errors): the columns of its kind's schema
+/// at `projection` (in that order), or all, and `packets` in any case,
+/// last if it was not asked for. Its CRC and its packets' total are the
+/// caller's to check ([`SegmentReader::summary`](crate::SegmentReader::summary)).
+pub fn decode(
+    bytes: Vec<u8>,
+    path: &Path,
+    kind: SummaryKind,
+    projection: Option<&[usize]>,
+) -> Result<RecordBatch, String> {
+    let schema = projected_schema(kind, projection)?;
     let bytes = bytes::Bytes::from(bytes);
     let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
     let metadata =
         ArrowReaderMetadata::load(&bytes, options).map_err(|e| format!("its footer: {e}"))?;
     check_layout(path, &metadata, bytes.len() as u64).map_err(|e| e.to_string())?;
+    let mask = parquet::arrow::ProjectionMask::columns(
+        metadata.metadata().file_metadata().schema_descr(),
+        schema.fields().iter().map(|f| f.name().as_str()),
+    );
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
         .with_batch_size(8192)
+        .with_projection(mask)
         .build()
         .map_err(|e| e.to_string())?;
     // The `parquet` crate's decoders panic on some pages whose header and
@@ -513,7 +753,6 @@ pub fn decode(bytes: Vec<u8>, path: &Path, kind: SummaryKind) -> Result<RecordBa
     }))
     .map_err(|_| "the Parquet decoder failed on its pages".to_owned())?
     .map_err(|e| e.to_string())?;
-    let schema = kind.schema();
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let parts: Vec<_> = batches

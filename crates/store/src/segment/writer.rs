@@ -22,7 +22,9 @@ use parquet::schema::types::ColumnDescPtr;
 use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
 use super::cluster::{HostOrder, host_order};
 use super::postings::{CoveringLimits, PostingsCollector};
-use super::summary::{SummaryBuilder, SummaryKind, SummaryLocation, encode_summary};
+use super::summary::{
+    FLOWS_MAX_SHARE, SummaryBuilder, SummaryKind, SummaryLocation, encode_summary,
+};
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
 use crate::error::{Result, StoreError};
@@ -426,7 +428,8 @@ struct RowGroupEncoder {
     postings: Option<PostingsCollector>,
     /// Rows encoded so far: the segment row of the next row group's first row.
     rows_encoded: u64,
-    /// The summaries, built for `packets` segments only.
+    /// The summaries made from the rows (services and flows; hosts is made
+    /// from flows), for `packets` segments only.
     summaries: Vec<SummaryBuilder>,
     /// Written only for a segment of at least this many rows.
     summary_min_rows: u64,
@@ -474,7 +477,9 @@ impl RowGroupEncoder {
             rows_encoded: 0,
             summary_min_rows: options.summary_min_rows,
             summaries: if table == Table::Packets {
-                SummaryKind::ALL.map(SummaryBuilder::new).into()
+                [SummaryKind::Services, SummaryKind::Flows]
+                    .map(SummaryBuilder::new)
+                    .into()
             } else {
                 Vec::new()
             },
@@ -618,9 +623,20 @@ impl RowGroupEncoder {
         mut self,
     ) -> Result<(ChecksummingFile, Vec<Duration>, Option<PostingsCollector>), ParquetError> {
         self.flush(true)?;
-        let summaries = std::mem::take(&mut self.summaries);
-        let summarised = self.rows_encoded >= self.summary_min_rows;
-        for summary in summaries.into_iter().filter(|_| summarised) {
+        let mut summaries = std::mem::take(&mut self.summaries);
+        if self.rows_encoded < self.summary_min_rows {
+            summaries.clear();
+        }
+        if let Some(flows) = summaries.iter().find(|s| s.kind() == SummaryKind::Flows) {
+            summaries.push(flows.coarsen(SummaryKind::Hosts)?);
+        }
+        // Flows past its share of the rows would save a reader little.
+        let rows = self.rows_encoded;
+        summaries.retain(|s| {
+            s.kind() != SummaryKind::Flows || s.groups() as u64 * FLOWS_MAX_SHARE <= rows
+        });
+        summaries.sort_by_key(|s| SummaryKind::ALL.iter().position(|&k| k == s.kind()));
+        for summary in summaries {
             let key = summary.kind().key();
             let bytes = encode_summary(&summary.finish()?)?;
             let location = SummaryLocation {
