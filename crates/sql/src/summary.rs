@@ -173,7 +173,8 @@ impl PartitionStream for Summaries {
 /// one made from its rows if it holds none (written before them, or flows
 /// past its share) or one that does not read back sound.
 fn segment_summary(path: &str, kind: SummaryKind, projection: &[usize]) -> Result<RecordBatch> {
-    let reader = SegmentReader::open(std::path::Path::new(path)).map_err(external)?;
+    let reader =
+        SegmentReader::open_without_page_index(std::path::Path::new(path)).map_err(external)?;
     if let Ok(Some(summary)) = reader.summary_columns(kind, Some(projection)) {
         // `packets` comes last if it was not asked for.
         let asked: Vec<usize> = (0..projection.len()).collect();

@@ -176,9 +176,21 @@ impl SegmentReader {
         Self::from_file(file, path)
     }
 
+    /// As [`open`](Self::open), without the page index: for a reader of its
+    /// summaries, or of whole row groups, which saves reading and parsing
+    /// an offset index per column.
+    pub fn open_without_page_index(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(StoreError::io("open segment", path))?;
+        Self::with_page_index(file, path, PageIndexPolicy::Skip)
+    }
+
     /// Reads the footer of a segment already open (a copy fetched from
     /// object storage); `path` names it in errors.
     pub fn from_file(file: File, path: &Path) -> Result<Self> {
+        Self::with_page_index(file, path, PageIndexPolicy::Optional)
+    }
+
+    fn with_page_index(file: File, path: &Path, page_index: PageIndexPolicy) -> Result<Self> {
         // The Arrow schema comes from the Parquet schema, not from the footer's
         // embedded IPC schema (`ARROW:schema`): the `arrow-ipc` decoder panics on
         // some damaged ones (found by the `segment_reader` fuzz target), and the
@@ -187,7 +199,7 @@ impl SegmentReader {
         let metadata = ArrowReaderMetadata::load(
             &file,
             ArrowReaderOptions::new()
-                .with_page_index_policy(PageIndexPolicy::Optional)
+                .with_page_index_policy(page_index)
                 .with_skip_arrow_metadata(true),
         )
         .map_err(StoreError::parquet(path))?;

@@ -686,6 +686,10 @@ fn projected_schema(kind: SummaryKind, projection: Option<&[usize]>) -> Result<S
         .map_err(|e| format!("a projection of the summary: {e}"))
 }
 
+/// The most rows decoded in one batch: a summary's own footer says how
+/// many it has, and a damaged one must not size a buffer.
+const SUMMARY_BATCH_ROWS: usize = 1 << 20;
+
 /// Where a summary lies in its segment file, from its key's value
 /// ([`SummaryKind::key`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -739,8 +743,12 @@ pub fn decode(
         metadata.metadata().file_metadata().schema_descr(),
         schema.fields().iter().map(|f| f.name().as_str()),
     );
+    // One batch of all its rows: no concatenation after.
+    let rows = usize::try_from(metadata.metadata().file_metadata().num_rows())
+        .unwrap_or(0)
+        .clamp(1, SUMMARY_BATCH_ROWS);
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
-        .with_batch_size(8192)
+        .with_batch_size(rows)
         .with_projection(mask)
         .build()
         .map_err(|e| e.to_string())?;
@@ -763,6 +771,7 @@ pub fn decode(
         let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
         let column = match refs.as_slice() {
             [] => arrow::array::new_empty_array(field.data_type()),
+            [_] => Arc::clone(&parts[0]),
             _ => arrow::compute::concat(&refs).map_err(|e| e.to_string())?,
         };
         // `ts` reads back with the zone "+00:00" (the Parquet logical type).
