@@ -53,6 +53,9 @@ pub struct TimeCounter {
     /// ([`crate::summary::answers_filter`]) and every bucket's edge is a
     /// minute's.
     by_summary: Option<SummaryKind>,
+    /// The columns of `by_summary`'s schema it decodes: `ts` and the
+    /// filter's (and `packets`, always read).
+    summary_columns: Option<Vec<usize>>,
     /// Segments this counter counted from their summaries.
     summarised: usize,
 }
@@ -74,6 +77,7 @@ impl Clone for TimeCounter {
             context: SessionContext::new(),
             compiled: Vec::new(),
             by_summary: self.by_summary,
+            summary_columns: self.summary_columns.clone(),
             summarised: 0,
         }
     }
@@ -100,6 +104,13 @@ impl TimeCounter {
             .find(|&kind| crate::summary::answers_filter(kind, filter.expr()))
             .filter(|_| aligned && !filter.is_match_all());
         columns.push(col::TS.to_owned());
+        let summary_columns = by_summary.and_then(|kind| {
+            let schema = kind.schema();
+            columns
+                .iter()
+                .map(|name| schema.index_of(name).ok())
+                .collect()
+        });
         Self {
             filter: filter.clone(),
             columns,
@@ -112,6 +123,7 @@ impl TimeCounter {
             context: SessionContext::new(),
             compiled: Vec::new(),
             by_summary,
+            summary_columns,
             summarised: 0,
         }
     }
@@ -192,13 +204,7 @@ impl TimeCounter {
             // A segment without a summary (written before them) or with a
             // damaged one is read instead: its rows answer the same. Only
             // `ts`, the filter's columns and `packets` are decoded.
-            let schema = kind.schema();
-            let projection: Option<Vec<usize>> = self
-                .columns
-                .iter()
-                .map(|name| schema.index_of(name).ok())
-                .collect();
-            if let Ok(Some(summary)) = reader.summary_columns(kind, projection.as_deref())
+            if let Ok(Some(summary)) = reader.summary_columns(kind, self.summary_columns.as_deref())
                 && self.count_summary(&summary, counts)?
             {
                 self.summarised += 1;

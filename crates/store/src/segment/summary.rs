@@ -162,6 +162,16 @@ impl SummaryKind {
     /// All, the smaller first: services, hosts, flows.
     pub const ALL: [Self; 3] = [Self::Services, Self::Hosts, Self::Flows];
 
+    /// Its place in [`ALL`](Self::ALL): the order summaries are written and
+    /// tried in.
+    pub fn position(self) -> usize {
+        match self {
+            Self::Services => 0,
+            Self::Hosts => 1,
+            Self::Flows => 2,
+        }
+    }
+
     /// The footer's key-value metadata that locates it:
     /// `<offset> <length> <crc32 in hex>`, offset and length in bytes of the file.
     pub fn key(self) -> &'static str {
@@ -218,8 +228,7 @@ impl SummaryKind {
                 Arc::new(Schema::new(fields))
             })
         });
-        let at = Self::ALL.iter().position(|&k| k == self).unwrap_or(0);
-        Arc::clone(&schemas[at])
+        Arc::clone(&schemas[self.position()])
     }
 }
 
@@ -639,8 +648,9 @@ impl SummaryBuilder {
     }
 }
 
-/// The summary as the bytes of a Parquet file, to be written inside the segment.
-pub fn encode_summary(summary: &RecordBatch) -> Result<Vec<u8>, ParquetError> {
+/// The summary (of `kind`) as the bytes of a Parquet file, to be written
+/// inside the segment.
+pub fn encode_summary(summary: &RecordBatch, kind: SummaryKind) -> Result<Vec<u8>, ParquetError> {
     let mut properties = WriterProperties::builder()
         // LZ4: the `parquet` crate makes a zstd context for each page it
         // decompresses, which cost more than decoding a summary's values.
@@ -652,10 +662,9 @@ pub fn encode_summary(summary: &RecordBatch) -> Result<Vec<u8>, ParquetError> {
     // Exact ports (the flows summary's) are mostly ephemeral: a dictionary
     // of them is larger than the values. Sorted by address, a port's values
     // mostly rise: their deltas are small.
-    let exact_ports = summary.schema().column_with_name(col::SRC_ADDR).is_some();
     for port in [col::SRC_PORT, col::DST_PORT]
         .into_iter()
-        .filter(|_| exact_ports)
+        .filter(|port| !kind.merges_ports() && kind.dimensions().contains(port))
     {
         properties = properties
             .set_column_dictionary_enabled(port.into(), false)

@@ -635,18 +635,20 @@ impl RowGroupEncoder {
         summaries.retain(|s| {
             s.kind() != SummaryKind::Flows || s.groups() as u64 * FLOWS_MAX_SHARE <= rows
         });
-        summaries.sort_by_key(|s| SummaryKind::ALL.iter().position(|&k| k == s.kind()));
+        summaries.sort_by_key(|s| s.kind().position());
         for summary in summaries {
-            let key = summary.kind().key();
-            let bytes = encode_summary(&summary.finish()?)?;
+            let kind = summary.kind();
+            let bytes = encode_summary(&summary.finish()?, kind)?;
             let location = SummaryLocation {
                 offset: self.file.bytes_written() as u64,
                 len: bytes.len() as u64,
                 crc32: crc32fast::hash(&bytes),
             };
             self.file.write_all(&bytes)?;
-            self.file
-                .append_key_value_metadata(KeyValue::new(key.to_owned(), location.to_text()));
+            self.file.append_key_value_metadata(KeyValue::new(
+                kind.key().to_owned(),
+                location.to_text(),
+            ));
         }
         Ok((self.file.into_inner()?, self.column_cpu, self.postings))
     }
