@@ -299,12 +299,28 @@ impl Ints<'_> {
                 }
             }
         }
-        if let Some(nulls) = nulls.filter(|n| n.null_count() > 0) {
-            for (row, key) in keys.iter_mut().enumerate() {
-                if nulls.is_null(start + row) {
-                    // A null's value slot holds anything: it must not split groups.
+        let Some(nulls) = nulls.filter(|n| n.null_count() > 0) else {
+            return;
+        };
+        // A null's value slot holds anything: it must not split groups. A
+        // column null throughout (a VLAN, a tunnel, most often) or not at all
+        // in these rows is set without a test a row: that test took a
+        // quarter of `SummaryBuilder::add`'s samples.
+        let valid = nulls.inner().slice(start, len);
+        match valid.count_set_bits() {
+            0 => {
+                for key in keys.iter_mut() {
                     key.ints[i] = 0;
                     key.nulls |= 1 << i;
+                }
+            }
+            set if set == len => {}
+            _ => {
+                for (key, valid) in keys.iter_mut().zip(valid.iter()) {
+                    if !valid {
+                        key.ints[i] = 0;
+                        key.nulls |= 1 << i;
+                    }
                 }
             }
         }
@@ -461,14 +477,24 @@ impl SummaryBuilder {
                 column.fill(i, start, keys, *port);
             }
             for (i, array) in addresses.iter().enumerate() {
-                for (row, key) in keys.iter_mut().enumerate() {
-                    let at = start + row;
-                    if array.is_null(at) {
-                        key.nulls |= 1 << (INTS + i);
-                    } else if i == 0 {
-                        key.src.copy_from_slice(array.value(at));
-                    } else {
-                        key.dst.copy_from_slice(array.value(at));
+                // The values of the rows from `start`, 16 bytes each; a
+                // null's slot holds anything, and is zeroed below.
+                let values = array.value_data()[start * 16..].chunks_exact(16);
+                for (key, value) in keys.iter_mut().zip(values) {
+                    let into = if i == 0 { &mut key.src } else { &mut key.dst };
+                    into.copy_from_slice(value);
+                }
+                let valid = array.nulls().map(|n| n.inner().slice(start, len));
+                if let Some(valid) = valid.filter(|v| v.count_set_bits() < len) {
+                    for (key, valid) in keys.iter_mut().zip(valid.iter()) {
+                        if !valid {
+                            key.nulls |= 1 << (INTS + i);
+                            if i == 0 {
+                                key.src = [0; 16]
+                            } else {
+                                key.dst = [0; 16]
+                            }
+                        }
                     }
                 }
             }
