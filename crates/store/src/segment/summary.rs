@@ -40,6 +40,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch,
     TimestampNanosecondArray, UInt64Array,
 };
+use arrow::buffer::NullBuffer;
 use arrow::compute::cast;
 use arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
@@ -299,28 +300,30 @@ impl Ints<'_> {
                 }
             }
         }
-        let Some(nulls) = nulls.filter(|n| n.null_count() > 0) else {
-            return;
-        };
-        // A null's value slot holds anything: it must not split groups. A
-        // column null throughout (a VLAN, a tunnel, most often) or not at all
-        // in these rows is set without a test a row: that test took a
-        // quarter of `SummaryBuilder::add`'s samples.
-        let valid = nulls.inner().slice(start, len);
-        match valid.count_set_bits() {
-            0 => {
-                for key in keys.iter_mut() {
-                    key.ints[i] = 0;
-                    key.nulls |= 1 << i;
-                }
-            }
-            set if set == len => {}
-            _ => {
-                for (key, valid) in keys.iter_mut().zip(valid.iter()) {
-                    if !valid {
-                        key.ints[i] = 0;
-                        key.nulls |= 1 << i;
-                    }
+        // A null's value slot holds anything: it must not split groups.
+        for_nulls(nulls, start, keys, |key| {
+            key.ints[i] = 0;
+            key.nulls |= 1 << i;
+        });
+    }
+}
+
+/// Applies `null` to each of `keys` whose row (from `start`) is null in
+/// `nulls`. A chunk null throughout (a VLAN, a tunnel, most often) or not at
+/// all is handled without a test a row: that test took a quarter of
+/// `SummaryBuilder::add`'s samples.
+fn for_nulls(nulls: Option<&NullBuffer>, start: usize, keys: &mut [Key], null: impl Fn(&mut Key)) {
+    let Some(nulls) = nulls.filter(|n| n.null_count() > 0) else {
+        return;
+    };
+    let valid = nulls.inner().slice(start, keys.len());
+    match valid.count_set_bits() {
+        0 => keys.iter_mut().for_each(null),
+        set if set == keys.len() => {}
+        _ => {
+            for (key, valid) in keys.iter_mut().zip(valid.iter()) {
+                if !valid {
+                    null(key);
                 }
             }
         }
@@ -477,26 +480,21 @@ impl SummaryBuilder {
                 column.fill(i, start, keys, *port);
             }
             for (i, array) in addresses.iter().enumerate() {
+                let address: fn(&mut Key) -> &mut [u8; 16] = if i == 0 {
+                    |key| &mut key.src
+                } else {
+                    |key| &mut key.dst
+                };
                 // The values of the rows from `start`, 16 bytes each; a
                 // null's slot holds anything, and is zeroed below.
                 let values = array.value_data()[start * 16..].chunks_exact(16);
                 for (key, value) in keys.iter_mut().zip(values) {
-                    let into = if i == 0 { &mut key.src } else { &mut key.dst };
-                    into.copy_from_slice(value);
+                    address(key).copy_from_slice(value);
                 }
-                let valid = array.nulls().map(|n| n.inner().slice(start, len));
-                if let Some(valid) = valid.filter(|v| v.count_set_bits() < len) {
-                    for (key, valid) in keys.iter_mut().zip(valid.iter()) {
-                        if !valid {
-                            key.nulls |= 1 << (INTS + i);
-                            if i == 0 {
-                                key.src = [0; 16]
-                            } else {
-                                key.dst = [0; 16]
-                            }
-                        }
-                    }
-                }
+                for_nulls(array.nulls(), start, keys, |key| {
+                    key.nulls |= 1 << (INTS + i);
+                    *address(key) = [0; 16];
+                });
             }
             // Hashed column by column too ([`key_hash`]'s order): each row's
             // steps are independent of the others', so they overlap.
