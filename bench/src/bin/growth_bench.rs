@@ -15,7 +15,9 @@
 //!   per packet on disk.
 //!
 //! The latencies are medians of `--runs` runs of the process, start-up
-//! included (about 5 ms). Run with
+//! included (about 5 ms). They are timed once every size is built (a copy of
+//! the archive kept at each size), after `sync`, every size's queries in
+//! turns run by run, so that the sizes compare in the same machine state. Run with
 //! `cargo build --release -p hindsight -p hindsight-bench && target/release/growth_bench [--sizes 5000000,50000000,500000000] [--runs N] [--work DIR]`.
 
 use std::path::{Path, PathBuf};
@@ -79,18 +81,6 @@ fn measured(hindsight: &Path, args: &[String]) -> (Duration, u64) {
     (elapsed, hindsight_bench::peak_kib(&stderr))
 }
 
-/// Median time and largest RSS of `runs` runs.
-fn timed(hindsight: &Path, args: &[String], runs: usize) -> (Duration, u64) {
-    let mut samples = Vec::new();
-    let mut rss = 0;
-    for _ in 0..runs {
-        let (elapsed, peak) = measured(hindsight, args);
-        samples.push(elapsed);
-        rss = rss.max(peak);
-    }
-    (median(samples), rss)
-}
-
 fn segments(hindsight: &Path, archive: &Path) -> u64 {
     hindsight_bench::archive_stats(hindsight, archive)["segments"]
         .as_u64()
@@ -113,11 +103,16 @@ fn main() {
     let per_copy = frames.len() as u64;
     let first = frames.first().map_or(0, |f| f.0);
     let archive = args.work.join("growth-archive");
-    if archive.exists() {
-        std::fs::remove_dir_all(&archive).expect("remove the last run's archive");
+    for entry in std::fs::read_dir(&args.work)
+        .expect("list the work dir")
+        .flatten()
+    {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("growth-archive") {
+            std::fs::remove_dir_all(entry.path()).expect("remove the last run's archive");
+        }
     }
     let epoch = hindsight_bench::epoch_arg;
-    let path = archive.to_string_lossy().into_owned();
     // The fixed windows lie in the second copy: the same rows at every size.
     let hour = (first + HOUR, first + 2 * HOUR);
     let minute = (
@@ -139,62 +134,64 @@ fn main() {
             .chain(tail)
             .collect::<Vec<String>>()
     };
-    let queries: Vec<(&str, Vec<String>)> = vec![
-        (
-            "rare address, one hour (3 packets)",
-            with(
-                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
-                [window(hour), vec!["host 172.30.100.1".to_owned()]].concat(),
-            ),
-        ),
-        (
-            "connection lookup, one hour (10.174.200.10)",
-            with(
-                &[
-                    "flows",
-                    "--archive",
-                    &path,
-                    "--ip",
-                    "10.174.200.10",
-                    "-F",
-                    "jsonl",
-                ],
-                window(hour),
-            ),
-        ),
-        (
-            "one-minute window (1,047 packets)",
-            with(
-                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
-                window(minute),
-            ),
-        ),
-        (
-            "top 10 sources by bytes, one day",
-            vec![
-                "sql".to_owned(),
-                "--archive".to_owned(),
-                path.clone(),
-                format!(
-                    "SELECT src_addr, sum(wire_len) AS bytes FROM packets \
-                     WHERE ts >= '{}' AND ts < '{}' GROUP BY src_addr ORDER BY bytes DESC LIMIT 10",
-                    format_nanos(day.0),
-                    format_nanos(day.1)
+    let queries_of = |path: &str| -> Vec<(&str, Vec<String>)> {
+        vec![
+            (
+                "rare address, one hour (3 packets)",
+                with(
+                    &["query", "--archive", path, "-F", "pcap", "-o", "/dev/null"],
+                    [window(hour), vec!["host 172.30.100.1".to_owned()]].concat(),
                 ),
-            ],
-        ),
-        (
-            "rare address, whole archive (3 a copy)",
-            with(
-                &["query", "--archive", &path, "-F", "pcap", "-o", "/dev/null"],
-                vec!["host 172.30.100.1".to_owned()],
             ),
-        ),
-        (
-            "stats (open the archive and its catalog)",
-            with(&["stats", "--archive", &path], Vec::new()),
-        ),
-    ];
+            (
+                "connection lookup, one hour (10.174.200.10)",
+                with(
+                    &[
+                        "flows",
+                        "--archive",
+                        path,
+                        "--ip",
+                        "10.174.200.10",
+                        "-F",
+                        "jsonl",
+                    ],
+                    window(hour),
+                ),
+            ),
+            (
+                "one-minute window (1,047 packets)",
+                with(
+                    &["query", "--archive", path, "-F", "pcap", "-o", "/dev/null"],
+                    window(minute),
+                ),
+            ),
+            (
+                "top 10 sources by bytes, one day",
+                vec![
+                    "sql".to_owned(),
+                    "--archive".to_owned(),
+                    path.to_owned(),
+                    format!(
+                        "SELECT src_addr, sum(wire_len) AS bytes FROM packets \
+                     WHERE ts >= '{}' AND ts < '{}' GROUP BY src_addr ORDER BY bytes DESC LIMIT 10",
+                        format_nanos(day.0),
+                        format_nanos(day.1)
+                    ),
+                ],
+            ),
+            (
+                "rare address, whole archive (3 a copy)",
+                with(
+                    &["query", "--archive", path, "-F", "pcap", "-o", "/dev/null"],
+                    vec!["host 172.30.100.1".to_owned()],
+                ),
+            ),
+            (
+                "stats (open the archive and its catalog)",
+                with(&["stats", "--archive", path], Vec::new()),
+            ),
+        ]
+    };
 
     println!(
         "# growth_bench: lan-hour ({per_copy} packets) copied an hour apart; medians of {} process runs\n",
@@ -208,18 +205,21 @@ fn main() {
         "ingest packets/s (step)".to_owned(),
         "ingest peak RSS MiB".to_owned(),
     ];
-    for (name, _) in &queries {
+    for (name, _) in queries_of("") {
         header.push(format!("{name} ms (RSS MiB)"));
     }
     let mut copies = 0u64;
-    for &size in &args.sizes {
+    // Each size's archive: a copy of the growing one for every size but the
+    // last, so that every size's queries are timed at the end, in turns.
+    let mut archives: Vec<PathBuf> = Vec::new();
+    for (step, &size) in args.sizes.iter().enumerate() {
         let target = size.div_ceil(per_copy);
         let (elapsed, ingest_rss) =
             hindsight_bench::stream_copies(&hindsight, &archive, &frames, copies, target);
         let added = (target - copies) * per_copy;
         copies = target;
         let packets = copies * per_copy;
-        let mut row = vec![
+        rows.push(vec![
             packets.to_string(),
             segments(&hindsight, &archive).to_string(),
             format!(
@@ -228,19 +228,61 @@ fn main() {
             ),
             format!("{:.0}", added as f64 / elapsed.as_secs_f64()),
             format!("{:.0}", mib(ingest_rss)),
-        ];
-        // A first run of each, untimed: the page cache holds what a
-        // recorder's recent queries hold.
-        for (_, query) in &queries {
-            measured(&hindsight, query);
+        ]);
+        if step + 1 < args.sizes.len() {
+            let copy = args.work.join(format!("growth-archive-{packets}"));
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(&archive)
+                .arg(&copy)
+                .status();
+            assert!(
+                copied.is_ok_and(|status| status.success()),
+                "copy the archive"
+            );
+            archives.push(copy);
+        } else {
+            archives.push(archive.clone());
         }
-        for (_, query) in &queries {
-            let (time, rss) = timed(&hindsight, query, args.runs);
-            row.push(format!("{:.1} ({:.0})", ms(time), mib(rss)));
-        }
-        eprintln!("growth_bench: {packets} packets done");
-        rows.push(row);
+        eprintln!("growth_bench: {packets} packets ingested");
     }
+    // The dirty pages written back before the queries are timed: right after
+    // 450 M packets the kernel's writeback of some 13 GB ran beside them (a
+    // rare address took 26.6 ms there, 17.4 ms idle).
+    let synced = Command::new("sync").status();
+    assert!(synced.is_ok_and(|status| status.success()), "sync");
+    // Every size's queries in turns, run by run: the machine's state (its
+    // page cache, what the host lends it) drifts over the tens of minutes a
+    // large archive takes to build, and the same query on the same archive
+    // measured 1.5x apart from one hour to the next, so only sizes timed
+    // side by side compare.
+    let queries: Vec<Vec<(&str, Vec<String>)>> = archives
+        .iter()
+        .map(|path| queries_of(&path.to_string_lossy()))
+        .collect();
+    // A first run of each, untimed: the page cache holds what a recorder's
+    // recent queries hold.
+    for query in queries.iter().flatten() {
+        measured(&hindsight, &query.1);
+    }
+    let mut samples = vec![vec![Vec::new(); queries[0].len()]; archives.len()];
+    let mut peaks = vec![vec![0u64; queries[0].len()]; archives.len()];
+    for _ in 0..args.runs {
+        for (size, of_size) in queries.iter().enumerate() {
+            for (index, (_, query)) in of_size.iter().enumerate() {
+                let (elapsed, peak) = measured(&hindsight, query);
+                samples[size][index].push(elapsed);
+                peaks[size][index] = peaks[size][index].max(peak);
+            }
+        }
+    }
+    for (size, row) in rows.iter_mut().enumerate() {
+        for (index, times) in samples[size].iter().enumerate() {
+            let time = median(times.clone());
+            row.push(format!("{:.1} ({:.0})", ms(time), mib(peaks[size][index])));
+        }
+    }
+    let queries = &queries[0];
     // One row per measure, one column per size: easier to read across sizes.
     print!("| measure |");
     for row in &rows {

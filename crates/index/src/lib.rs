@@ -130,7 +130,7 @@ impl AddressIndex {
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_keep_log_file_num(4);
         let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
-            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+            .map(|name| ColumnFamilyDescriptor::new(name, written_table_options()));
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
         Ok(Self {
             path: dir.to_owned(),
@@ -266,18 +266,33 @@ impl AddressIndex {
 
     /// Returns the segments whose postings are in the index.
     pub fn indexed_segments(&self) -> Result<BTreeSet<SegmentId>> {
+        self.indexed_within(ALL_SEGMENTS)
+    }
+
+    /// Returns the segments `ids` (inclusive) whose postings are in the index:
+    /// the markers of those segments only (keys are big-endian ids).
+    fn indexed_within(&self, ids: (SegmentId, SegmentId)) -> Result<BTreeSet<SegmentId>> {
         let segments = self.family(CF_SEGMENTS)?;
-        let mut ids = BTreeSet::new();
-        for item in self.db.iterator_cf(segments, IteratorMode::Start) {
+        let mut ids_found = BTreeSet::new();
+        if ids.0 > ids.1 {
+            return Ok(ids_found);
+        }
+        let mut read = ReadOptions::default();
+        if let Some(after) = ids.1.0.checked_add(1) {
+            read.set_iterate_upper_bound(after.to_be_bytes());
+        }
+        let start = ids.0.0.to_be_bytes();
+        let mode = IteratorMode::From(&start, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf_opt(segments, read, mode) {
             let (key, _) = item.map_err(rocks(&self.path))?;
             let bytes: [u8; 8] = key.as_ref().try_into().map_err(|_| IndexError::Corrupt {
                 path: self.path.clone(),
                 family: CF_SEGMENTS,
                 reason: format!("key of {} bytes, expected 8", key.len()),
             })?;
-            ids.insert(SegmentId(u64::from_be_bytes(bytes)));
+            ids_found.insert(SegmentId(u64::from_be_bytes(bytes)));
         }
-        Ok(ids)
+        Ok(ids_found)
     }
 
     /// Returns the indexed segments holding at least one address in one of the
@@ -287,9 +302,7 @@ impl AddressIndex {
         &self,
         ranges: &[(Addr16, Addr16)],
     ) -> Result<BTreeMap<SegmentId, GranuleSet>> {
-        Ok(self
-            .postings_in(ranges, (SegmentId(0), SegmentId(u64::MAX)))?
-            .0)
+        Ok(self.postings_in(ranges, ALL_SEGMENTS)?.0)
     }
 
     /// Returns the granules of each segment holding an address in `ranges`, and
@@ -375,7 +388,7 @@ impl AddressIndex {
     /// segment may hold them unless it is indexed and its postings lack them; and
     /// for the segments where every posting in the ranges is covering, the rows.
     pub fn lookup(&self, ranges: &[(Addr16, Addr16)]) -> Result<AddressLookup> {
-        self.lookup_within(ranges, (SegmentId(0), SegmentId(u64::MAX)))
+        self.lookup_within(ranges, ALL_SEGMENTS)
     }
 
     /// [`Self::lookup`] for the segments `ids` (inclusive) only: what a query
@@ -393,15 +406,17 @@ impl AddressIndex {
             Ok(())
         })?;
         covered.retain(|id, rows| postings_per_segment.get(id) == Some(&rows.len()));
+        // The markers of the segments in `ids` only: a one-hour question
+        // reads an hour's (the whole family was 9% of a rare-address query
+        // at 500 M packets). A read-only handle that once read them all
+        // keeps them; one asked about every segment reads them all once.
         let indexed = match &self.indexed {
-            Some(once) => match once.get() {
-                Some(set) => Arc::clone(set),
-                None => {
-                    let set = Arc::new(self.indexed_segments()?);
-                    Arc::clone(once.get_or_init(|| set))
-                }
-            },
-            None => Arc::new(self.indexed_segments()?),
+            Some(once) if let Some(set) = once.get() => Arc::clone(set),
+            Some(once) if ids == ALL_SEGMENTS => {
+                let set = Arc::new(self.indexed_segments()?);
+                Arc::clone(once.get_or_init(|| set))
+            }
+            _ => Arc::new(self.indexed_within(ids)?),
         };
         Ok(AddressLookup {
             indexed,
@@ -487,6 +502,29 @@ impl AddressLookup {
         (self.holding, self.covered)
     }
 }
+
+/// Uncompressed bytes of a data block in the table files the indexes write.
+/// Every read opens a table file by reading its whole block index into
+/// memory, and the index holds one key per data block: with RocksDB's 4 KiB
+/// (under 1 KiB once compressed) that was 2.4 MB for each 68 MB table of
+/// connections and 35 bytes of every 1.8 KB of postings, read again by
+/// every query, so a query's open grew with the archive (docs/ARCHITECTURE.md).
+/// At 32 KiB a lookup decompresses a larger block in each file it seeks in
+/// (tens of microseconds) and opening one reads an eighth as much.
+pub(crate) const TABLE_BLOCK_BYTES: usize = 32 * 1024;
+
+/// Options of a family of the address index as its writer opens it (what
+/// its table files are written with).
+fn written_table_options() -> Options {
+    let mut block = rocksdb::BlockBasedOptions::default();
+    block.set_block_size(TABLE_BLOCK_BYTES);
+    let mut options = Options::default();
+    options.set_block_based_table_factory(&block);
+    options
+}
+
+/// Every segment id, for a lookup or a scan that is not limited to a window.
+const ALL_SEGMENTS: (SegmentId, SegmentId) = (SegmentId(0), SegmentId(u64::MAX));
 
 /// Table files a read-only index keeps open at once.
 const READ_ONLY_OPEN_FILES: i32 = 64;
@@ -610,6 +648,29 @@ mod tests {
         let indexed = index.indexed_segments().unwrap();
         assert_eq!(indexed.len(), 39);
         assert!(!indexed.contains(&SegmentId(7)));
+
+        // An address no segment holds, in a window with the unindexed
+        // segment 7: only that one may hold it, for a writer's handle and a
+        // reader's, before and after the reader has read every marker.
+        let nowhere = [(v4(99, 0, 0, 0), v4(99, 0, 0, 0))];
+        let check = |index: &AddressIndex| {
+            let lookup = index
+                .lookup_within(&nowhere, (SegmentId(5), SegmentId(12)))
+                .unwrap();
+            for id in 5..=12 {
+                assert_eq!(lookup.may_hold(SegmentId(id)), id == 7, "segment {id}");
+            }
+            let empty = index
+                .lookup_within(&nowhere, (SegmentId(1), SegmentId(0)))
+                .unwrap();
+            assert_eq!(empty.granule_count(), 0);
+        };
+        check(&index);
+        drop(index);
+        let reader = AddressIndex::open_read_only(dir.path()).unwrap().unwrap();
+        check(&reader);
+        assert!(!reader.lookup(&nowhere).unwrap().may_hold(SegmentId(30)));
+        check(&reader);
     }
 
     /// A segment is answered from covering postings only when every posting of the

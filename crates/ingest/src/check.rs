@@ -92,7 +92,7 @@ impl CheckReport {
 
 /// Checks the archive at `root`, read-only: nothing is written.
 pub fn check(root: &Path) -> Result<CheckReport, IngestError> {
-    let archive = Archive::open_reader(root)?;
+    let archive = Archive::open_reader_checking_catalog(root)?;
     let mut report = CheckReport {
         catalog_damage: archive.catalog_damage().to_vec(),
         ..CheckReport::default()

@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use hindsight_model::SegmentId;
 
 use crate::Table;
-use crate::catalog::{Catalog, CatalogDamage, CatalogEntry};
+use crate::catalog::{Catalog, CatalogDamage, CatalogEntry, PrefixCheck};
 use crate::error::{Result, StoreError};
 use crate::segment::reader::SegmentReader;
 use crate::segment::writer::{SealedSegment, sync_dir};
@@ -158,8 +158,20 @@ impl Archive {
     /// Opens the archive at `root` for reading: no lock, no repair. Segments sealed by a
     /// running writer after this call are not seen.
     pub fn open_reader(root: &Path) -> Result<Self> {
+        Self::open_reader_with(root, PrefixCheck::Tail)
+    }
+
+    /// [`open_reader`](Self::open_reader), reading every catalog line a
+    /// checkpoint covers through its CRC-32 (`hindsight check`): a line
+    /// damaged there is then found, as it is not when a reader trusts the
+    /// checkpoint's verified copy of it.
+    pub fn open_reader_checking_catalog(root: &Path) -> Result<Self> {
+        Self::open_reader_with(root, PrefixCheck::Whole)
+    }
+
+    fn open_reader_with(root: &Path, check: PrefixCheck) -> Result<Self> {
         check_marker(root)?;
-        let (catalog, catalog_damage) = Catalog::load_lenient(&root.join(CATALOG_FILE))?;
+        let (catalog, catalog_damage) = Catalog::load_lenient(&root.join(CATALOG_FILE), check)?;
         Ok(Self {
             root: root.to_owned(),
             catalog,

@@ -20,8 +20,8 @@ use crate::segment::reader::TimeRange;
 
 mod checkpoint;
 
-pub use checkpoint::CHECKPOINT_EVERY_LINES;
 use checkpoint::Checkpoint;
+pub use checkpoint::{CHECKPOINT_EVERY_LINES, PrefixCheck};
 
 /// The summary of one sealed segment, as the catalog keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,8 +113,9 @@ pub struct CatalogDamage {
 impl Catalog {
     /// Loads the catalog at `path` for reading; a missing file is an empty catalog.
     /// An unreadable line other than a torn last one is corruption.
+    /// The writer's load: a checkpoint's whole prefix is checked.
     pub fn load(path: &Path) -> Result<Self> {
-        let (catalog, damage) = Self::load_lenient(path)?;
+        let (catalog, damage) = Self::load_lenient(path, PrefixCheck::Whole)?;
         match damage.into_iter().next() {
             None => Ok(catalog),
             Some(damage) => Err(StoreError::Corrupt {
@@ -131,8 +132,11 @@ impl Catalog {
     /// Loads the catalog at `path` for reading, skipping unreadable lines (each
     /// an operation of its own: the rest still describes the archive) and
     /// returning where they are. Readers use it so that one damaged line does not
-    /// take the archive down; the writer does not.
-    pub fn load_lenient(path: &Path) -> Result<(Self, Vec<CatalogDamage>)> {
+    /// take the archive down; the writer does not. `check` says how much of
+    /// the prefix a checkpoint covers is read to check that the file still
+    /// holds it (`checkpoint.rs`): with [`PrefixCheck::Tail`] damage inside
+    /// that prefix is not looked for (the checkpoint answers for it).
+    pub fn load_lenient(path: &Path, check: PrefixCheck) -> Result<(Self, Vec<CatalogDamage>)> {
         let mut damage = Vec::new();
         let file = match File::open(path) {
             Ok(file) => Some(file),
@@ -158,7 +162,7 @@ impl Catalog {
         let mut order = 0u64;
         let mut checkpoint_lines = 0u64;
         if let Some(reader) = reader.as_mut()
-            && let Some(checkpoint) = Self::checkpoint_for(path, reader)?
+            && let Some(checkpoint) = Self::checkpoint_for(path, reader, check)?
         {
             // The covered prefix, as of the checkpoint: its removals come
             // before its live entries, which come before every later line.
@@ -240,19 +244,19 @@ impl Catalog {
     }
 
     /// The checkpoint of the catalog at `path` if there is a valid one and
-    /// the first bytes `reader` (the catalog, at its start) reads are those it
-    /// covers; `reader` is then past them. Otherwise `None`, with `reader`
-    /// back at the start.
+    /// `reader` (the catalog, at its start) holds the prefix it covers, by
+    /// `check`; `reader` is then past the prefix. Otherwise `None`, with
+    /// `reader` back at the start.
     fn checkpoint_for(
         path: &Path,
         reader: &mut std::io::BufReader<File>,
+        check: PrefixCheck,
     ) -> Result<Option<Checkpoint<'static>>> {
         let Some(checkpoint) = Checkpoint::read(&checkpoint::path_of(path)) else {
             return Ok(None);
         };
         let read_error = |e| StoreError::io("read catalog", path)(e);
-        let crc = checkpoint::crc_of_prefix(reader, checkpoint.covered_len).map_err(read_error)?;
-        if crc == Some(checkpoint.covered_crc) {
+        if checkpoint::holds_prefix(reader, &checkpoint, check).map_err(read_error)? {
             return Ok(Some(checkpoint));
         }
         reader.rewind().map_err(read_error)?;
@@ -276,9 +280,17 @@ impl Catalog {
         else {
             return;
         };
+        let tail_start = checkpoint::tail_start(self.valid_len_bytes);
+        let tail = file
+            .seek(std::io::SeekFrom::Start(tail_start))
+            .and_then(|_| checkpoint::crc_of_prefix(&mut file, self.valid_len_bytes - tail_start));
+        let Ok(Some(tail_crc)) = tail else {
+            return;
+        };
         let checkpoint = Checkpoint {
             covered_len: self.valid_len_bytes,
             covered_crc,
+            tail_crc,
             lines: self.lines,
             max_id_seen: self.max_id_seen,
             removed: Cow::Borrowed(&self.removed),
@@ -302,10 +314,11 @@ impl Catalog {
     /// that replaces the catalog once it is durable. Returns the lines dropped.
     /// Only for the archive's writer (`hindsight check --repair`).
     pub fn drop_damaged_lines(path: &Path) -> Result<Vec<CatalogDamage>> {
-        let (_, damage) = Self::load_lenient(path)?;
+        let (_, damage) = Self::load_lenient(path, PrefixCheck::Whole)?;
         if damage.is_empty() {
             return Ok(damage);
         }
+        forget_checkpoint(path)?;
         let text = std::fs::read(path).map_err(StoreError::io("read catalog", path))?;
         let mut kept = Vec::with_capacity(text.len());
         for line in text.split_inclusive(|&b| b == b'\n') {
@@ -460,6 +473,7 @@ impl Catalog {
         for entry in &self.entries {
             encode(&CatalogOp::Add(entry.clone()), &mut text)?;
         }
+        forget_checkpoint(&self.path)?;
         replace(&self.path, "jsonl.compact", &text, Durability::Synced)?;
         self.appender = Some(
             OpenOptions::new()
@@ -494,6 +508,20 @@ impl Catalog {
         self.valid_len_bytes += line.len() as u64;
         self.lines += 1;
         Ok(())
+    }
+}
+
+/// Deletes the checkpoint of the catalog at `path` before the catalog is
+/// rewritten: a reader checks only the tail of the prefix a checkpoint
+/// covers, so none may outlive the file it was made from, even across a
+/// crash between the rewrite and the next checkpoint.
+fn forget_checkpoint(path: &Path) -> Result<()> {
+    let checkpoint = checkpoint::path_of(path);
+    match std::fs::remove_file(&checkpoint) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(StoreError::io("remove catalog checkpoint", &checkpoint)(e))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -822,15 +850,19 @@ mod tests {
         assert_eq!(state(&with), state(&catalog));
     }
 
-    /// A catalog line damaged inside the checkpoint's prefix is found and
-    /// reported as without a checkpoint; a damaged or torn checkpoint is
-    /// passed over.
+    /// A damaged or torn checkpoint is passed over. A catalog line damaged
+    /// inside the checkpoint's prefix is found and reported by a load that
+    /// checks the whole prefix (the writer, `hindsight check`) and by a
+    /// reader's load if it lies in the prefix's tail; a reader's load of a
+    /// prefix whose tail is intact answers from the checkpoint, as the
+    /// catalog was. A repair leaves no checkpoint of the file it replaced.
     #[test]
     fn damage_in_the_covered_lines_or_the_checkpoint_falls_back_to_the_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.jsonl");
         let mut catalog = Catalog::open_for_append(&path).unwrap();
-        for id in 1..=CHECKPOINT_EVERY_LINES + 3 {
+        // More lines than the tail a reader checks.
+        for id in 1..=2 * CHECKPOINT_EVERY_LINES + 3 {
             catalog.add(entry(id)).unwrap();
         }
         drop(catalog);
@@ -848,24 +880,49 @@ mod tests {
             },
         ] {
             std::fs::write(&checkpoint_path, &damaged).unwrap();
-            let loaded = Catalog::load(&path).unwrap();
-            assert_eq!(loaded.checkpoint_lines, 0, "the checkpoint was passed over");
-            assert_eq!(state(&loaded), expected);
+            for check in [PrefixCheck::Tail, PrefixCheck::Whole] {
+                let (loaded, damage) = Catalog::load_lenient(&path, check).unwrap();
+                assert_eq!(loaded.checkpoint_lines, 0, "the checkpoint was passed over");
+                assert_eq!((state(&loaded), damage), (expected.clone(), Vec::new()));
+            }
         }
         std::fs::write(&checkpoint_path, &good).unwrap();
-        assert!(Catalog::load(&path).unwrap().checkpoint_lines > 0);
+        let covered = Checkpoint::read(&checkpoint_path).unwrap().covered_len;
+        assert!(covered > checkpoint::TAIL_BYTES, "{covered} bytes covered");
+        let original = std::fs::read(&path).unwrap();
 
-        // The file rewritten in place with one line damaged (same length).
-        let mut text = std::fs::read(&path).unwrap();
-        let at = text.len() / 3;
-        let line_start = text[..at].iter().rposition(|&b| b == b'\n').unwrap() + 1;
-        text[line_start + 2] = b'#';
-        std::fs::write(&path, &text).unwrap();
-        let (loaded, damage) = Catalog::load_lenient(&path).unwrap();
-        assert_eq!(loaded.checkpoint_lines, 0);
-        assert_eq!(damage.len(), 1);
-        assert_eq!(damage[0].offset, line_start as u64);
-        assert_eq!(loaded.len(), expected.0.len() - 1);
+        // The file rewritten in place with one line damaged (same length),
+        // once before the prefix's tail and once inside it.
+        let tail_start = checkpoint::tail_start(covered);
+        for (at, tail) in [(tail_start / 2, false), (covered - 100, true)] {
+            let mut text = original.clone();
+            let at = usize::try_from(at).unwrap();
+            let line_start = text[..at].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+            text[line_start + 2] = b'#';
+            std::fs::write(&path, &text).unwrap();
+            let (whole, damage) = Catalog::load_lenient(&path, PrefixCheck::Whole).unwrap();
+            assert_eq!(whole.checkpoint_lines, 0);
+            assert_eq!(damage.len(), 1);
+            assert_eq!(damage[0].offset, line_start as u64);
+            assert_eq!(whole.len(), expected.0.len() - 1);
+            assert!(Catalog::load(&path).is_err(), "the writer refuses it");
+            let (reader, damage) = Catalog::load_lenient(&path, PrefixCheck::Tail).unwrap();
+            if tail {
+                assert_eq!(reader.checkpoint_lines, 0);
+                assert_eq!(state(&reader), state(&whole));
+            } else {
+                assert!(reader.checkpoint_lines > 0 && damage.is_empty());
+                assert_eq!(state(&reader), expected);
+            }
+        }
+
+        // A repair drops the line, and with it the checkpoint of the old file.
+        let dropped = Catalog::drop_damaged_lines(&path).unwrap();
+        assert_eq!(dropped.len(), 1);
+        assert!(!checkpoint_path.exists());
+        let (reader, damage) = Catalog::load_lenient(&path, PrefixCheck::Tail).unwrap();
+        assert!(damage.is_empty());
+        assert_eq!(reader.len(), expected.0.len() - 1);
     }
 
     /// The checkpoint decoder refuses every truncation and every byte changed
@@ -878,6 +935,7 @@ mod tests {
         let checkpoint = Checkpoint {
             covered_len: 1234,
             covered_crc: 99,
+            tail_crc: 98,
             lines: 5,
             max_id_seen: Some(SegmentId(9)),
             removed: Cow::Owned([SegmentId(4), SegmentId(9)].into()),

@@ -1,29 +1,41 @@
 //! The catalog's checkpoint (`catalog.checkpoint`): the catalog as of a prefix
 //! of `catalog.jsonl`, in a binary form that loads without parsing a line.
 //!
-//! A reader that finds a checkpoint reads the prefix it covers through a
-//! CRC-32 instead of parsing it, and parses only the lines after it: the
-//! lines of an archive of 100,000 segments cost 36.5 ms to parse, and every
-//! `hindsight` process paid for them. The checkpoint is used only if the
-//! prefix's bytes are those it was made from (their length and CRC-32), and
-//! only if its own bytes pass their CRC-32; otherwise the catalog is read
-//! line by line, as without one. So a damaged line in the prefix is still
-//! found and reported, and a damaged, torn or stale checkpoint costs only
-//! the time it saved. Only the writer writes it (a file beside the catalog,
-//! renamed over the old one), at most every [`CHECKPOINT_EVERY_LINES`]
-//! appended lines and after a compaction; it is not synced (a torn one is
-//! ignored).
+//! A reader that finds a checkpoint takes the prefix it covers from it and
+//! parses only the lines after it: the lines of an archive of 100,000
+//! segments cost 36.5 ms to parse, and every `hindsight` process paid for
+//! them. The checkpoint is used only if its own bytes pass their CRC-32 and
+//! the file still holds the prefix it was made from. How that is checked
+//! depends on who loads ([`PrefixCheck`]):
+//! - a reader checks the prefix's length and the CRC-32 of its last
+//!   [`TAIL_BYTES`] (a cost that does not grow with the archive). The
+//!   entries it answers from are the checkpoint's, verified by their own
+//!   CRC-32; the prefix's other bytes never become an answer. A rewrite of
+//!   the catalog (a compaction, a repair) first deletes the checkpoint, so a
+//!   checkpoint is stale only if something outside hindsight rewrote the
+//!   file, and then its tail differs;
+//! - the writer and `hindsight check` read the whole prefix through its
+//!   CRC-32, so a line damaged inside it is still found and reported.
 //!
-//! Layout (integers little-endian): the magic `HSCKPT01`; the covered prefix's
-//! length (u64) and CRC-32 (u32); the lines in that prefix (u64); the largest
-//! id (u8 flag, u64); the removed ids (u64 count, u64 each); the live entries
-//! (u64 count; for each: id, rows, min_ts, max_ts, size, crc32 (u32),
-//! sealed_at, table (u8 length, bytes), file (u32 length, bytes), class (u8
-//! flag, u32 length, bytes)); then the CRC-32 of everything before it (u32).
+//! Otherwise the catalog is read line by line, as without one: a damaged,
+//! torn or stale checkpoint costs only the time it saved. Only the writer
+//! writes it (a file beside the catalog, renamed over the old one), at most
+//! every [`CHECKPOINT_EVERY_LINES`] appended lines and after a compaction;
+//! it is not synced (a torn one is ignored).
+//!
+//! Layout (integers little-endian): the magic `HSCKPT02`; the covered prefix's
+//! length (u64), its CRC-32 (u32) and the CRC-32 of its last [`TAIL_BYTES`]
+//! (u32); the lines in that prefix (u64); the largest id (u8 flag, u64); the
+//! removed ids (u64 count, u64 each); the live entries (u64 count; for each:
+//! id, rows, min_ts, max_ts, size, crc32 (u32), sealed_at, table (u8 length,
+//! bytes), file (u32 length, bytes), class (u8 flag, u32 length, bytes));
+//! then the CRC-32 of everything before it (u32). A checkpoint of the first
+//! layout (`HSCKPT01`, without the tail's CRC-32) is passed over, and the
+//! writer replaces it.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use hindsight_model::SegmentId;
@@ -33,15 +45,30 @@ use super::CatalogEntry;
 /// Lines appended after the last checkpoint from which the writer writes a new one.
 pub const CHECKPOINT_EVERY_LINES: u64 = 256;
 
-const MAGIC: &[u8; 8] = b"HSCKPT01";
+const MAGIC: &[u8; 8] = b"HSCKPT02";
+
+/// The bytes at the end of the covered prefix whose CRC-32 a reader checks.
+pub const TAIL_BYTES: u64 = 64 * 1024;
+
+/// How a load checks that the catalog file still holds the prefix a
+/// checkpoint covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefixCheck {
+    /// Its length and the CRC-32 of its last [`TAIL_BYTES`]: readers.
+    Tail,
+    /// The CRC-32 of all of it: the writer and `hindsight check`.
+    Whole,
+}
 
 /// The catalog as of a prefix of its file: borrowed from the writer's catalog
 /// when it writes one, owned when a load reads one.
 #[derive(Debug, Default, PartialEq)]
 pub(super) struct Checkpoint<'a> {
-    /// Bytes of `catalog.jsonl` it covers, and their CRC-32.
+    /// Bytes of `catalog.jsonl` it covers, their CRC-32, and the CRC-32 of
+    /// the last [`TAIL_BYTES`] of them.
     pub covered_len: u64,
     pub covered_crc: u32,
+    pub tail_crc: u32,
     /// Lines in those bytes.
     pub lines: u64,
     pub max_id_seen: Option<SegmentId>,
@@ -62,6 +89,7 @@ impl Checkpoint<'_> {
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.covered_len.to_le_bytes());
         out.extend_from_slice(&self.covered_crc.to_le_bytes());
+        out.extend_from_slice(&self.tail_crc.to_le_bytes());
         out.extend_from_slice(&self.lines.to_le_bytes());
         out.push(u8::from(self.max_id_seen.is_some()));
         out.extend_from_slice(&self.max_id_seen.map_or(0, |id| id.0).to_le_bytes());
@@ -115,6 +143,7 @@ impl Checkpoint<'static> {
         }
         let covered_len = cursor.u64()?;
         let covered_crc = cursor.u32()?;
+        let tail_crc = cursor.u32()?;
         let lines = cursor.u64()?;
         let has_max = cursor.u8()?;
         let max = cursor.u64()?;
@@ -174,6 +203,7 @@ impl Checkpoint<'static> {
         cursor.rest.is_empty().then_some(Self {
             covered_len,
             covered_crc,
+            tail_crc,
             lines,
             max_id_seen,
             removed: Cow::Owned(removed),
@@ -206,6 +236,30 @@ pub(super) fn crc_of_prefix(reader: &mut impl Read, len: u64) -> std::io::Result
         left -= read as u64;
     }
     Ok(Some(hasher.finalize()))
+}
+
+/// Whether `reader` (a catalog file) holds the prefix `checkpoint` covers, by
+/// `check`; `reader` is then just past it, at any position otherwise.
+pub(super) fn holds_prefix(
+    reader: &mut (impl Read + Seek),
+    checkpoint: &Checkpoint<'_>,
+    check: PrefixCheck,
+) -> std::io::Result<bool> {
+    Ok(match check {
+        PrefixCheck::Whole => {
+            crc_of_prefix(reader, checkpoint.covered_len)? == Some(checkpoint.covered_crc)
+        }
+        PrefixCheck::Tail => {
+            let start = tail_start(checkpoint.covered_len);
+            reader.seek(SeekFrom::Start(start))?;
+            crc_of_prefix(reader, checkpoint.covered_len - start)? == Some(checkpoint.tail_crc)
+        }
+    })
+}
+
+/// Where the last [`TAIL_BYTES`] of a prefix of `len` bytes start.
+pub(super) fn tail_start(len: u64) -> u64 {
+    len.saturating_sub(TAIL_BYTES)
 }
 
 struct Cursor<'a> {
