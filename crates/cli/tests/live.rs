@@ -753,7 +753,7 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
         seals >= 3,
         "{seals} packet segments: too few seals during the replay"
     );
-    let mut nonempty = 0;
+    let mut partial = 0;
     for (until, answer) in &answers {
         let got = read_capture(answer);
         assert!(
@@ -779,16 +779,19 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
             got == expected,
             "the answer up to {until} differs from tcpdump's"
         );
-        nonempty += usize::from(!got.is_empty());
+        partial += usize::from(!got.is_empty() && got.len() < seen.len());
     }
-    // Most questions came while packets flowed and segments sealed.
+    // Questions came while packets flowed and segments sealed: answers that
+    // held some of the replay and not all of it. A count, not a share of the
+    // questions: on a loaded machine each question takes longer, and more
+    // of them come before the first packet or after the last.
     assert!(
-        nonempty >= 10 && nonempty * 3 >= answers.len() * 2,
-        "{nonempty} of {} answers held packets",
+        partial >= 4,
+        "{partial} of {} answers were asked while packets flowed",
         answers.len()
     );
     eprintln!(
-        "{} answers, {nonempty} with packets, all equal to tcpdump's; {seals} packet segments sealed",
+        "{} answers, {partial} asked while packets flowed, all equal to tcpdump's; {seals} packet segments sealed",
         answers.len()
     );
 }

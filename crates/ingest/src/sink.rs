@@ -287,14 +287,11 @@ fn run(
     abort(opens);
     // The memtables' last table files can meet a full disk too (ENOSPC in the
     // connection index's flush once its blocks grew): named as one.
-    let flushed = indexes
+    indexes
         .addresses
         .flush()
-        .map_err(IngestError::from)
-        .and_then(|()| indexes.connections.flush().map_err(IngestError::from));
-    if let Err(error) = flushed {
-        return Err(full_disk_error(&archive, retention, error));
-    }
+        .and_then(|()| indexes.connections.flush())
+        .map_err(|error| full_disk_error(&archive, retention, error.into()))?;
     Ok((report, archive))
 }
 

@@ -276,15 +276,9 @@ impl Catalog {
         let Ok(mut file) = File::open(&self.path) else {
             return;
         };
-        let Ok(Some(covered_crc)) = checkpoint::crc_of_prefix(&mut file, self.valid_len_bytes)
+        let Ok(Some((covered_crc, tail_crc))) =
+            checkpoint::prefix_crcs(&mut file, self.valid_len_bytes)
         else {
-            return;
-        };
-        let tail_start = checkpoint::tail_start(self.valid_len_bytes);
-        let tail = file
-            .seek(std::io::SeekFrom::Start(tail_start))
-            .and_then(|_| checkpoint::crc_of_prefix(&mut file, self.valid_len_bytes - tail_start));
-        let Ok(Some(tail_crc)) = tail else {
             return;
         };
         let checkpoint = Checkpoint {

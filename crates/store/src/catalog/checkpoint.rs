@@ -221,8 +221,29 @@ impl Checkpoint<'static> {
 /// The CRC-32 of the first `len` bytes read from `reader`; `None` if it ends
 /// before them.
 pub(super) fn crc_of_prefix(reader: &mut impl Read, len: u64) -> std::io::Result<Option<u32>> {
+    Ok(hash_next(reader, len)?.map(crc32fast::Hasher::finalize))
+}
+
+/// The CRC-32s a checkpoint keeps of the first `len` bytes read from
+/// `reader` (all of them, and their last [`TAIL_BYTES`]), in one pass;
+/// `None` if it ends before them.
+pub(super) fn prefix_crcs(reader: &mut impl Read, len: u64) -> std::io::Result<Option<(u32, u32)>> {
+    let head_len = tail_start(len);
+    let Some(mut whole) = hash_next(reader, head_len)? else {
+        return Ok(None);
+    };
+    let Some(tail) = hash_next(reader, len - head_len)? else {
+        return Ok(None);
+    };
+    whole.combine(&tail);
+    Ok(Some((whole.finalize(), tail.finalize())))
+}
+
+/// The next `len` bytes read from `reader` through a CRC-32; `None` if it
+/// ends before them.
+fn hash_next(reader: &mut impl Read, len: u64) -> std::io::Result<Option<crc32fast::Hasher>> {
     let mut hasher = crc32fast::Hasher::new();
-    let mut buffer = vec![0u8; 1 << 20];
+    let mut buffer = vec![0u8; (1 << 20).min(usize::try_from(len).unwrap_or(usize::MAX))];
     let mut left = len;
     while left > 0 {
         let want = buffer
@@ -235,7 +256,7 @@ pub(super) fn crc_of_prefix(reader: &mut impl Read, len: u64) -> std::io::Result
         hasher.update(&buffer[..read]);
         left -= read as u64;
     }
-    Ok(Some(hasher.finalize()))
+    Ok(Some(hasher))
 }
 
 /// Whether `reader` (a catalog file) holds the prefix `checkpoint` covers, by
