@@ -35,7 +35,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = headers.status.name();
     // The frame as cut by a snap length: the selector also says how many bytes
     // the wire had beyond it (none for most).
-    let wire_len = u32::try_from(frame.len()).unwrap_or(u32::MAX).saturating_add(u32::from(selector / 17));
+    let wire_len = u32::try_from(frame.len())
+        .unwrap_or(u32::MAX)
+        .saturating_add(u32::from(selector / 17));
     let record = PacketRecord {
         ts_nanos: 0,
         wire_len,
@@ -57,6 +59,11 @@ fuzz_target!(|data: &[u8]| {
     }
     for wire_len in [0, 1, 20, 54, u32::MAX] {
         back.clear();
-        let _ = snap::restore(form, &PacketRecord { wire_len, ..record }, &stored, &mut back);
+        let _ = snap::restore(
+            form,
+            &PacketRecord { wire_len, ..record },
+            &stored,
+            &mut back,
+        );
     }
 });

@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
             let _ = template.render(&headers);
         }
         Err(TriggerError::UnknownPlaceholder { column, .. }) => {
-            assert!(column >= 1 && column <= text.chars().count(), "column of {text:?}");
+            assert!(
+                column >= 1 && column <= text.chars().count(),
+                "column of {text:?}"
+            );
         }
         Err(error) => {
             let _ = error.to_string();

@@ -46,7 +46,11 @@ fuzz_target!(|data: &[u8]| {
     assert_ne!(whole, Verdict::Unknown, "{text:?}: every byte was captured");
     let printed = Filter::parse_with(&filter.to_string(), FilterSyntax::Wireshark)
         .unwrap_or_else(|error| panic!("{text:?} prints as {filter}, which fails: {error}"));
-    assert_eq!(printed.test(&record, frame), whole, "{text:?} printed as {filter}");
+    assert_eq!(
+        printed.test(&record, frame),
+        whole,
+        "{text:?} printed as {filter}"
+    );
     let _ = filter.passes(&record, frame);
     for kept in 0..frame.len().min(96) {
         // Kept bytes either decide as the whole frame does, or say they cannot.

@@ -4,15 +4,19 @@
 
 #![no_main]
 
-use hindsight_model::PacketRecord;
 use hindsight_filter::{Filter, FilterSyntax};
+use hindsight_model::PacketRecord;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    for syntax in [FilterSyntax::Auto, FilterSyntax::Wireshark, FilterSyntax::Bpf] {
+    for syntax in [
+        FilterSyntax::Auto,
+        FilterSyntax::Wireshark,
+        FilterSyntax::Bpf,
+    ] {
         match Filter::parse_with(text, syntax) {
             Ok(filter) => {
                 let printed = filter.to_string();
