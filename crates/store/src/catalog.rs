@@ -953,6 +953,40 @@ mod tests {
         }
     }
 
+    /// A checkpoint whose largest id is below an id it lists, or that
+    /// counts more lines than its prefix has bytes, is refused (both found
+    /// by the fuzz target `catalog_checkpoint`): the writer takes its next
+    /// id from the one, and the load counts on from the other.
+    #[test]
+    fn checkpoint_decoding_refuses_a_largest_id_below_its_ids() {
+        let with = |max_id_seen, removed: &[u64]| Checkpoint {
+            covered_len: 1234,
+            covered_crc: 2,
+            tail_crc: 3,
+            lines: 4,
+            max_id_seen,
+            removed: Cow::Owned(removed.iter().map(|&id| SegmentId(id)).collect()),
+            entries: Cow::Owned((1..=3).map(entry).collect()),
+        };
+        for (max_id_seen, removed) in [
+            (None, &[][..]),
+            (Some(SegmentId(2)), &[]),
+            (Some(SegmentId(3)), &[4]),
+        ] {
+            let checkpoint = with(max_id_seen, removed);
+            assert_eq!(
+                Checkpoint::decode(&checkpoint.encode()),
+                None,
+                "{checkpoint:?}"
+            );
+        }
+        let checkpoint = with(Some(SegmentId(4)), &[4]);
+        assert_eq!(Checkpoint::decode(&checkpoint.encode()), Some(checkpoint));
+        let mut checkpoint = with(Some(SegmentId(4)), &[4]);
+        checkpoint.lines = u64::MAX;
+        assert_eq!(Checkpoint::decode(&checkpoint.encode()), None);
+    }
+
     fn entry(id: u64) -> CatalogEntry {
         CatalogEntry {
             id,

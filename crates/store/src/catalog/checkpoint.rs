@@ -200,6 +200,17 @@ impl Checkpoint<'static> {
                 class,
             });
         }
+        // The largest id is at least every id listed: a writer that trusted
+        // a lower one would give a new segment an id already used.
+        let largest_listed = entries
+            .last()
+            .map(|entry: &CatalogEntry| entry.segment_id())
+            .max(removed.last().copied());
+        // And every line of the prefix holds at least its newline: a count
+        // beyond that would overflow as the lines after it are counted on.
+        if largest_listed > max_id_seen || lines > covered_len {
+            return None;
+        }
         cursor.rest.is_empty().then_some(Self {
             covered_len,
             covered_crc,
