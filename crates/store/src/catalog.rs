@@ -958,7 +958,7 @@ mod tests {
     /// by the fuzz target `catalog_checkpoint`): the writer takes its next
     /// id from the one, and the load counts on from the other.
     #[test]
-    fn checkpoint_decoding_refuses_a_largest_id_below_its_ids() {
+    fn checkpoint_decoding_refuses_a_largest_id_or_a_line_count_its_contents_contradict() {
         let with = |max_id_seen, removed: &[u64]| Checkpoint {
             covered_len: 1234,
             covered_crc: 2,
