@@ -695,6 +695,28 @@ impl Snapshot {
     }
 }
 
+/// The connections of `query` in the archive at `root`, from its connection
+/// index alone, as a snapshot's [`connections`](Snapshot::connections) gives
+/// them without a tail: a one-shot lookup (`hindsight flows`) opens neither
+/// the catalog nor the address index, whose cost grows with the archive
+/// (a 500 M-packet archive's catalog is 16,000 entries) and which the lookup
+/// never reads.
+pub fn sealed_connections(root: &Path, query: &ConnQuery) -> Result<Connections, ReaderError> {
+    Archive::check_reader(root).map_err(|source| ReaderError::Open {
+        root: root.to_owned(),
+        source,
+    })?;
+    let index =
+        ConnectionIndex::open_read_only(&Archive::connections_dir_of(root)).map_err(|source| {
+            ReaderError::Index {
+                which: "connection index",
+                root: root.to_owned(),
+                source,
+            }
+        })?;
+    connections::lookup(index.as_ref(), &[], query)
+}
+
 /// The long-lived reader of one archive.
 #[derive(Debug)]
 pub struct Reader {

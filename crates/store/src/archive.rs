@@ -169,6 +169,18 @@ impl Archive {
         Self::open_reader_with(root, PrefixCheck::Whole)
     }
 
+    /// Checks that `root` is an archive this build reads (its marker file),
+    /// opening nothing else: for a question that needs one of its indexes
+    /// and not its catalog.
+    pub fn check_reader(root: &Path) -> Result<()> {
+        check_marker(root)
+    }
+
+    /// The directory of the RocksDB connection index of the archive at `root`.
+    pub fn connections_dir_of(root: &Path) -> PathBuf {
+        root.join(CONNECTIONS_DIR)
+    }
+
     fn open_reader_with(root: &Path, check: PrefixCheck) -> Result<Self> {
         check_marker(root)?;
         let (catalog, catalog_damage) = Catalog::load_lenient(&root.join(CATALOG_FILE), check)?;
@@ -239,7 +251,7 @@ impl Archive {
 
     /// Returns the directory of the RocksDB connection index.
     pub fn connections_dir(&self) -> PathBuf {
-        self.root.join(CONNECTIONS_DIR)
+        Self::connections_dir_of(&self.root)
     }
 
     /// Returns the directory of the RocksDB index.

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use hindsight_output::connections::ConnWriter;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
-use hindsight_reader::{ConnQuery, Reader, decode_cursor, encode_cursor};
+use hindsight_reader::{ConnQuery, decode_cursor, encode_cursor};
 use hindsight_serve::client::Client;
 
 use crate::cmd::query::WindowArgs;
@@ -91,7 +91,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Err(error) => super::unanswered(&client, &error),
         }
     }
-    let page = Reader::open(root)?.snapshot()?.connections(&query)?;
+    let page = hindsight_reader::sealed_connections(root, &query)?;
     let mut out = BufWriter::with_capacity(1 << 16, io::stdout().lock());
     let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
     writer.set_community_seed(page.community_seed);
