@@ -209,6 +209,15 @@ impl PacketSearch {
         Ok(Self::new(Arc::new(archive), index.map(Arc::new)))
     }
 
+    /// [`open`](Self::open) for searches within `window` only: the catalog
+    /// is read for that window ([`Archive::open_reader_within`]), and a
+    /// search outside it is refused.
+    pub fn open_within(root: &Path, window: TimeRange) -> Result<Self, QueryError> {
+        let archive = Archive::open_reader_within(root, window)?;
+        let index = AddressIndex::open_read_only(&archive.index_dir())?;
+        Ok(Self::new(Arc::new(archive), index.map(Arc::new)))
+    }
+
     /// A search over an archive and its address index already open (shared with
     /// the other readers of a long-lived reader).
     pub fn new(archive: Arc<Archive>, index: Option<Arc<AddressIndex>>) -> Self {
@@ -377,8 +386,14 @@ impl PacketSearch {
     /// Chooses the segments `request` must read.
     pub fn plan(&self, request: &SearchRequest) -> Result<SearchPlan, QueryError> {
         let catalog = self.archive.catalog();
+        if !catalog.lists(request.time) {
+            return Err(QueryError::Plan {
+                message: "the archive was opened for another time window than the search's"
+                    .to_owned(),
+            });
+        }
         let mut stats = SearchStats {
-            segments_total: catalog.entries_of(Table::Packets).count(),
+            segments_total: catalog.count_of(Table::Packets),
             ..SearchStats::default()
         };
         let mut segments: Vec<CatalogEntry> = catalog

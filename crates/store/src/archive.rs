@@ -25,6 +25,7 @@ use crate::Table;
 use crate::catalog::{Catalog, CatalogDamage, CatalogEntry, PrefixCheck};
 use crate::error::{Result, StoreError};
 use crate::segment::reader::SegmentReader;
+use crate::segment::reader::TimeRange;
 use crate::segment::writer::{SealedSegment, sync_dir};
 use crate::segment::{TEMP_SUFFIX, parse_segment_file_name, segment_file_name};
 
@@ -167,6 +168,21 @@ impl Archive {
     /// checkpoint's verified copy of it.
     pub fn open_reader_checking_catalog(root: &Path) -> Result<Self> {
         Self::open_reader_with(root, PrefixCheck::Whole)
+    }
+
+    /// [`open_reader`](Self::open_reader) for questions about `window` only:
+    /// its catalog lists every segment with rows in the window and counts
+    /// the rest without reading them ([`Catalog::load_within`]), so a
+    /// one-hour question costs the same in an archive of a day or a year.
+    pub fn open_reader_within(root: &Path, window: TimeRange) -> Result<Self> {
+        check_marker(root)?;
+        let (catalog, catalog_damage) = Catalog::load_within(&root.join(CATALOG_FILE), window)?;
+        Ok(Self {
+            root: root.to_owned(),
+            catalog,
+            catalog_damage,
+            _lock: None,
+        })
     }
 
     /// Checks that `root` is an archive this build reads (its marker file),

@@ -20,8 +20,8 @@ use crate::segment::reader::TimeRange;
 
 mod checkpoint;
 
-use checkpoint::Checkpoint;
-pub use checkpoint::{CHECKPOINT_EVERY_LINES, PrefixCheck};
+pub use checkpoint::{BLOCK_ENTRIES, CHECKPOINT_EVERY_LINES, PrefixCheck};
+use checkpoint::{Checkpoint, Covered, Head};
 
 /// The summary of one sealed segment, as the catalog keeps it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +99,19 @@ pub struct Catalog {
     appender: Option<File>,
     /// Lines the last checkpoint read or written covers (`checkpoint.rs`).
     checkpoint_lines: u64,
+    /// For a reader's load of one window ([`load_within`](Self::load_within)),
+    /// the window and what the checkpoint's blocks it did not read hold.
+    partial: Option<Partial>,
+}
+
+/// What a catalog loaded for one window did not read: `entries` holds every
+/// live segment with rows in `window`, and some others.
+#[derive(Clone, Copy, Debug)]
+struct Partial {
+    window: TimeRange,
+    /// The segments of the blocks not read, and the `packets` ones among them.
+    segments: usize,
+    packets: usize,
 }
 
 /// An unreadable line in the middle of the catalog, which a lenient load skipped.
@@ -137,6 +150,30 @@ impl Catalog {
     /// holds it (`checkpoint.rs`): with [`PrefixCheck::Tail`] damage inside
     /// that prefix is not looked for (the checkpoint answers for it).
     pub fn load_lenient(path: &Path, check: PrefixCheck) -> Result<(Self, Vec<CatalogDamage>)> {
+        Self::load_with(path, check, None)
+    }
+
+    /// Loads the catalog at `path` for a reader that asks about `window`
+    /// only, leniently as [`load_lenient`](Self::load_lenient) with
+    /// [`PrefixCheck::Tail`]: of a checkpoint it reads the head and the
+    /// blocks whose time span overlaps `window` or that hold an id a later
+    /// line names, not the rest (`checkpoint.rs`). The catalog is then
+    /// partial: it lists every live segment with rows in `window` (and some
+    /// others), and it counts the segments it does not list
+    /// ([`len`](Self::len), [`count_of`](Self::count_of)). Without a valid
+    /// checkpoint it is the whole catalog.
+    pub fn load_within(path: &Path, window: TimeRange) -> Result<(Self, Vec<CatalogDamage>)> {
+        if window == TimeRange::ALL {
+            return Self::load_lenient(path, PrefixCheck::Tail);
+        }
+        Self::load_with(path, PrefixCheck::Tail, Some(window))
+    }
+
+    fn load_with(
+        path: &Path,
+        check: PrefixCheck,
+        window: Option<TimeRange>,
+    ) -> Result<(Self, Vec<CatalogDamage>)> {
         let mut damage = Vec::new();
         let file = match File::open(path) {
             Ok(file) => Some(file),
@@ -161,7 +198,21 @@ impl Catalog {
         // additions before it.
         let mut order = 0u64;
         let mut checkpoint_lines = 0u64;
+        // A window's load: the checkpoint's head, whose blocks are read
+        // once the lines after it are.
+        let mut head = None;
         if let Some(reader) = reader.as_mut()
+            && window.is_some()
+        {
+            if let Some((file, found)) = Self::head_for(path, reader)? {
+                max_id_seen = found.max_id_seen;
+                valid_len = found.covered.len;
+                lines = found.lines;
+                checkpoint_lines = found.lines;
+                order = 2;
+                head = Some((file, found));
+            }
+        } else if let Some(reader) = reader.as_mut()
             && let Some(checkpoint) = Self::checkpoint_for(path, reader, check)?
         {
             // The covered prefix, as of the checkpoint: its removals come
@@ -170,7 +221,7 @@ impl Catalog {
             added_at = vec![1; checkpoint.entries.len()];
             adds = checkpoint.entries.into_owned();
             max_id_seen = checkpoint.max_id_seen;
-            valid_len = checkpoint.covered_len;
+            valid_len = checkpoint.covered.len;
             lines = checkpoint.lines;
             checkpoint_lines = checkpoint.lines;
             order = 2;
@@ -212,6 +263,38 @@ impl Catalog {
             lines += 1;
             order += 1;
         }
+        let mut partial = None;
+        if let (Some(window), Some((file, head))) = (window, head) {
+            // The blocks the window needs: those that may hold a segment
+            // with rows in it, and those holding an id a later line adds
+            // or removes (so that the line applies as in a whole load).
+            let named = |block: &checkpoint::Block| {
+                adds.iter().any(|entry| block.spans(entry.segment_id()))
+                    || removed_at.keys().any(|&id| block.spans(id))
+            };
+            let mut read = Vec::new();
+            let mut left = Partial {
+                window,
+                segments: 0,
+                packets: 0,
+            };
+            for block in &head.blocks {
+                if !block.overlaps(window) && !named(block) {
+                    left.segments += block.entries as usize;
+                    left.packets += block.packets as usize;
+                    continue;
+                }
+                match Head::read_block(&file, block) {
+                    Some(entries) => read.extend(entries),
+                    // A damaged block: the whole load passes over the
+                    // checkpoint and reads every line.
+                    None => return Self::load_with(path, check, None),
+                }
+            }
+            added_at.splice(0..0, std::iter::repeat_n(1, read.len()));
+            adds.splice(0..0, read);
+            partial = Some(left);
+        }
         let mut line_of = added_at.into_iter();
         let mut entries = adds;
         if !removed_at.is_empty() {
@@ -239,8 +322,31 @@ impl Catalog {
             lines,
             appender: None,
             checkpoint_lines,
+            partial,
         };
         Ok((catalog, damage))
+    }
+
+    /// The checkpoint's file and head for a window's load, if there is a
+    /// valid one and `reader` (the catalog, at its start) ends its covered
+    /// prefix with the tail it names; `reader` is then past the prefix.
+    /// Otherwise `None`, with `reader` back at the start.
+    fn head_for(
+        path: &Path,
+        reader: &mut std::io::BufReader<File>,
+    ) -> Result<Option<(File, Head)>> {
+        let Ok(file) = File::open(checkpoint::path_of(path)) else {
+            return Ok(None);
+        };
+        let Some(head) = Head::read(&file) else {
+            return Ok(None);
+        };
+        let read_error = |e| StoreError::io("read catalog", path)(e);
+        if checkpoint::holds_prefix(reader, &head.covered, PrefixCheck::Tail).map_err(read_error)? {
+            return Ok(Some((file, head)));
+        }
+        reader.rewind().map_err(read_error)?;
+        Ok(None)
     }
 
     /// The checkpoint of the catalog at `path` if there is a valid one and
@@ -256,7 +362,7 @@ impl Catalog {
             return Ok(None);
         };
         let read_error = |e| StoreError::io("read catalog", path)(e);
-        if checkpoint::holds_prefix(reader, &checkpoint, check).map_err(read_error)? {
+        if checkpoint::holds_prefix(reader, &checkpoint.covered, check).map_err(read_error)? {
             return Ok(Some(checkpoint));
         }
         reader.rewind().map_err(read_error)?;
@@ -282,9 +388,11 @@ impl Catalog {
             return;
         };
         let checkpoint = Checkpoint {
-            covered_len: self.valid_len_bytes,
-            covered_crc,
-            tail_crc,
+            covered: Covered {
+                len: self.valid_len_bytes,
+                crc: covered_crc,
+                tail_crc,
+            },
             lines: self.lines,
             max_id_seen: self.max_id_seen,
             removed: Cow::Borrowed(&self.removed),
@@ -361,14 +469,35 @@ impl Catalog {
         self.position(id).ok().and_then(|at| self.entries.get(at))
     }
 
-    /// Returns the number of live segments.
+    /// Returns the number of live segments (of a partial catalog, those it
+    /// does not list too).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.partial.map_or(0, |partial| partial.segments)
     }
 
-    /// Returns true if the catalog lists no segment.
+    /// Returns true if the catalog holds no segment.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    /// Returns the number of live segments of `table` (of a partial
+    /// catalog, those it does not list too).
+    pub fn count_of(&self, table: crate::Table) -> usize {
+        let unlisted = self.partial.map_or(0, |partial| match table {
+            crate::Table::Packets => partial.packets,
+            crate::Table::Flows => partial.segments - partial.packets,
+        });
+        self.entries_of(table).count() + unlisted
+    }
+
+    /// Whether the catalog lists every live segment with rows in `time`:
+    /// always, unless it was loaded for a window
+    /// ([`load_within`](Self::load_within)) that does not hold `time`.
+    pub fn lists(&self, time: TimeRange) -> bool {
+        self.partial.is_none_or(|partial| {
+            partial.window.start_nanos <= time.start_nanos
+                && time.end_nanos <= partial.window.end_nanos
+        })
     }
 
     /// Returns the largest segment id ever added (removed ones included), if any.
@@ -844,6 +973,78 @@ mod tests {
         assert_eq!(state(&with), state(&catalog));
     }
 
+    /// A load for one window reads the checkpoint blocks it needs and lists
+    /// in the window what a whole load lists there, through lines after
+    /// the checkpoint that remove and re-add ids of blocks outside the
+    /// window; it counts the segments it does not list; a damaged block
+    /// makes it a whole load.
+    #[test]
+    fn a_load_for_a_window_lists_in_it_what_a_whole_load_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.jsonl");
+        let mut catalog = Catalog::open_for_append(&path).unwrap();
+        for id in 1..=1200 {
+            let mut added = entry(id);
+            if id % 7 == 0 {
+                added.table = "flows".into();
+            }
+            catalog.add(added).unwrap();
+        }
+        // After the checkpoint of 1,024 lines (four blocks): a removal in
+        // the first block and its id added again, a removal in the second.
+        for id in [10, 300] {
+            catalog.remove(SegmentId(id)).unwrap();
+        }
+        catalog.add(entry(10)).unwrap();
+        drop(catalog);
+        let file = File::open(checkpoint::path_of(&path)).unwrap();
+        let head = Head::read(&file).unwrap();
+        assert_eq!(head.blocks.len(), 4);
+        let (whole, _) = Catalog::load_lenient(&path, PrefixCheck::Tail).unwrap();
+        let in_window = |catalog: &Catalog, window| -> Vec<CatalogEntry> {
+            catalog
+                .entries()
+                .filter(|e| e.overlaps(window))
+                .cloned()
+                .collect()
+        };
+        let hour = TimeRange {
+            start_nanos: 100 * 700,
+            end_nanos: 100 * 710,
+        };
+        let nothing = TimeRange {
+            start_nanos: 1,
+            end_nanos: 2,
+        };
+        for (window, listed) in [(hour, 3 * 256 + 176), (nothing, 2 * 256 + 176)] {
+            let (within, damage) = Catalog::load_within(&path, window).unwrap();
+            assert!(damage.is_empty());
+            // The blocks of the window and of the ids the later lines name.
+            assert_eq!(within.entries().count(), listed - 1, "{window:?}");
+            assert_eq!(in_window(&within, window), in_window(&whole, window));
+            assert_eq!(within.len(), whole.len());
+            for table in [crate::Table::Packets, crate::Table::Flows] {
+                assert_eq!(within.count_of(table), whole.count_of(table));
+            }
+            assert!(within.get(SegmentId(300)).is_none() && within.get(SegmentId(10)).is_some());
+            assert_eq!(
+                (within.max_id(), within.lines, within.valid_len_bytes),
+                (whole.max_id(), whole.lines, whole.valid_len_bytes)
+            );
+            assert!(within.lists(window) && !within.lists(TimeRange::ALL));
+        }
+        assert!(whole.lists(TimeRange::ALL));
+
+        // A damaged block the window needs: a whole load, the checkpoint
+        // passed over.
+        let mut bytes = std::fs::read(checkpoint::path_of(&path)).unwrap();
+        bytes[head.blocks[2].offset as usize + 20] ^= 1;
+        std::fs::write(checkpoint::path_of(&path), &bytes).unwrap();
+        let (within, _) = Catalog::load_within(&path, hour).unwrap();
+        assert!(within.partial.is_none() && within.checkpoint_lines == 0);
+        assert_eq!(state(&within), state(&whole));
+    }
+
     /// A damaged or torn checkpoint is passed over. A catalog line damaged
     /// inside the checkpoint's prefix is found and reported by a load that
     /// checks the whole prefix (the writer, `hindsight check`) and by a
@@ -881,7 +1082,7 @@ mod tests {
             }
         }
         std::fs::write(&checkpoint_path, &good).unwrap();
-        let covered = Checkpoint::read(&checkpoint_path).unwrap().covered_len;
+        let covered = Checkpoint::read(&checkpoint_path).unwrap().covered.len;
         assert!(covered > checkpoint::TAIL_BYTES, "{covered} bytes covered");
         let original = std::fs::read(&path).unwrap();
 
@@ -927,9 +1128,11 @@ mod tests {
         let mut entries: Vec<CatalogEntry> = (1..=3).map(entry).collect();
         entries[1].class = Some("dns".to_owned());
         let checkpoint = Checkpoint {
-            covered_len: 1234,
-            covered_crc: 99,
-            tail_crc: 98,
+            covered: Covered {
+                len: 1234,
+                crc: 99,
+                tail_crc: 98,
+            },
             lines: 5,
             max_id_seen: Some(SegmentId(9)),
             removed: Cow::Owned([SegmentId(4), SegmentId(9)].into()),
@@ -942,12 +1145,12 @@ mod tests {
             let mut changed = bytes.clone();
             changed[at] ^= 0x40;
             assert_eq!(Checkpoint::decode(&changed), None, "byte {at} changed");
-            // The body changed and its CRC-32 made to match: a valid
+            // The byte changed and the CRC-32s made to match: a valid
             // checkpoint or none, never a panic.
-            if at < bytes.len() - 4 {
-                let body = &changed[..bytes.len() - 4];
-                let mut resealed = body.to_vec();
-                resealed.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+            for flip in [0x40, 0x01, 0xff] {
+                let mut resealed = bytes.clone();
+                resealed[at] ^= flip;
+                checkpoint::reseal(&mut resealed);
                 let _ = Checkpoint::decode(&resealed);
             }
         }
@@ -960,9 +1163,11 @@ mod tests {
     #[test]
     fn checkpoint_decoding_refuses_a_largest_id_or_a_line_count_its_contents_contradict() {
         let with = |max_id_seen, removed: &[u64]| Checkpoint {
-            covered_len: 1234,
-            covered_crc: 2,
-            tail_crc: 3,
+            covered: Covered {
+                len: 1234,
+                crc: 2,
+                tail_crc: 3,
+            },
             lines: 4,
             max_id_seen,
             removed: Cow::Owned(removed.iter().map(|&id| SegmentId(id)).collect()),

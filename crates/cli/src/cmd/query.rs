@@ -119,7 +119,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Err(error) => super::unanswered(&client, &error),
         }
     }
-    let search = PacketSearch::open(root)
+    let search = PacketSearch::open_within(root, time)
         .with_context(|| format!("cannot open archive {}", root.display()))?
         .with_remote(hindsight_reader::remote_segments(root)?);
     let request = SearchRequest {
