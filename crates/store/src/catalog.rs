@@ -537,12 +537,14 @@ impl Catalog {
         self.entries.binary_search_by_key(&id.0, |entry| entry.id)
     }
 
-    /// Returns true if segment `id` was removed.
+    /// Returns true if segment `id` was removed (of a catalog loaded for a
+    /// window, only the removals after its checkpoint are known).
     pub fn was_removed(&self, id: SegmentId) -> bool {
         self.removed.contains(&id)
     }
 
-    /// The ids of removed segments this catalog still records.
+    /// The ids of removed segments this catalog still records (of one
+    /// loaded for a window, those removed after its checkpoint).
     pub fn removed_ids(&self) -> impl Iterator<Item = SegmentId> + '_ {
         self.removed.iter().copied()
     }
