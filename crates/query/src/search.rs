@@ -204,9 +204,7 @@ type CommunityPlan = (
 impl PacketSearch {
     /// Opens the archive at `root` for reading, with its address index if it has one.
     pub fn open(root: &Path) -> Result<Self, QueryError> {
-        let archive = Archive::open_reader(root)?;
-        let index = AddressIndex::open_read_only(&archive.index_dir())?;
-        Ok(Self::new(Arc::new(archive), index.map(Arc::new)))
+        Self::open_within(root, TimeRange::ALL)
     }
 
     /// [`open`](Self::open) for searches within `window` only: the catalog

@@ -159,7 +159,9 @@ impl Archive {
     /// Opens the archive at `root` for reading: no lock, no repair. Segments sealed by a
     /// running writer after this call are not seen.
     pub fn open_reader(root: &Path) -> Result<Self> {
-        Self::open_reader_with(root, PrefixCheck::Tail)
+        Self::open_reader_with(root, |catalog| {
+            Catalog::load_lenient(catalog, PrefixCheck::Tail)
+        })
     }
 
     /// [`open_reader`](Self::open_reader), reading every catalog line a
@@ -167,7 +169,9 @@ impl Archive {
     /// damaged there is then found, as it is not when a reader trusts the
     /// checkpoint's verified copy of it.
     pub fn open_reader_checking_catalog(root: &Path) -> Result<Self> {
-        Self::open_reader_with(root, PrefixCheck::Whole)
+        Self::open_reader_with(root, |catalog| {
+            Catalog::load_lenient(catalog, PrefixCheck::Whole)
+        })
     }
 
     /// [`open_reader`](Self::open_reader) for questions about `window` only:
@@ -175,14 +179,7 @@ impl Archive {
     /// the rest without reading them ([`Catalog::load_within`]), so a
     /// one-hour question costs the same in an archive of a day or a year.
     pub fn open_reader_within(root: &Path, window: TimeRange) -> Result<Self> {
-        check_marker(root)?;
-        let (catalog, catalog_damage) = Catalog::load_within(&root.join(CATALOG_FILE), window)?;
-        Ok(Self {
-            root: root.to_owned(),
-            catalog,
-            catalog_damage,
-            _lock: None,
-        })
+        Self::open_reader_with(root, |catalog| Catalog::load_within(catalog, window))
     }
 
     /// Checks that `root` is an archive this build reads (its marker file),
@@ -197,9 +194,13 @@ impl Archive {
         root.join(CONNECTIONS_DIR)
     }
 
-    fn open_reader_with(root: &Path, check: PrefixCheck) -> Result<Self> {
+    /// A reader of the archive at `root`, its catalog loaded by `load`.
+    fn open_reader_with(
+        root: &Path,
+        load: impl FnOnce(&Path) -> Result<(Catalog, Vec<CatalogDamage>)>,
+    ) -> Result<Self> {
         check_marker(root)?;
-        let (catalog, catalog_damage) = Catalog::load_lenient(&root.join(CATALOG_FILE), check)?;
+        let (catalog, catalog_damage) = load(&root.join(CATALOG_FILE))?;
         Ok(Self {
             root: root.to_owned(),
             catalog,

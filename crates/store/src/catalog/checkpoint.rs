@@ -174,10 +174,7 @@ impl Checkpoint<'_> {
                 min_ts_nanos: chunk.iter().map(|e| e.min_ts_nanos).min().unwrap_or(0),
                 max_ts_nanos: chunk.iter().map(|e| e.max_ts_nanos).max().unwrap_or(0),
                 entries: chunk.len() as u32,
-                packets: chunk
-                    .iter()
-                    .filter(|e| e.table == crate::Table::Packets.name())
-                    .count() as u32,
+                packets: packets_in(chunk) as u32,
                 offset: start as u64,
                 len: (blocks.len() - start) as u64,
                 crc: crc32fast::hash(&blocks[start..]),
@@ -386,6 +383,14 @@ impl Head {
     }
 }
 
+/// The entries of the `packets` table among `entries` (a block's row counts them).
+fn packets_in(entries: &[CatalogEntry]) -> usize {
+    entries
+        .iter()
+        .filter(|e| e.table == crate::Table::Packets.name())
+        .count()
+}
+
 /// The entries of `block` from its bytes; `None` if they do not pass their
 /// CRC-32 or do not agree with its row (ids, time span, counts).
 fn decode_block(bytes: &[u8], block: &Block) -> Option<Vec<CatalogEntry>> {
@@ -415,7 +420,7 @@ fn decode_block(bytes: &[u8], block: &Block) -> Option<Vec<CatalogEntry>> {
             _ => return None,
         };
         let in_order = entries.last().is_none_or(|last| last.id < id);
-        let in_block = (block.first_id..=block.last_id).contains(&id)
+        let in_block = block.spans(SegmentId(id))
             && block.min_ts_nanos <= min_ts_nanos
             && max_ts_nanos <= block.max_ts_nanos;
         if !in_order || !in_block {
@@ -434,10 +439,7 @@ fn decode_block(bytes: &[u8], block: &Block) -> Option<Vec<CatalogEntry>> {
             class,
         });
     }
-    let packets = entries
-        .iter()
-        .filter(|e| e.table == crate::Table::Packets.name())
-        .count();
+    let packets = packets_in(&entries);
     let ends = entries.first().map(|e| e.id) == Some(block.first_id)
         && entries.last().map(|e| e.id) == Some(block.last_id);
     (cursor.rest.is_empty() && ends && packets == block.packets as usize).then_some(entries)
