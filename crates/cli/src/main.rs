@@ -112,7 +112,7 @@ fn run() -> ExitCode {
             } else {
                 "error"
             };
-            eprintln!("{prefix}: {error:#}");
+            eprintln!("{prefix}: {}", chain_text(&error));
             ExitCode::FAILURE
         }
     }
@@ -140,6 +140,27 @@ fn exit_now(code: ExitCode) -> ExitCode {
     unsafe { libc::_exit(status) }
 }
 
+/// The error and its causes, `: `-separated, as anyhow's `{:#}` prints them,
+/// but without a cause whose text its outer message already ends with (an
+/// error that says its source and also names it as its source).
+fn chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut outer = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if !outer.is_empty() && outer.ends_with(&message) {
+            outer = message;
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+        outer = message;
+    }
+    text
+}
+
 /// Returns true if the error is a closed pipe (`hindsight query ... | head`): not a failure.
 fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
@@ -147,4 +168,47 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
             .downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_text;
+
+    /// An error that says its source and also names it as its source.
+    #[derive(Debug)]
+    struct Says {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Says {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open archive a: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Says {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_its_outer_message_already_says_is_printed_once() {
+        let io = || std::io::Error::other("no HINDSIGHT marker file");
+        let says = anyhow::Error::new(Says { source: io() });
+        assert_eq!(
+            chain_text(&says),
+            "cannot open archive a: no HINDSIGHT marker file"
+        );
+        let with = anyhow::Error::new(Says { source: io() }).context("stats");
+        assert_eq!(
+            chain_text(&with),
+            "stats: cannot open archive a: no HINDSIGHT marker file"
+        );
+        let plain = anyhow::Error::new(io()).context("cannot read b");
+        assert_eq!(
+            chain_text(&plain),
+            "cannot read b: no HINDSIGHT marker file"
+        );
+    }
 }

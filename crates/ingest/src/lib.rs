@@ -21,7 +21,7 @@ pub mod error;
 pub mod settings;
 mod sink;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -327,6 +327,8 @@ pub struct Ingestor {
     tail: Option<Arc<Tail>>,
     /// Zeek application fields waiting for their conn.log records.
     zeek_join: UidJoin,
+    /// The archive's directory, which a full disk's error names.
+    root: PathBuf,
 }
 
 /// Ended flows handed to the sink at once.
@@ -429,6 +431,7 @@ impl Ingestor {
             tail.clone(),
         );
         let ingestor = Self {
+            root: root.to_owned(),
             zeek_join: UidJoin::new(options.zeek_pending_uids),
             flow_table: FlowTable::new(options.flows),
             flow_out: Vec::new(),
@@ -759,14 +762,19 @@ impl Ingestor {
         // cutoff update before the final seal, and a compaction after it.
         drop(self.maintenance.take());
         let expiring = self.options.expiry.keep_events > 0;
+        // The index's own writes here meet a full disk as the sink's do.
+        let (root, retention) = (&self.root, &self.options.retention);
+        let full = |error: hindsight_index::IndexError| {
+            sink::full_disk_error(root, retention, error.into())
+        };
         if expiring {
             // The sink inserts what it was handed before sealing; wait for it.
             self.sink.seal()?;
-            self.connections.update_cutoff()?;
+            self.connections.update_cutoff().map_err(full)?;
         }
         let (report, _archive) = self.sink.finish()?;
         if expiring {
-            self.connections.compact()?;
+            self.connections.compact().map_err(full)?;
         }
         Ok(IngestSummary {
             counts: self.counts,

@@ -7,6 +7,7 @@
 //! they run here, beside the thread that reads and decodes, and the two stages
 //! overlap. The channel between them is bounded, which bounds memory.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -281,7 +282,7 @@ fn run(
         }
         Err(error) => {
             abort(opens);
-            return Err(full_disk_error(&archive, retention, error));
+            return Err(full_disk_error(archive.root(), retention, error));
         }
     }
     abort(opens);
@@ -291,7 +292,7 @@ fn run(
         .addresses
         .flush()
         .and_then(|()| indexes.connections.flush())
-        .map_err(|error| full_disk_error(&archive, retention, error.into()))?;
+        .map_err(|error| full_disk_error(archive.root(), retention, error.into()))?;
     Ok((report, archive))
 }
 
@@ -371,7 +372,7 @@ fn run_commands(
                     })
                     .and_then(|()| expire_flows(archive, indexes))
                     .and_then(|()| expire_packets(archive, indexes, retention))
-                    .map_err(|error| full_disk_error(archive, retention, error));
+                    .map_err(|error| full_disk_error(archive.root(), retention, error));
                 match (ack, result) {
                     (Some(ack), result) => {
                         let failed = result.is_err();
@@ -617,7 +618,7 @@ fn make_room(
     }
     if !retention.expires() {
         return Err(disk_full(
-            archive,
+            archive.root(),
             free,
             floor,
             "the archive sets no [packets] max_bytes or max_age_secs, so nothing is expired to make room"
@@ -639,7 +640,7 @@ fn make_room(
         return Ok(());
     }
     Err(disk_full(
-        archive,
+        archive.root(),
         hindsight_store::disk::free_bytes(archive.root()).unwrap_or(free),
         floor,
         "every segment but the newest of each retention class has been expired, and that is not room enough"
@@ -647,15 +648,10 @@ fn make_room(
     ))
 }
 
-fn disk_full(
-    archive: &Archive,
-    free_bytes: u64,
-    min_free_bytes: u64,
-    reason: String,
-) -> IngestError {
+fn disk_full(root: &Path, free_bytes: u64, min_free_bytes: u64, reason: String) -> IngestError {
     IngestError::DiskFull {
-        archive: archive.root().to_owned(),
-        mount: hindsight_store::disk::mount_point(archive.root()),
+        archive: root.to_owned(),
+        mount: hindsight_store::disk::mount_point(root),
         free_bytes,
         min_free_bytes,
         reason,
@@ -663,14 +659,18 @@ fn disk_full(
 }
 
 /// `error` as [`IngestError::DiskFull`] if it is ENOSPC, else unchanged.
-fn full_disk_error(archive: &Archive, retention: &Retention, error: IngestError) -> IngestError {
+pub(crate) fn full_disk_error(
+    root: &Path,
+    retention: &Retention,
+    error: IngestError,
+) -> IngestError {
     if matches!(error, IngestError::DiskFull { .. }) || !hindsight_store::disk::is_disk_full(&error)
     {
         return error;
     }
     disk_full(
-        archive,
-        hindsight_store::disk::free_bytes(archive.root()).unwrap_or(0),
+        root,
+        hindsight_store::disk::free_bytes(root).unwrap_or(0),
         retention.min_free_bytes,
         format!("a write failed: {error}"),
     )
