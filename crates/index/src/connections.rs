@@ -28,9 +28,8 @@ use hindsight_model::{Addr16, AppFields, FlowRecord, FlowSource, FlowState, Segm
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
 use rocksdb::{
-    BlockBasedIndexType, BlockBasedOptions, ColumnFamilyDescriptor, DB, Direction,
-    IngestExternalFileOptions, IteratorMode, MergeOperands, Options, SstFileWriter, WriteBatch,
-    WriteOptions,
+    BlockBasedIndexType, ColumnFamilyDescriptor, DB, Direction, IngestExternalFileOptions,
+    IteratorMode, MergeOperands, Options, SstFileWriter, WriteBatch, WriteOptions,
 };
 
 use crate::histogram::TimestampHistogram;
@@ -591,6 +590,16 @@ impl Staged {
             + self.name_bytes
     }
 
+    /// [`Self::bytes`] as allocated: each vector's capacity, not its length.
+    fn allocated_bytes(&self) -> usize {
+        self.keys.capacity() * KEY_LEN
+            + self.community.capacity() * std::mem::size_of::<u64>()
+            + self.spans.capacity() * std::mem::size_of::<(u32, u32)>()
+            + self.values.capacity()
+            + self.names.capacity() * std::mem::size_of::<(Vec<u8>, Vec<u8>)>()
+            + self.name_bytes
+    }
+
     /// Sorts the name keys and drops repeated ones (the last staged wins).
     fn sorted_names(&mut self) -> &[(Vec<u8>, Vec<u8>)] {
         // Stable: among equal keys, the later staged is after.
@@ -727,6 +736,7 @@ impl ConnectionIndex {
         options.create_missing_column_families(true);
         options.set_keep_log_file_num(4);
         options.increase_parallelism(2);
+        crate::memory::bound_memtables(&mut options);
         let mut connections = table_options();
         connections.set_compaction_filter_factory(ExpireFilterFactory {
             cutoff: Arc::clone(&cutoff),
@@ -742,12 +752,12 @@ impl ConnectionIndex {
             cutoff: Arc::clone(&cutoff),
             ts_at: TsAt::NameTail,
         });
-        let mut histogram_options = Options::default();
+        let mut histogram_options = small_family_options();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
         let families = [
             ColumnFamilyDescriptor::new(CF_CONNECTIONS, connections),
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
-            ColumnFamilyDescriptor::new(CF_META, Options::default()),
+            ColumnFamilyDescriptor::new(CF_META, small_family_options()),
             ColumnFamilyDescriptor::new(CF_COMMUNITY, community),
             ColumnFamilyDescriptor::new(CF_NAMES, names),
         ];
@@ -844,12 +854,12 @@ impl ConnectionIndex {
         if !dir.join("CURRENT").exists() {
             return Ok(None);
         }
-        let mut histogram_options = Options::default();
+        let mut histogram_options = small_family_options();
         histogram_options.set_merge_operator_associative("hindsight-add-u64", add_counts);
         let mut families = vec![
             ColumnFamilyDescriptor::new(CF_CONNECTIONS, read_table_options()),
             ColumnFamilyDescriptor::new(CF_HISTOGRAM, histogram_options),
-            ColumnFamilyDescriptor::new(CF_META, Options::default()),
+            ColumnFamilyDescriptor::new(CF_META, small_family_options()),
         ];
         // Indexes written before Community IDs were keys have no such family.
         let existing = DB::list_cf(&Options::default(), dir).unwrap_or_default();
@@ -904,6 +914,9 @@ impl ConnectionIndex {
     /// every count at or before its true time, so cutoffs stay safe).
     fn load_state(&self) -> Result<()> {
         self.load_cutoff()?;
+        if !self.expiring() {
+            return Ok(());
+        }
         let family = self.family(CF_HISTOGRAM)?;
         let mut histogram = self.lock_histogram();
         for item in self.db.iterator_cf(family, IteratorMode::Start) {
@@ -992,9 +1005,11 @@ impl ConnectionIndex {
         }
     }
 
-    /// Returns the bytes of memory the staged entries take.
+    /// Returns the bytes of memory the staged entries take: what their
+    /// vectors have allocated, which is up to twice what they hold (they
+    /// double as they grow), so that a bound on it bounds the memory.
     pub fn staged_bytes(&self) -> usize {
-        self.lock_staged().bytes()
+        self.lock_staged().allocated_bytes()
     }
 
     /// Writes the staged entries into the index with their histogram counts and,
@@ -1057,11 +1072,22 @@ impl ConnectionIndex {
         self.db
             .write_opt(batch, &synced)
             .map_err(rocks(&self.path))?;
-        let mut histogram = self.lock_histogram();
-        for (bucket, count) in staged.counts {
-            histogram.add(bucket, count);
+        if self.expiring() {
+            let mut histogram = self.lock_histogram();
+            for (bucket, count) in staged.counts {
+                histogram.add(bucket, count);
+            }
         }
         Ok(())
+    }
+
+    /// Whether the index keeps the N newest connections only. The histogram
+    /// in memory serves that alone: without it, it would hold one interval
+    /// per minute of the archive's whole span (12.6 MB at 500 M packets over
+    /// 8,000 hours), and the persisted counts are read back if expiration is
+    /// turned on later.
+    fn expiring(&self) -> bool {
+        self.expiry.keep_events > 0
     }
 
     /// Writes `staged`'s entries, in key order, to a table file and ingests it
@@ -1577,6 +1603,14 @@ fn table_options() -> Options {
     options
 }
 
+/// Options of the small families (the histogram, the meta keys): RocksDB's
+/// own table options but for the block cache, which is the process's.
+fn small_family_options() -> Options {
+    let mut options = Options::default();
+    options.set_block_based_table_factory(&crate::memory::block_options());
+    options
+}
+
 /// Options a reader opens the entry families with: each table file's index is
 /// partitioned (a top level of a few KiB over 4 KiB partitions), and the
 /// partitions are read through the block cache when a lookup needs them.
@@ -1591,11 +1625,10 @@ fn read_table_options() -> Options {
 
 /// [`read_table_options`] for table files written with data blocks of `block_bytes`.
 fn table_factory_options(block_bytes: usize) -> Options {
-    let mut block = BlockBasedOptions::default();
+    let mut block = crate::memory::block_options();
     block.set_block_size(block_bytes);
     block.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
     block.set_metadata_block_size(4096);
-    block.set_cache_index_and_filter_blocks(true);
     block.set_pin_top_level_index_and_filter(true);
     let mut options = Options::default();
     options.set_block_based_table_factory(&block);

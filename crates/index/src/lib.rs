@@ -15,6 +15,7 @@
 
 pub mod connections;
 mod histogram;
+pub mod memory;
 
 pub use connections::{
     ConnEntry, ConnPage, ConnScan, ConnSummary, ConnectionIndex, Expiry, ExpiryClock, Maintenance,
@@ -129,6 +130,7 @@ impl AddressIndex {
         options.create_missing_column_families(true);
         options.set_compression_type(rocksdb::DBCompressionType::Lz4);
         options.set_keep_log_file_num(4);
+        memory::bound_memtables(&mut options);
         let families = [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
             .map(|name| ColumnFamilyDescriptor::new(name, written_table_options()));
         let db = DB::open_cf_descriptors(&options, dir, families).map_err(rocks(dir))?;
@@ -165,6 +167,22 @@ impl AddressIndex {
             db,
             indexed: Some(OnceLock::new()),
         }))
+    }
+
+    /// Bytes the memtables of every family hold now (mutable, immutable and
+    /// being flushed), as RocksDB counts them.
+    #[cfg(test)]
+    fn memtable_bytes(&self) -> u64 {
+        [CF_POSTINGS, CF_SEGMENTS, CF_COVERING]
+            .into_iter()
+            .filter_map(|name| self.db.cf_handle(name))
+            .filter_map(|family| {
+                self.db
+                    .property_int_value_cf(family, "rocksdb.size-all-mem-tables")
+                    .ok()
+                    .flatten()
+            })
+            .sum()
     }
 
     fn family(&self, name: &'static str) -> Result<&rocksdb::ColumnFamily> {
@@ -516,7 +534,7 @@ pub(crate) const TABLE_BLOCK_BYTES: usize = 32 * 1024;
 /// Options of a family of the address index as its writer opens it (what
 /// its table files are written with).
 fn written_table_options() -> Options {
-    let mut block = rocksdb::BlockBasedOptions::default();
+    let mut block = memory::block_options();
     block.set_block_size(TABLE_BLOCK_BYTES);
     let mut options = Options::default();
     options.set_block_based_table_factory(&block);
@@ -545,6 +563,9 @@ pub(crate) fn read_only_options() -> Options {
     // month of table files as for an hour's, and a lookup opens the few its
     // key range touches. At most this many stay open.
     options.set_max_open_files(READ_ONLY_OPEN_FILES);
+    // Blocks are read through the process's one cache (`serve` opens readers
+    // again and again; each would otherwise make a cache per family).
+    options.set_block_based_table_factory(&memory::block_options());
     options
 }
 
