@@ -219,7 +219,8 @@ impl<'a> Replicator<'a> {
 fn insert_all(dir: &Path, records: &[FlowRecord], expiry: Expiry) -> (Duration, u64) {
     let _ = std::fs::remove_dir_all(dir);
     let index = Arc::new(ConnectionIndex::open(dir, expiry).expect("open the index"));
-    let maintenance = (expiry.keep_events > 0)
+    let maintenance = expiry
+        .expires()
         .then(|| Maintenance::start(Arc::clone(&index), |e| panic!("expiration: {e}")));
     let started = Instant::now();
     for batch in records.chunks(4096) {
@@ -706,7 +707,8 @@ fn grow_run(
     let dir = args.work.join(format!("grow-{}-{label}", workload.name()));
     let _ = std::fs::remove_dir_all(&dir);
     let index = Arc::new(ConnectionIndex::open(&dir, expiry).expect("open the index"));
-    let maintenance = (expiry.keep_events > 0)
+    let maintenance = expiry
+        .expires()
         .then(|| Maintenance::start(Arc::clone(&index), |e| panic!("expiration: {e}")));
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut batch = Vec::new();
@@ -719,7 +721,7 @@ fn grow_run(
     } as u64;
     // Copies still live under expiration (the newest `keep` connections).
     let live = |copy: usize| {
-        let kept = if expiry.keep_events > 0 {
+        let kept = if expiry.expires() {
             (expiry.keep_events / per_copy.max(1)) as usize
         } else {
             copy
@@ -784,7 +786,7 @@ fn grow_run(
     );
     drop(maintenance);
     // Expiration's last word before the count: the cutoff, then a compaction.
-    if expiry.keep_events > 0 {
+    if expiry.expires() {
         index.update_cutoff().expect("cutoff");
         index.compact().expect("compact");
     }
@@ -832,7 +834,7 @@ impl GrowthTable {
         } else {
             "-".to_owned()
         };
-        let live = if self.expiry.keep_events > 0 {
+        let live = if self.expiry.expires() {
             self.expiry.keep_events.min(connections)
         } else {
             connections
@@ -845,7 +847,7 @@ impl GrowthTable {
     }
 
     fn end(&self, live: u64) {
-        if self.expiry.keep_events > 0 {
+        if self.expiry.expires() {
             println!(
                 "live connections at the end: {live} (N = {}, inserted {}); bytes per connection above are per N",
                 self.expiry.keep_events, self.last.0

@@ -114,6 +114,11 @@ impl Expiry {
         compaction_interval: Duration::from_secs(3600),
     };
 
+    /// Whether the index keeps the N newest events only (N above 0).
+    pub fn expires(&self) -> bool {
+        self.keep_events > 0
+    }
+
     /// Returns k of Theorem 1 for a maximum event rate (events per second, both of
     /// event time and of ingest): e_hist + I_update + I_compact, each the rate
     /// times the corresponding interval.
@@ -914,7 +919,8 @@ impl ConnectionIndex {
     /// every count at or before its true time, so cutoffs stay safe).
     fn load_state(&self) -> Result<()> {
         self.load_cutoff()?;
-        if !self.expiring() {
+        // The histogram in memory serves expiration alone (see `commit`).
+        if !self.expiry.expires() {
             return Ok(());
         }
         let family = self.family(CF_HISTOGRAM)?;
@@ -1072,22 +1078,17 @@ impl ConnectionIndex {
         self.db
             .write_opt(batch, &synced)
             .map_err(rocks(&self.path))?;
-        if self.expiring() {
+        // The histogram in memory serves expiration alone: without it, it
+        // would hold one interval per minute of the archive's whole span (12.6
+        // MB at 500 M packets over 8,000 hours). The persisted counts are read
+        // back if expiration is turned on later.
+        if self.expiry.expires() {
             let mut histogram = self.lock_histogram();
             for (bucket, count) in staged.counts {
                 histogram.add(bucket, count);
             }
         }
         Ok(())
-    }
-
-    /// Whether the index keeps the N newest connections only. The histogram
-    /// in memory serves that alone: without it, it would hold one interval
-    /// per minute of the archive's whole span (12.6 MB at 500 M packets over
-    /// 8,000 hours), and the persisted counts are read back if expiration is
-    /// turned on later.
-    fn expiring(&self) -> bool {
-        self.expiry.keep_events > 0
     }
 
     /// Writes `staged`'s entries, in key order, to a table file and ingests it
@@ -1734,7 +1735,7 @@ impl ExpiryClock {
     /// Returns what is due at time `now` (any monotonic clock) and moves the
     /// deadlines of what it returns one interval on.
     pub fn tick(&mut self, now: Duration) -> Due {
-        if self.expiry.keep_events == 0 {
+        if !self.expiry.expires() {
             return Due::default();
         }
         let mut due = Due::default();

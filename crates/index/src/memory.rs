@@ -53,10 +53,10 @@ pub(crate) fn block_options() -> BlockBasedOptions {
     block
 }
 
-/// Bytes the process's block cache and memtables hold now.
-pub fn usage() -> (usize, usize) {
-    let shared = shared();
-    (shared.cache.get_usage(), shared.memtables.get_usage())
+/// Bytes the process's block cache holds now.
+#[cfg(test)]
+fn block_cache_bytes() -> usize {
+    shared().cache.get_usage()
 }
 
 #[cfg(test)]
@@ -92,7 +92,7 @@ mod tests {
             addresses
                 .add_segment(SegmentId(segment), &postings, &covered)
                 .unwrap();
-            let (cache, _) = usage();
+            let cache = block_cache_bytes();
             let memtables = usize::try_from(addresses.memtable_bytes()).unwrap();
             peak = (peak.0.max(cache), peak.1.max(memtables));
         }
@@ -105,7 +105,7 @@ mod tests {
             let found = reader.segments_with(&[(one, one)]).unwrap();
             assert_eq!(found.get(&SegmentId(segment)), Some(&granules), "{segment}");
         }
-        peak.0 = peak.0.max(usage().0);
+        peak.0 = peak.0.max(block_cache_bytes());
         eprintln!("peak block cache and memtable bytes: {peak:?}");
         assert!(peak.1 > 0, "no memtable was counted");
         assert!(peak.1 <= MEMTABLE_BYTES + (8 << 20), "memtables {peak:?}");

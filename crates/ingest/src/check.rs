@@ -104,7 +104,7 @@ pub fn check(root: &Path) -> Result<CheckReport, IngestError> {
     }
     if let Some(connections) = ConnectionIndex::open_read_only(&archive.connections_dir())? {
         report.connections_indexed = Some(connections.count()?.0);
-        report.connections_expire = connections.expiry().keep_events > 0;
+        report.connections_expire = connections.expiry().expires();
     }
     Ok(report)
 }
@@ -151,7 +151,7 @@ pub fn repair(root: &Path) -> Result<CheckReport, IngestError> {
     index.flush()?;
     if let Some(connections) = ConnectionIndex::open_read_only(&archive.connections_dir())? {
         report.connections_indexed = Some(connections.count()?.0);
-        report.connections_expire = connections.expiry().keep_events > 0;
+        report.connections_expire = connections.expiry().expires();
     }
     Ok(report)
 }

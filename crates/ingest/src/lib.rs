@@ -416,7 +416,7 @@ impl Ingestor {
             options.community_seed,
         )?);
         reindexed.extend(restage_flows(&archive, &connections)?);
-        let maintenance = (options.expiry.keep_events > 0).then(|| {
+        let maintenance = options.expiry.expires().then(|| {
             Maintenance::start(Arc::clone(&connections), |error| {
                 eprintln!("hindsight: connection index expiration: {error}");
             })
@@ -761,7 +761,7 @@ impl Ingestor {
         // the flows segments, removed as the sink seals) within its bound: one last
         // cutoff update before the final seal, and a compaction after it.
         drop(self.maintenance.take());
-        let expiring = self.options.expiry.keep_events > 0;
+        let expiring = self.options.expiry.expires();
         // The index's own writes here meet a full disk as the sink's do.
         let (root, retention) = (&self.root, &self.options.retention);
         let full = |error: hindsight_index::IndexError| {
