@@ -175,7 +175,11 @@ pub(super) fn encode_column(
     options: &ChunkOptions,
     zstd: &mut Compressors,
 ) -> Result<EncodedChunk> {
-    let valid = array.logical_nulls().map(|nulls| nulls.into_inner());
+    // A validity buffer without a null is no nulls.
+    let valid = array
+        .logical_nulls()
+        .filter(|nulls| nulls.null_count() > 0)
+        .map(|nulls| nulls.into_inner());
     if valid.is_some() && descr.max_def_level() == 0 {
         return Err(ParquetError::General(format!(
             "column {} is required but the array has nulls",

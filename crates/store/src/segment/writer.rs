@@ -20,7 +20,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnDescPtr;
 
 use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
-use super::cluster::{HostOrder, host_order};
+use super::cluster::{HostOrder, host_order, reorder};
 use super::postings::{CoveringLimits, PostingsCollector};
 use super::summary::{
     FLOWS_MAX_SHARE, SummaryBuilder, SummaryKind, SummaryLocation, encode_summary,
@@ -557,10 +557,9 @@ impl RowGroupEncoder {
     fn encode(&mut self, group: &RecordBatch) -> Result<(), ParquetError> {
         let hosts = self.group_by_host.then(|| host_order(group)).flatten();
         let grouped = match hosts.as_ref().and_then(|hosts| hosts.order.as_ref()) {
-            Some(order) => Some(
-                take_record_batch(group, order)
-                    .map_err(|e| ParquetError::ArrowError(e.to_string()))?,
-            ),
+            Some(order) => {
+                Some(reorder(group, order).map_err(|e| ParquetError::ArrowError(e.to_string()))?)
+            }
             None => None,
         };
         let group = grouped.as_ref().unwrap_or(group);
