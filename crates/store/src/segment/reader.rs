@@ -9,7 +9,7 @@ use arrow::array::{
     Array, AsArray, BooleanArray, FixedSizeBinaryArray, RecordBatch, UInt8Array, UInt16Array,
     UInt32Array,
 };
-use arrow::compute::{concat_batches, take_record_batch};
+use arrow::compute::concat_batches;
 use arrow::datatypes::{TimestampNanosecondType, UInt64Type};
 use arrow::error::ArrowError;
 use hindsight_model::{Addr16, GRANULE_ROWS, GranuleSet};
@@ -23,6 +23,7 @@ use parquet::file::statistics::Statistics;
 
 use crate::error::{Result, StoreError};
 use crate::schema::col;
+use crate::segment::cluster::reorder;
 use crate::segment::postings::{CoveringLimits, PostingsCollector};
 use crate::segment::summary::{self, SummaryKind, SummaryLocation};
 use crate::segment::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY};
@@ -937,7 +938,7 @@ fn in_time_order(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
     };
     let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
     order.sort_by_key(|&row| ts[row as usize]);
-    match take_record_batch(&rows, &UInt32Array::from(order)) {
+    match reorder(&rows, &UInt32Array::from(order)) {
         Ok(rows) => vec![rows],
         Err(_) => batches,
     }

@@ -40,7 +40,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch,
     TimestampNanosecondArray, UInt64Array,
 };
-use arrow::buffer::NullBuffer;
+use arrow::buffer::{BooleanBuffer, NullBuffer};
 use arrow::compute::cast;
 use arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampNanosecondType, UInt8Type, UInt16Type,
@@ -50,9 +50,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
-use parquet::basic::{Compression, Encoding};
+use parquet::basic::Encoding;
 use parquet::errors::ParquetError;
-use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnDescPtr;
 
 use crate::schema::{col, packets_schema};
@@ -286,10 +285,7 @@ impl Ints<'_> {
             Ints::U16(a) => (same(a.values().get(rows)?), a.nulls()),
             Ints::U32(a) => (same(a.values().get(rows)?), a.nulls()),
         };
-        let valid = match nulls.filter(|n| n.null_count() > 0) {
-            Some(nulls) => nulls.inner().slice(start, len).count_set_bits(),
-            None => len,
-        };
+        let valid = validity(nulls, start, len).map_or(len, |(_, set)| set);
         match valid {
             // A null's value slot holds anything.
             0 => Some((0, true)),
@@ -340,16 +336,30 @@ impl Ints<'_> {
     }
 }
 
+/// The validity bits of the `len` rows from `start` and how many are set;
+/// `None` if the column has no null at all.
+fn validity(
+    nulls: Option<&NullBuffer>,
+    start: usize,
+    len: usize,
+) -> Option<(BooleanBuffer, usize)> {
+    let valid = nulls
+        .filter(|n| n.null_count() > 0)?
+        .inner()
+        .slice(start, len);
+    let set = valid.count_set_bits();
+    Some((valid, set))
+}
+
 /// Applies `null` to each of `keys` whose row (from `start`) is null in
 /// `nulls`. A chunk null throughout (a VLAN, a tunnel, most often) or not at
 /// all is handled without a test a row: that test took a quarter of
 /// `SummaryBuilder::add`'s samples.
 fn for_nulls(nulls: Option<&NullBuffer>, start: usize, keys: &mut [Key], null: impl Fn(&mut Key)) {
-    let Some(nulls) = nulls.filter(|n| n.null_count() > 0) else {
+    let Some((valid, set)) = validity(nulls, start, keys.len()) else {
         return;
     };
-    let valid = nulls.inner().slice(start, keys.len());
-    match valid.count_set_bits() {
+    match set {
         0 => keys.iter_mut().for_each(null),
         set if set == keys.len() => {}
         _ => {
@@ -748,12 +758,10 @@ const SUMMARY_PAGE_ROWS: usize = 1 << 14;
 /// summaries, most of it interning values; the summaries of that archive
 /// are 6.59 MB this way and were 6.85 MB that way.
 pub fn encode_summary(summary: &RecordBatch, kind: SummaryKind) -> Result<Vec<u8>, ParquetError> {
-    let properties = WriterProperties::builder()
-        .set_compression(Compression::LZ4_RAW)
-        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
-        .build();
-    let (mut file, _) = ArrowWriter::try_new(Vec::new(), summary.schema(), Some(properties))?
-        .into_serialized_writer()?;
+    // The columns come encoded, with their codec and encodings in their
+    // chunk metadata: the writer only lays out the file and its footer.
+    let (mut file, _) =
+        ArrowWriter::try_new(Vec::new(), summary.schema(), None)?.into_serialized_writer()?;
     let descriptors: Vec<_> = (0..summary.num_columns())
         .map(|i| file.schema_descr().column(i))
         .collect();
