@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
 
+pub mod slow_disk;
+
 const NANOS: i64 = 1_000_000_000;
 
 /// The command line of a benchmark binary: `--flag value` pairs and switches.

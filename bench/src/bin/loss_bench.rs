@@ -15,7 +15,11 @@
 //! Needs root (namespaces, AF_PACKET). Test traffic stays in the namespaces.
 //!
 //! `cargo build --release -p hindsight -p hindsight-bench --bin loss_bench`
-//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...] [--sender frames|tcpreplay] [--no-stenographer] [--queries]`
+//! With `--disk-mbps`, every tool writes to a disk that takes that many MB a
+//! second (`slow_disk`): where the disk, not the CPU, bounds the capture, as
+//! in Hyperion's figure 16.
+//!
+//! `target/release/loss_bench [--capture PCAP] [--seconds 5] [--rates 25000,50000,...] [--sender frames|tcpreplay] [--no-stenographer] [--queries] [--disk-mbps 10 [--disk-dirty-mb 16]]`
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -104,8 +108,12 @@ enum Tool {
 }
 
 /// Stenographer's directory: owned by its user, outside the work directory
-/// (which only root may enter).
-const STENO_DIR: &str = "/var/tmp/hs-loss-steno";
+/// (which only root may enter); on the slow disk with `--disk-mbps`.
+static STENO_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+fn steno_dir() -> &'static Path {
+    STENO_DIR.get_or_init(|| PathBuf::from("/var/tmp/hs-loss-steno"))
+}
 
 impl Tool {
     fn name(self) -> &'static str {
@@ -272,7 +280,8 @@ fn query_loop(
 /// [`STENO_DIR`], blocks rotated every 10 s so that a replay is on disk and
 /// indexed soon after; returns once stenotype reads packets.
 fn start_stenographer() -> Running {
-    let dir = Path::new(STENO_DIR);
+    let dir = steno_dir();
+    let steno = dir.display();
     let _ = std::fs::remove_dir_all(dir);
     for sub in ["packets", "index"] {
         std::fs::create_dir_all(dir.join(sub)).expect("create Stenographer's directories");
@@ -282,7 +291,7 @@ fn start_stenographer() -> Running {
         &config,
         format!(
             r#"{{
-  "Threads": [{{ "PacketsDirectory": "{STENO_DIR}/packets", "IndexDirectory": "{STENO_DIR}/index",
+  "Threads": [{{ "PacketsDirectory": "{steno}/packets", "IndexDirectory": "{steno}/index",
     "MaxDirectoryFiles": 30000, "DiskFreePercentage": 1 }}],
   "StenotypePath": "/usr/sbin/stenotype",
   "Interface": "la",
@@ -294,7 +303,11 @@ fn start_stenographer() -> Running {
         ),
     )
     .expect("write Stenographer's configuration");
-    must(Command::new("chown").args(["-R", "stenographer:stenographer", STENO_DIR]));
+    must(
+        Command::new("chown")
+            .args(["-R", "stenographer:stenographer"])
+            .arg(dir),
+    );
     let log = std::fs::File::create(dir.join("stenographer.log")).expect("log file");
     let child = Link::exec(RX, "runuser")
         .args([
@@ -318,7 +331,7 @@ fn start_stenographer() -> Running {
     {
         assert!(
             started.elapsed() < Duration::from_secs(90),
-            "stenotype did not start: see {STENO_DIR}/stenographer.log"
+            "stenotype did not start: see {steno}/stenographer.log"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -337,12 +350,13 @@ fn start_stenographer() -> Running {
 /// The packets Stenographer answers for all time, once its files are rotated
 /// and indexed (two counts in a row agree); then stops it.
 fn stop_stenographer(running: Running) -> (u64, f64) {
-    let dir = Path::new(STENO_DIR);
+    let dir = steno_dir();
+    let steno = dir.display();
     let count = || -> u64 {
         let output = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "STENOGRAPHER_CONFIG={STENO_DIR}/config ip netns exec {RX} stenocurl /query                  -d 'after 1970-01-01T00:00:00Z' --silent --show-error 2>>{STENO_DIR}/stenocurl.err | tcpdump -r - -nn 2>/dev/null | wc -l"
+                "STENOGRAPHER_CONFIG={steno}/config ip netns exec {RX} stenocurl /query                  -d 'after 1970-01-01T00:00:00Z' --silent --show-error 2>>{steno}/stenocurl.err | tcpdump -r - -nn 2>/dev/null | wc -l"
             ))
             .output()
             .expect("run stenocurl");
@@ -620,7 +634,7 @@ fn main() {
     }
     let mut flags = Flags::new(
         "loss_bench",
-        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--sender frames|tcpreplay] [--no-stenographer] [--queries]",
+        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--sender frames|tcpreplay] [--no-stenographer] [--queries] [--disk-mbps MB/S [--disk-dirty-mb MB]]",
     );
     let mut capture: PathBuf = default_source();
     let mut seconds = 5.0f64;
@@ -628,6 +642,8 @@ fn main() {
     let mut stenographer = true;
     let mut queries = false;
     let mut sender = Sender::Frames;
+    let mut disk_mbps: Option<f64> = None;
+    let mut dirty_mb = 16.0f64;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
             "--sender" => {
@@ -639,6 +655,8 @@ fn main() {
             }
             "--no-stenographer" => stenographer = false,
             "--queries" => queries = true,
+            "--disk-mbps" => disk_mbps = Some(flags.value("--disk-mbps")),
+            "--disk-dirty-mb" => dirty_mb = flags.value("--disk-dirty-mb"),
             "--capture" => capture = flags.value::<PathBuf>("--capture"),
             "--seconds" => seconds = flags.value("--seconds"),
             "--rates" => {
@@ -664,6 +682,11 @@ fn main() {
     println!(
         "hindsight record archives, indexes, builds connections and runs a trigger; tcpdump -w writes a pcap"
     );
+    if let Some(mbps) = disk_mbps {
+        println!(
+            "every tool writes to a slow disk: {mbps} MB/s (10^6 bytes), at most {dirty_mb} MB of its pages dirty (bench/src/slow_disk.rs)"
+        );
+    }
     println!();
     println!(
         "delivered: what the receiving end of the link took in (la's rx_packets), for the tool to keep or lose"
@@ -682,7 +705,24 @@ fn main() {
         "CPU ns/pkt"
     );
     let _link = Link::new();
-    let work = tempfile::tempdir_in("/var/tmp").expect("a work directory");
+    // Dropped after `work`, which lies on it.
+    let slow_disk = disk_mbps.map(|mbps| {
+        hindsight_bench::slow_disk::SlowDisk::new(
+            Path::new("/var/tmp/hs-loss-disk"),
+            16 << 30,
+            (mbps * 1e6) as u64,
+            (dirty_mb * 1e6) as u64,
+        )
+    });
+    if let Some(disk) = &slow_disk {
+        let _ = STENO_DIR.set(disk.path().join("steno"));
+    }
+    let work = tempfile::tempdir_in(
+        slow_disk
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/var/tmp"), |disk| disk.path()),
+    )
+    .expect("a work directory");
     let mut tools = vec![Tool::Hindsight];
     if queries {
         tools.push(Tool::HindsightQueried);
