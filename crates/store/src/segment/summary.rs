@@ -1077,6 +1077,51 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_one_key_group_as_their_rows_do() {
+        // Each row repeated 1 to 40 times (runs across chunks and batches),
+        // a millisecond apart (some across a minute's end), every other
+        // repeat of some in the other direction, as a conversation's are.
+        let rows: Vec<PacketRecord> = rows(400)
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, row)| {
+                (0..1 + (i * 7) % 40).map(move |k| {
+                    let mut headers = row.headers;
+                    if i % 3 != 0 && k % 2 == 1 {
+                        let h = &mut headers;
+                        (h.src_addr, h.dst_addr) = (h.dst_addr, h.src_addr);
+                        (h.src_port, h.dst_port) = (h.dst_port, h.src_port);
+                    }
+                    PacketRecord {
+                        ts_nanos: row.ts_nanos + k as i64 * 1_000_000,
+                        headers,
+                        ..row
+                    }
+                })
+            })
+            .collect();
+        for kind in [SummaryKind::Services, SummaryKind::Flows] {
+            let mut builder = SummaryBuilder::new(kind);
+            for part in rows.chunks(999) {
+                builder.add(&batch(part)).unwrap();
+            }
+            let summary = builder.finish().unwrap();
+            assert_eq!(summary_rows(&summary), grouped(&rows, kind), "{kind:?}");
+            let sum = |name: &str| {
+                let column = summary.column_by_name(name).unwrap();
+                column
+                    .as_primitive::<UInt64Type>()
+                    .values()
+                    .iter()
+                    .sum::<u64>()
+            };
+            let wire: u64 = rows.iter().map(|r| u64::from(r.wire_len)).sum();
+            assert_eq!(sum(WIRE_BYTES), wire, "{kind:?}");
+            assert_eq!(sum(CAP_BYTES), 60 * rows.len() as u64, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn rows_group_by_their_keys_whichever_fields_a_chunk_shares() {
         let rows = rows(1500);
         for kind in [SummaryKind::Services, SummaryKind::Flows] {
