@@ -37,8 +37,8 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, FixedSizeBinaryArray, FixedSizeBinaryBuilder, RecordBatch,
-    TimestampNanosecondArray, UInt64Array,
+    Array, ArrayRef, AsArray, FixedSizeBinaryArray, RecordBatch, TimestampNanosecondArray,
+    UInt64Array,
 };
 use arrow::buffer::{BooleanBuffer, NullBuffer};
 use arrow::compute::cast;
@@ -277,7 +277,10 @@ impl Ints<'_> {
     fn constant(&self, start: usize, len: usize, port: bool) -> Option<(u32, bool)> {
         fn same<T: Copy + PartialEq + Into<u32>>(values: &[T]) -> Option<u32> {
             let first = *values.first()?;
-            values.iter().all(|&v| v == first).then(|| first.into())
+            // Without an early exit, so that it is vectorised: a test a
+            // value with one was a fifth of `add`.
+            let all = values.iter().fold(true, |all, &v| all & (v == first));
+            all.then(|| first.into())
         }
         let rows = start..start + len;
         let (value, nulls) = match self {
@@ -334,6 +337,51 @@ impl Ints<'_> {
             key.nulls |= 1 << i;
         });
     }
+
+    /// The bits a value of it takes in a packed [`Code`]; `None` for a
+    /// 32-bit column.
+    fn bits(&self) -> Option<u32> {
+        match self {
+            Ints::U8(_) => Some(8),
+            Ints::U16(_) => Some(16),
+            Ints::U32(_) => None,
+        }
+    }
+
+    /// Packs the rows from `start` into `codes` where `at` says (a port
+    /// from [`SERVICE_PORTS_BELOW`] up as [`PORT_ABOVE`] if `port`), a null
+    /// as 0 with its bit of word 1 set.
+    fn pack(&self, start: usize, codes: &mut [Code], at: &Packed, port: bool) {
+        fn values<T: Copy + Into<u32>>(values: &[T], codes: &mut [Code], at: &Packed, port: bool) {
+            for (code, &value) in codes.iter_mut().zip(values) {
+                let mut value = value.into();
+                if port && value >= u32::from(SERVICE_PORTS_BELOW) {
+                    value = u32::from(PORT_ABOVE);
+                }
+                code[at.word] |= u64::from(value) << at.shift;
+            }
+        }
+        let len = codes.len();
+        let nulls = match self {
+            Ints::U8(a) => {
+                values(&a.values()[start..start + len], codes, at, port);
+                a.nulls()
+            }
+            Ints::U16(a) => {
+                values(&a.values()[start..start + len], codes, at, port);
+                a.nulls()
+            }
+            Ints::U32(a) => {
+                values(&a.values()[start..start + len], codes, at, port);
+                a.nulls()
+            }
+        };
+        let mask = !(((1u64 << at.bits) - 1) << at.shift);
+        for_nulls(nulls, start, codes, |code| {
+            code[at.word] &= mask;
+            code[1] |= 1 << at.null;
+        });
+    }
 }
 
 /// The validity bits of the `len` rows from `start` and how many are set;
@@ -355,7 +403,7 @@ fn validity(
 /// `nulls`. A chunk null throughout (a VLAN, a tunnel, most often) or not at
 /// all is handled without a test a row: that test took a quarter of
 /// `SummaryBuilder::add`'s samples.
-fn for_nulls(nulls: Option<&NullBuffer>, start: usize, keys: &mut [Key], null: impl Fn(&mut Key)) {
+fn for_nulls<T>(nulls: Option<&NullBuffer>, start: usize, keys: &mut [T], null: impl Fn(&mut T)) {
     let Some((valid, set)) = validity(nulls, start, keys.len()) else {
         return;
     };
@@ -431,8 +479,119 @@ impl std::hash::Hasher for PassThrough {
     }
 }
 
+/// A row's key packed in words for the builder's cache of recent keys
+/// ([`SummaryBuilder::add`]), all but the layers' fields that a chunk of
+/// rows shares (the interface, link type, VLANs, MPLS label and tunnel,
+/// its *template*): word 0 the dimensions after the layers' (ports, flags,
+/// ICMP), word 2 the layers' fields that change from packet to packet
+/// (status, EtherType, IP version and protocol), word 1 the minute (shifted
+/// up by 16) and the null bits ([`Packed::null`], and from
+/// [`CODE_ADDRESS_NULL`] the addresses'), words 3 to 6 the addresses (0
+/// for a null).
+type Code = [u64; CODE_WORDS];
+
+const CODE_WORDS: usize = 7;
+
+/// Bit of word 1 of a [`Code`] set for a null source address (the
+/// destination's is the next).
+const CODE_ADDRESS_NULL: u32 = 14;
+
+/// The layers' fields packed in word 2 of a [`Code`] rather than shared by
+/// a chunk's rows: they change between a host's packets.
+const PACKED_LAYERS: [&str; 4] = [col::STATUS, col::ETH_TYPE, col::IP_VERSION, col::IP_PROTO];
+
+/// Where one integer dimension lies in a [`Code`].
+#[derive(Clone, Copy, Debug)]
+struct Packed {
+    /// Its position among the kind's integer dimensions.
+    dim: usize,
+    word: usize,
+    shift: u32,
+    bits: u32,
+    /// Its bit of word 1, set for a null.
+    null: u32,
+}
+
+/// Where each packed dimension lies in a [`Code`], for the batch's column
+/// widths; `None` if they do not fit (a 32-bit column among them).
+fn packing(kind: SummaryKind, ints: &[(Ints<'_>, bool)]) -> Option<Vec<Packed>> {
+    let mut packed = Vec::new();
+    let mut shifts = [0u32; 3];
+    for (dim, ((column, _), name)) in ints.iter().zip(kind.ints()).enumerate() {
+        let word = if dim >= LAYER_DIMENSIONS.len() {
+            0
+        } else if PACKED_LAYERS.contains(name) {
+            2
+        } else {
+            continue;
+        };
+        let bits = column.bits()?;
+        let null = packed.len() as u32;
+        packed.push(Packed {
+            dim,
+            word,
+            shift: shifts[word],
+            bits,
+            null,
+        });
+        shifts[word] += bits;
+    }
+    let fits = shifts.iter().all(|&bits| bits <= 64) && packed.len() <= CODE_ADDRESS_NULL as usize;
+    fits.then_some(packed)
+}
+
+/// One entry of the cache of recent keys: a code, the layers' fields it
+/// goes with ([`SummaryBuilder::templates`]) and its group.
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    code: Code,
+    template: u32,
+    group: u32,
+}
+
+/// An empty [`Cached`].
+const NOT_CACHED: Cached = Cached {
+    code: [0; CODE_WORDS],
+    template: u32::MAX,
+    group: u32::MAX,
+};
+
 /// No group: the end of a chain of groups of one hash.
 const NO_GROUP: usize = usize::MAX;
+
+/// A chunk of rows' timestamps and lengths, and where it starts in the batch.
+struct Rows<'a> {
+    ts: &'a [i64],
+    wire: &'a [u32],
+    cap: &'a [u32],
+    start: usize,
+}
+
+/// The whole key of `code` with the shared fields of `template`, as the
+/// column-by-column path makes it.
+fn unpack(template: &Key, code: &Code, packing: &[Packed], addresses: usize) -> Key {
+    let mut key = *template;
+    key.minute = ((code[1] as i64) >> 16) * SUMMARY_GRANULE_NS;
+    for p in packing {
+        key.ints[p.dim] = ((code[p.word] >> p.shift) & ((1u64 << p.bits) - 1)) as u32;
+        if code[1] & (1 << p.null) != 0 {
+            key.nulls |= 1 << p.dim;
+        }
+    }
+    for i in 0..addresses {
+        let value = u128::from(code[3 + 2 * i]) | u128::from(code[4 + 2 * i]) << 64;
+        let bytes = value.to_ne_bytes();
+        if i == 0 {
+            key.src = bytes;
+        } else {
+            key.dst = bytes;
+        }
+        if code[1] & (1 << (CODE_ADDRESS_NULL + i as u32)) != 0 {
+            key.nulls |= 1 << (INTS + i);
+        }
+    }
+    key
+}
 
 /// Builds a segment's summary from its rows, batch by batch.
 #[derive(Debug)]
@@ -447,7 +606,23 @@ pub struct SummaryBuilder {
     index: HashMap<u64, usize, std::hash::BuildHasherDefault<PassThrough>>,
     /// The groups of the last two keys looked up in `index`.
     recent: [usize; 2],
+    /// The layers' fields of chunks seen (a key with the others 0): the
+    /// `template` of a [`Cached`].
+    templates: Vec<Key>,
+    /// Recent keys' groups, by a hash of their [`Code`]: most rows find
+    /// theirs here, without a whole key made, hashed and compared.
+    cache: Vec<Cached>,
 }
+
+/// Entries of the cache of recent keys (a power of two) of the services
+/// summary: its groups of a segment, in use all at once (a host's rows run
+/// through every minute), are about 800 on a LAN's traffic.
+const SERVICE_CACHE_ENTRIES: usize = 4096;
+
+/// Entries of the cache of recent keys of the other summaries: the groups
+/// of one host's conversations, whose rows come together in host order.
+/// Small enough to stay in the first-level cache.
+const CACHE_ENTRIES: usize = 256;
 
 /// Rows whose keys are made at once (column by column), then grouped.
 const KEY_CHUNK_ROWS: usize = 256;
@@ -469,6 +644,8 @@ impl SummaryBuilder {
             next: Vec::new(),
             index: HashMap::default(),
             recent: [0; 2],
+            templates: Vec::new(),
+            cache: Vec::new(),
         }
     }
 
@@ -508,12 +685,36 @@ impl SummaryBuilder {
         } else {
             Vec::new()
         };
+        let packing = packing(self.kind, &ints);
+        let mut codes = vec![[0u64; CODE_WORDS]; KEY_CHUNK_ROWS];
         let mut keys = vec![Key::default(); KEY_CHUNK_ROWS];
         let mut hashes = [0u64; KEY_CHUNK_ROWS];
         let mut start = 0;
         while start < batch.num_rows() {
             let len = KEY_CHUNK_ROWS.min(batch.num_rows() - start);
             let keys = &mut keys[..len];
+            // Most chunks share the fields that are not packed: their keys
+            // are packed and looked up in the cache.
+            if let Some(packing) = &packing
+                && let Some(template) = self.template(&ints, packing, start, len)
+            {
+                let rows = Rows {
+                    ts: &ts.values()[start..start + len],
+                    wire: &wire.values()[start..start + len],
+                    cap: &cap.values()[start..start + len],
+                    start,
+                };
+                self.add_packed(
+                    &rows,
+                    &template,
+                    &ints,
+                    packing,
+                    &addresses,
+                    &mut codes[..len],
+                );
+                start += len;
+                continue;
+            }
             // The leading integer dimensions every row of the chunk shares
             // (the link, network and tunnel fields mostly): set once in a
             // template and hashed once, not a row at a time.
@@ -541,20 +742,18 @@ impl SummaryBuilder {
                 column.fill(i, start, keys, *port);
             }
             for (i, array) in addresses.iter().enumerate() {
-                let address: fn(&mut Key) -> &mut [u8; 16] = if i == 0 {
-                    |key| &mut key.src
-                } else {
-                    |key| &mut key.dst
-                };
                 // The values of the rows from `start`, 16 bytes each; a
-                // null's slot holds anything, and is zeroed below.
+                // null's slot holds anything, and is zeroed below. A loop
+                // for each address, not a call through a function pointer a
+                // row.
                 let values = array.value_data()[start * 16..].chunks_exact(16);
                 for (key, value) in keys.iter_mut().zip(values) {
-                    address(key).copy_from_slice(value);
+                    let address = if i == 0 { &mut key.src } else { &mut key.dst };
+                    address.copy_from_slice(value);
                 }
                 for_nulls(array.nulls(), start, keys, |key| {
                     key.nulls |= 1 << (INTS + i);
-                    *address(key) = [0; 16];
+                    *(if i == 0 { &mut key.src } else { &mut key.dst }) = [0; 16];
                 });
             }
             // Hashed column by column too ([`key_hash`]'s order): each row's
@@ -586,6 +785,111 @@ impl SummaryBuilder {
             start += len;
         }
         Ok(())
+    }
+
+    /// The fields every row of the `len` rows from `start` shares, those
+    /// not packed in a [`Code`], as a key with the others 0; `None` if one
+    /// differs between them.
+    fn template(
+        &self,
+        ints: &[(Ints<'_>, bool)],
+        packing: &[Packed],
+        start: usize,
+        len: usize,
+    ) -> Option<Key> {
+        let mut template = Key::default();
+        for (dim, (column, port)) in ints.iter().enumerate() {
+            if packing.iter().any(|p| p.dim == dim) {
+                continue;
+            }
+            let (value, null) = column.constant(start, len, *port)?;
+            template.ints[dim] = value;
+            template.nulls |= u32::from(null) << dim;
+        }
+        Some(template)
+    }
+
+    /// Adds a chunk of rows that share `template`'s fields: each row's
+    /// other fields packed in a [`Code`], column by column, and its group
+    /// found in the cache by it; only a row the cache misses has its whole
+    /// key made and looked up. The cache only maps codes to groups that
+    /// `slot` made, so a key has one group whichever way it is found.
+    fn add_packed(
+        &mut self,
+        rows: &Rows<'_>,
+        template: &Key,
+        ints: &[(Ints<'_>, bool)],
+        packing: &[Packed],
+        addresses: &[&FixedSizeBinaryArray],
+        codes: &mut [Code],
+    ) {
+        let template_id = match self.templates.iter().rposition(|t| t == template) {
+            Some(at) => at,
+            None => {
+                self.templates.push(*template);
+                self.templates.len() - 1
+            }
+        } as u32;
+        if self.cache.is_empty() {
+            let entries = match self.kind {
+                SummaryKind::Services => SERVICE_CACHE_ENTRIES,
+                SummaryKind::Hosts | SummaryKind::Flows => CACHE_ENTRIES,
+            };
+            self.cache = vec![NOT_CACHED; entries];
+        }
+        for (code, &ts) in codes.iter_mut().zip(rows.ts) {
+            *code = [0; CODE_WORDS];
+            code[1] = (ts.div_euclid(SUMMARY_GRANULE_NS) as u64) << 16;
+        }
+        for at in packing {
+            let (column, port) = &ints[at.dim];
+            column.pack(rows.start, codes, at, *port);
+        }
+        for (i, array) in addresses.iter().enumerate() {
+            let values = array.value_data()[rows.start * 16..].chunks_exact(16);
+            for (code, value) in codes.iter_mut().zip(values) {
+                let value = u128::from_ne_bytes(value.try_into().unwrap_or([0; 16]));
+                code[3 + 2 * i] = value as u64;
+                code[4 + 2 * i] = (value >> 64) as u64;
+            }
+            for_nulls(array.nulls(), rows.start, codes, |code| {
+                code[1] |= 1 << (CODE_ADDRESS_NULL + i as u32);
+                code[3 + 2 * i] = 0;
+                code[4 + 2 * i] = 0;
+            });
+        }
+        let words = if addresses.is_empty() { 3 } else { CODE_WORDS };
+        let bits = self.cache.len().trailing_zeros();
+        for (row, code) in codes.iter().enumerate() {
+            let hash = code[..words]
+                .iter()
+                .fold(u64::from(template_id), |hash, &word| mix(hash, word));
+            // Two ways: the entry the hash names and its neighbour, the
+            // last found first, so two keys of one entry in use by turns
+            // do not evict each other.
+            let entry = (hash >> (64 - bits)) as usize & !1;
+            let hit = |cached: &Cached| cached.template == template_id && cached.code == *code;
+            let group = if hit(&self.cache[entry]) {
+                self.cache[entry].group as usize
+            } else if hit(&self.cache[entry + 1]) {
+                self.cache.swap(entry, entry + 1);
+                self.cache[entry].group as usize
+            } else {
+                let key = unpack(template, code, packing, addresses.len());
+                let group = self.slot(&key, key_hash(&key, ints.len()));
+                self.cache[entry + 1] = self.cache[entry];
+                self.cache[entry] = Cached {
+                    code: *code,
+                    template: template_id,
+                    group: group as u32,
+                };
+                group
+            };
+            let sums = &mut self.groups[group].1;
+            sums.packets += 1;
+            sums.wire_bytes += u64::from(rows.wire[row]);
+            sums.cap_bytes += u64::from(rows.cap[row]);
+        }
     }
 
     /// The group of `key` (of hash `hash`), made if new. The rows of a host
@@ -676,70 +980,146 @@ impl SummaryBuilder {
         Ok(coarse)
     }
 
-    /// The summary's rows, in minute order, as a batch of its kind's schema.
-    pub fn finish(self) -> Result<RecordBatch, ParquetError> {
-        // Sorted by minute, then the addresses (as big-endian numbers, the
-        // order of their bytes), then the rest. The groups are sorted through
-        // small keys, not moved: a flows group is 128 bytes, and sorting them
-        // in place was 1.9% of an ingest. Keys are distinct: the order is the
-        // same however they are sorted.
-        let mut order: Vec<(i64, u128, u128, u32)> = self
-            .groups
+    /// The groups' positions sorted by minute, then by addresses (as
+    /// big-endian numbers, the order of their bytes) and ports, then in the
+    /// order the groups were made (the rows come in the same order every
+    /// time, so the summary is the same too): a counting sort over the
+    /// segment's minutes (a sort where they lie far apart), then a sort of
+    /// small tuples within each minute. One sort by minute, addresses and
+    /// then the whole key through the groups was most of `finish`.
+    fn minute_order(&self) -> Vec<u32> {
+        let minute = |at: usize| self.groups[at].0.minute.div_euclid(SUMMARY_GRANULE_NS);
+        let count = self.groups.len();
+        let (Some(low), Some(high)) = ((0..count).map(minute).min(), (0..count).map(minute).max())
+        else {
+            return Vec::new();
+        };
+        let span = usize::try_from(high.abs_diff(low)).unwrap_or(usize::MAX);
+        if span >= count.max(1024) {
+            let mut order: Vec<(i64, u32)> = (0..count).map(|at| (minute(at), at as u32)).collect();
+            order.sort_unstable();
+            return order.into_iter().map(|(_, at)| at).collect();
+        }
+        // Where each minute's groups begin, then each group put in its place.
+        let bucket = |at: usize| minute(at).abs_diff(low) as usize;
+        let mut starts = vec![0u32; span + 2];
+        for at in 0..count {
+            starts[bucket(at) + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut order = vec![0u32; count];
+        for at in 0..count {
+            let next = &mut starts[bucket(at)];
+            order[*next as usize] = at as u32;
+            *next += 1;
+        }
+        // Within each minute, by addresses and ports.
+        let ports = match self.kind {
+            SummaryKind::Hosts => None,
+            SummaryKind::Services | SummaryKind::Flows => Some(LAYER_DIMENSIONS.len()),
+        };
+        let mut sorted: Vec<(u128, u128, u64, u32)> = order
             .iter()
-            .enumerate()
-            .map(|(at, (key, _))| {
-                let address = u128::from_be_bytes;
-                (key.minute, address(key.src), address(key.dst), at as u32)
+            .map(|&at| {
+                let key = &self.groups[at as usize].0;
+                let ports = ports.map_or(0, |p| {
+                    u64::from(key.ints[p]) << 32 | u64::from(key.ints[p + 1])
+                });
+                (
+                    u128::from_be_bytes(key.src),
+                    u128::from_be_bytes(key.dst),
+                    ports,
+                    at,
+                )
             })
             .collect();
-        let all = &self.groups;
-        order.sort_unstable_by(|a, b| {
-            (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)).then_with(|| {
-                let (x, y) = (&all[a.3 as usize].0, &all[b.3 as usize].0);
-                x.ints.cmp(&y.ints).then(x.nulls.cmp(&y.nulls))
-            })
-        });
-        let groups: Vec<&(Key, Sums)> = order.iter().map(|o| &all[o.3 as usize]).collect();
-        let groups = &groups;
+        let mut from = 0;
+        for &end in &starts[..=span] {
+            let end = end as usize;
+            sorted[from..end].sort_unstable();
+            from = end;
+        }
+        sorted.into_iter().map(|(.., at)| at).collect()
+    }
+
+    /// The summary's rows, in minute order, as a batch of its kind's schema.
+    pub fn finish(self) -> Result<RecordBatch, ParquetError> {
+        let order = self.minute_order();
+        // Then every column in one pass over the groups in that order, each
+        // group read once: a pass a column over groups scattered in memory
+        // was most of what the sort left.
+        let rows = order.len();
+        let ints = self.kind.ints().len();
+        let addresses = if self.kind.has_addresses() { 2 } else { 0 };
+        let mut minutes = Vec::with_capacity(rows);
+        let mut values: Vec<Vec<u32>> = (0..ints).map(|_| Vec::with_capacity(rows)).collect();
+        let mut bytes: Vec<Vec<u8>> = (0..addresses)
+            .map(|_| Vec::with_capacity(rows * 16))
+            .collect();
+        // Bit `i` of the null bits, per row, for dimensions that have a null.
+        let mut valid: Vec<Vec<bool>> = vec![Vec::new(); INTS + 2];
+        let mut sums: [Vec<u64>; 3] = std::array::from_fn(|_| Vec::with_capacity(rows));
+        let mut any_null = 0u32;
+        for (row, &at) in order.iter().enumerate() {
+            let (key, group) = &self.groups[at as usize];
+            minutes.push(key.minute);
+            for (column, &value) in values.iter_mut().zip(&key.ints[..ints]) {
+                column.push(value);
+            }
+            if addresses > 0 {
+                bytes[0].extend_from_slice(&key.src);
+                bytes[1].extend_from_slice(&key.dst);
+            }
+            // Null bits are rare: a dimension's validity is kept from its
+            // first null on, all valid before it.
+            let mut nulls = key.nulls;
+            any_null |= nulls;
+            while nulls != 0 {
+                let bit = nulls.trailing_zeros() as usize;
+                nulls &= nulls - 1;
+                let column = &mut valid[bit];
+                if column.is_empty() {
+                    column.resize(row, true);
+                }
+            }
+            let mut seen = any_null;
+            while seen != 0 {
+                let bit = seen.trailing_zeros() as usize;
+                seen &= seen - 1;
+                valid[bit].push(key.nulls & (1 << bit) == 0);
+            }
+            sums[0].push(group.packets);
+            sums[1].push(group.wire_bytes);
+            sums[2].push(group.cap_bytes);
+        }
+        let mut nulls_of = |bit: usize| -> Option<NullBuffer> {
+            (any_null & (1 << bit) != 0).then(|| NullBuffer::from(std::mem::take(&mut valid[bit])))
+        };
         let schema = self.kind.schema();
         let arrow_error = |e: arrow::error::ArrowError| ParquetError::ArrowError(e.to_string());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         columns.push(Arc::new(
-            TimestampNanosecondArray::from_iter_values(groups.iter().map(|(k, _)| k.minute))
-                .with_timezone_opt(match schema.field(0).data_type() {
+            TimestampNanosecondArray::from(minutes).with_timezone_opt(
+                match schema.field(0).data_type() {
                     DataType::Timestamp(_, zone) => zone.clone(),
                     _ => None,
-                }),
+                },
+            ),
         ));
-        let ints = self.kind.ints().len();
-        for i in 0..ints {
-            let values: arrow::array::UInt32Array = groups
-                .iter()
-                .map(|(k, _)| (k.nulls & (1 << i) == 0).then_some(k.ints[i]))
-                .collect();
+        for (i, column) in values.into_iter().enumerate() {
+            let column = arrow::array::UInt32Array::new(column.into(), nulls_of(i));
             let field = schema.field(1 + i);
-            columns.push(cast(&values, field.data_type()).map_err(arrow_error)?);
+            columns.push(cast(&column, field.data_type()).map_err(arrow_error)?);
         }
-        for i in 0..if self.kind.has_addresses() { 2 } else { 0 } {
-            let mut builder = FixedSizeBinaryBuilder::with_capacity(groups.len(), 16);
-            for (key, _) in groups {
-                if key.nulls & (1 << (INTS + i)) != 0 {
-                    builder.append_null();
-                } else {
-                    let value = if i == 0 { &key.src } else { &key.dst };
-                    builder.append_value(value).map_err(arrow_error)?;
-                }
-            }
-            columns.push(Arc::new(builder.finish()));
+        for (i, column) in bytes.into_iter().enumerate() {
+            let array = FixedSizeBinaryArray::try_new(16, column.into(), nulls_of(INTS + i))
+                .map_err(arrow_error)?;
+            columns.push(Arc::new(array));
         }
-        for sum in [
-            |s: &Sums| s.packets,
-            |s: &Sums| s.wire_bytes,
-            |s: &Sums| s.cap_bytes,
-        ] {
-            columns.push(Arc::new(UInt64Array::from_iter_values(
-                groups.iter().map(|(_, s)| sum(s)),
-            )));
+        for sum in sums {
+            columns.push(Arc::new(UInt64Array::from(sum)));
         }
         RecordBatch::try_new(schema, columns).map_err(arrow_error)
     }
@@ -1074,6 +1454,49 @@ mod tests {
             *groups.entry(dims).or_default() += 1;
         }
         groups
+    }
+
+    #[test]
+    fn a_key_has_one_group_whether_cached_packed_or_made_whole() {
+        // Ports null and 0 and at both ends of their range, IP and not, in
+        // chunks whose shared fields hold (keys packed and cached), in one
+        // whose VLAN changes (keys made whole), the same keys in both; and a
+        // chunk of another VLAN throughout, whose packed keys equal others'.
+        let rows: Vec<PacketRecord> = (0..3000)
+            .map(|i: usize| {
+                let ip = i % 13 != 4;
+                let port = [None, Some(0), Some(1), Some(1023), Some(1024), Some(65_535)];
+                let host = |n: usize| Addr16::from_v4_bytes([10, 0, 1, (n % 3) as u8]);
+                PacketRecord {
+                    ts_nanos: (i as i64) * 50_000_000,
+                    wire_len: 100 + (i % 5) as u32,
+                    cap_len: 60,
+                    headers: PacketHeaders {
+                        vlan_outer: ((600..603).contains(&i) || (1256..1512).contains(&i))
+                            .then_some(9),
+                        ip_version: ip.then_some(4),
+                        ip_proto: ip.then_some([6, 17][i % 2]),
+                        src_addr: ip.then(|| host(i / 7)),
+                        dst_addr: (ip && !i.is_multiple_of(11)).then(|| host(i / 2)),
+                        src_port: if ip { port[i % 6] } else { None },
+                        dst_port: if ip { port[(i / 6) % 6] } else { None },
+                        tcp_flags: (ip && i.is_multiple_of(2)).then_some([0, 2, 18][i % 3]),
+                        ..PacketHeaders::default()
+                    },
+                    ..PacketRecord::default()
+                }
+            })
+            .collect();
+        for kind in [SummaryKind::Services, SummaryKind::Flows] {
+            let mut builder = SummaryBuilder::new(kind);
+            for part in rows.chunks(1000) {
+                builder.add(&batch(part)).unwrap();
+            }
+            let expected = grouped(&rows, kind);
+            let summary = builder.finish().unwrap();
+            assert_eq!(summary.num_rows(), expected.len(), "{kind:?}");
+            assert_eq!(summary_rows(&summary), expected, "{kind:?}");
+        }
     }
 
     #[test]
