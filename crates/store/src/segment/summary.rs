@@ -292,50 +292,64 @@ impl Ints<'_> {
         match valid {
             // A null's value slot holds anything.
             0 => Some((0, true)),
-            _ if valid == len => {
-                let value = value?;
-                let merged = port && value >= u32::from(SERVICE_PORTS_BELOW);
-                Some((if merged { u32::from(PORT_ABOVE) } else { value }, false))
-            }
+            _ if valid == len => Some((held(value?, port), false)),
             _ => None,
         }
     }
 
-    /// Sets dimension `i` of `keys` from the rows from `start` on; a port
-    /// from [`SERVICE_PORTS_BELOW`] up as [`PORT_ABOVE`] if `port`.
-    fn fill(&self, i: usize, start: usize, keys: &mut [Key], port: bool) {
-        fn values<T: Copy + Into<u32>>(i: usize, values: &[T], keys: &mut [Key]) {
-            for (key, &value) in keys.iter_mut().zip(values) {
-                key.ints[i] = value.into();
+    /// Calls `set` with each of `items` and the value its row (from
+    /// `start`) has as a key holds it (see [`held`]), then `null` with each
+    /// whose row is null.
+    fn set_each<T>(
+        &self,
+        start: usize,
+        items: &mut [T],
+        port: bool,
+        set: impl Fn(&mut T, u32),
+        null: impl Fn(&mut T),
+    ) {
+        fn each<V: Copy + Into<u32>, T>(
+            values: &[V],
+            items: &mut [T],
+            port: bool,
+            set: &impl Fn(&mut T, u32),
+        ) {
+            for (item, &value) in items.iter_mut().zip(values) {
+                set(item, held(value.into(), port));
             }
         }
-        let len = keys.len();
+        let rows = start..start + items.len();
         let nulls = match self {
             Ints::U8(a) => {
-                values(i, &a.values()[start..start + len], keys);
+                each(&a.values()[rows], items, port, &set);
                 a.nulls()
             }
             Ints::U16(a) => {
-                values(i, &a.values()[start..start + len], keys);
+                each(&a.values()[rows], items, port, &set);
                 a.nulls()
             }
             Ints::U32(a) => {
-                values(i, &a.values()[start..start + len], keys);
+                each(&a.values()[rows], items, port, &set);
                 a.nulls()
             }
         };
-        if port {
-            for key in keys.iter_mut() {
-                if key.ints[i] >= u32::from(SERVICE_PORTS_BELOW) {
-                    key.ints[i] = u32::from(PORT_ABOVE);
-                }
-            }
-        }
-        // A null's value slot holds anything: it must not split groups.
-        for_nulls(nulls, start, keys, |key| {
-            key.ints[i] = 0;
-            key.nulls |= 1 << i;
-        });
+        for_nulls(nulls, start, items, null);
+    }
+
+    /// Sets dimension `i` of `keys` from the rows from `start` on; a port
+    /// as [`held`] says if `port`.
+    fn fill(&self, i: usize, start: usize, keys: &mut [Key], port: bool) {
+        self.set_each(
+            start,
+            keys,
+            port,
+            |key, value| key.ints[i] = value,
+            // A null's value slot holds anything: it must not split groups.
+            |key| {
+                key.ints[i] = 0;
+                key.nulls |= 1 << i;
+            },
+        );
     }
 
     /// The bits a value of it takes in a packed [`Code`]; `None` for a
@@ -348,39 +362,30 @@ impl Ints<'_> {
         }
     }
 
-    /// Packs the rows from `start` into `codes` where `at` says (a port
-    /// from [`SERVICE_PORTS_BELOW`] up as [`PORT_ABOVE`] if `port`), a null
-    /// as 0 with its bit of word 1 set.
+    /// Packs the rows from `start` into `codes` where `at` says (a port as
+    /// [`held`] says if `port`), a null as 0 with its bit of word 1 set.
     fn pack(&self, start: usize, codes: &mut [Code], at: &Packed, port: bool) {
-        fn values<T: Copy + Into<u32>>(values: &[T], codes: &mut [Code], at: &Packed, port: bool) {
-            for (code, &value) in codes.iter_mut().zip(values) {
-                let mut value = value.into();
-                if port && value >= u32::from(SERVICE_PORTS_BELOW) {
-                    value = u32::from(PORT_ABOVE);
-                }
-                code[at.word] |= u64::from(value) << at.shift;
-            }
-        }
-        let len = codes.len();
-        let nulls = match self {
-            Ints::U8(a) => {
-                values(&a.values()[start..start + len], codes, at, port);
-                a.nulls()
-            }
-            Ints::U16(a) => {
-                values(&a.values()[start..start + len], codes, at, port);
-                a.nulls()
-            }
-            Ints::U32(a) => {
-                values(&a.values()[start..start + len], codes, at, port);
-                a.nulls()
-            }
-        };
         let mask = !(((1u64 << at.bits) - 1) << at.shift);
-        for_nulls(nulls, start, codes, |code| {
-            code[at.word] &= mask;
-            code[1] |= 1 << at.null;
-        });
+        self.set_each(
+            start,
+            codes,
+            port,
+            |code, value| code[at.word] |= u64::from(value) << at.shift,
+            |code| {
+                code[at.word] &= mask;
+                code[1] |= 1 << at.null;
+            },
+        );
+    }
+}
+
+/// `value` as a key holds it: a port from [`SERVICE_PORTS_BELOW`] up as
+/// [`PORT_ABOVE`] if `port`.
+fn held(value: u32, port: bool) -> u32 {
+    if port && value >= u32::from(SERVICE_PORTS_BELOW) {
+        u32::from(PORT_ABOVE)
+    } else {
+        value
     }
 }
 
