@@ -526,7 +526,10 @@ impl Ingestor {
 
     fn flush_flows(&mut self) -> Result<(), IngestError> {
         if !self.flow_out.is_empty() {
-            self.sink.write_flows(std::mem::take(&mut self.flow_out))?;
+            // A full batch's room again: grown from empty, the records were
+            // copied at every doubling.
+            let records = std::mem::replace(&mut self.flow_out, Vec::with_capacity(FLOW_BATCH));
+            self.sink.write_flows(records)?;
         }
         Ok(())
     }

@@ -141,12 +141,21 @@ pub(crate) struct AppColumnsBuilder {
     quic_version: UInt32Builder,
     ssh_client: StringBuilder,
     ssh_server: StringBuilder,
+    /// Rows without application fields not yet appended: most connections
+    /// have none (98% of lan-hour's), and appending them a run at a time, not
+    /// a null a column a row, took the builder from 1,342 to 172
+    /// instructions a connection (callgrind, 100,673 connections).
+    nulls: usize,
 }
 
 impl AppColumnsBuilder {
     pub(crate) fn append(&mut self, app: Option<&AppFields>) {
-        let empty = AppFields::default();
-        let app = app.unwrap_or(&empty);
+        // An empty `AppFields` is all nulls too, as the columns below make it.
+        let Some(app) = app.filter(|app| !app.is_empty()) else {
+            self.nulls += 1;
+            return;
+        };
+        self.append_nulls();
         self.service.append_option(app.service());
         let dns = app.dns.as_ref();
         self.dns_query.append_option(dns.map(|d| &d.query));
@@ -190,7 +199,48 @@ impl AppColumnsBuilder {
             .append_option(ssh.and_then(|s| s.server.as_ref()));
     }
 
+    /// Appends the pending rows without application fields: a null in
+    /// every column, as the fields of `AppFields::default()` are.
+    fn append_nulls(&mut self) {
+        let n = std::mem::take(&mut self.nulls);
+        if n == 0 {
+            return;
+        }
+        for text in [
+            &mut self.service,
+            &mut self.dns_query,
+            &mut self.dns_answers,
+            &mut self.dns_ttls,
+            &mut self.tls_sni,
+            &mut self.tls_alpn,
+            &mut self.ja3,
+            &mut self.ja3s,
+            &mut self.ja4,
+            &mut self.http_method,
+            &mut self.http_host,
+            &mut self.http_uri,
+            &mut self.http_user_agent,
+            &mut self.http_content_type,
+            &mut self.ssh_client,
+            &mut self.ssh_server,
+        ] {
+            text.append_nulls(n);
+        }
+        for number in [
+            &mut self.dns_qtype,
+            &mut self.tls_client_version,
+            &mut self.tls_version,
+            &mut self.tls_cipher,
+            &mut self.http_status,
+        ] {
+            number.append_nulls(n);
+        }
+        self.dns_rcode.append_nulls(n);
+        self.quic_version.append_nulls(n);
+    }
+
     pub(crate) fn finish(&mut self) -> Vec<ArrayRef> {
+        self.append_nulls();
         vec![
             Arc::new(self.service.finish()),
             Arc::new(self.dns_query.finish()),
@@ -294,5 +344,83 @@ impl<'a> AppColumns<'a> {
             ssh: (ssh != SshFields::default()).then_some(ssh),
         };
         (!app.is_empty()).then(|| Box::new(app))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Array;
+
+    use super::*;
+
+    /// Every column, null or not, row by row, as text.
+    fn rows(columns: &[ArrayRef]) -> Vec<Vec<String>> {
+        let len = columns.first().map_or(0, |c| c.len());
+        (0..len)
+            .map(|row| {
+                columns
+                    .iter()
+                    .map(|column| {
+                        if column.is_null(row) {
+                            "null".to_owned()
+                        } else {
+                            arrow::util::display::array_value_to_string(column, row)
+                                .unwrap_or_default()
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_without_fields_are_nulls_wherever_they_fall() {
+        let dns = AppFields {
+            dns: Some(DnsFields {
+                id: 7,
+                query: "example.com".to_owned(),
+                qtype: 1,
+                rcode: Some(0),
+                answers: vec!["192.0.2.1".to_owned()],
+                ttls: vec![60],
+            }),
+            ..AppFields::default()
+        };
+        let quic = AppFields {
+            quic_version: Some(1),
+            ..AppFields::default()
+        };
+        let empty = AppFields::default();
+        let sequence = [
+            None,
+            Some(&dns),
+            None,
+            None,
+            Some(&empty),
+            Some(&quic),
+            None,
+        ];
+        let mut builder = AppColumnsBuilder::default();
+        for app in sequence {
+            builder.append(app);
+        }
+        let got = rows(&builder.finish());
+        assert_eq!(got.len(), sequence.len());
+        for (row, app) in got.iter().zip(sequence) {
+            let named = app.and_then(AppFields::service);
+            assert_eq!(row[0], named.unwrap_or("null"), "{row:?}");
+            let nulls = row.iter().filter(|v| *v == "null").count();
+            match named {
+                None => assert_eq!(nulls, row.len(), "{row:?}"),
+                Some(_) => assert!(nulls < row.len(), "{row:?}"),
+            }
+        }
+        assert_eq!(got[1][1], "example.com");
+        // A builder finished starts empty, with no nulls left over.
+        builder.append(None);
+        builder.append(Some(&dns));
+        let again = rows(&builder.finish());
+        assert_eq!(again.len(), 2);
+        assert_eq!(again[1], got[1]);
     }
 }

@@ -690,6 +690,17 @@ impl SummaryBuilder {
         } else {
             Vec::new()
         };
+        if self.groups.capacity() == 0 {
+            // Grown a doubling at a time, the groups were copied over and
+            // over: the flows summary of a LAN's traffic has a group for
+            // about every fifth row, the services summary for about every
+            // eightieth. What is not used is not touched.
+            let share = match self.kind {
+                SummaryKind::Services => 64,
+                SummaryKind::Hosts | SummaryKind::Flows => 4,
+            };
+            self.reserve(batch.num_rows() / share);
+        }
         let packing = packing(self.kind, &ints);
         let mut codes = vec![[0u64; CODE_WORDS]; KEY_CHUNK_ROWS];
         let mut keys = vec![Key::default(); KEY_CHUNK_ROWS];
@@ -873,7 +884,15 @@ impl SummaryBuilder {
             // last found first, so two keys of one entry in use by turns
             // do not evict each other.
             let entry = (hash >> (64 - bits)) as usize & !1;
-            let hit = |cached: &Cached| cached.template == template_id && cached.code == *code;
+            // Word by word, inlined: `==` on the arrays called `memcmp`.
+            let hit = |cached: &Cached| {
+                let differ = cached
+                    .code
+                    .iter()
+                    .zip(code)
+                    .fold(0, |differ, (a, b)| differ | (a ^ b));
+                cached.template == template_id && differ == 0
+            };
             let group = if hit(&self.cache[entry]) {
                 self.cache[entry].group as usize
             } else if hit(&self.cache[entry + 1]) {
@@ -935,6 +954,14 @@ impl SummaryBuilder {
         at
     }
 
+    /// Room for `groups` more groups.
+    fn reserve(&mut self, groups: usize) {
+        self.groups.reserve(groups);
+        self.hashes.reserve(groups);
+        self.next.reserve(groups);
+        self.index.reserve(groups);
+    }
+
     /// A new group of `key`; its position.
     fn push(&mut self, key: &Key, hash: u64) -> usize {
         self.groups.push((*key, Sums::default()));
@@ -968,6 +995,7 @@ impl SummaryBuilder {
             keep |= 0b11 << INTS;
         }
         let mut coarse = SummaryBuilder::new(kind);
+        coarse.reserve(self.groups.len());
         for (key, sums) in &self.groups {
             let mut key = *key;
             key.ints[ints..].fill(0);
