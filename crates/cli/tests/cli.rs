@@ -602,6 +602,90 @@ fn stored_frames_leave_out_header_fields_and_export_byte_for_byte() {
     );
 }
 
+/// `[packets] summaries` chooses the summaries segments carry: an archive
+/// without them answers aggregations from the rows, the same answers; a name
+/// that is not a summary is refused.
+#[test]
+fn the_summaries_an_archive_is_configured_with_answer_as_its_rows_do() {
+    use hindsight_store::segment::summary::SummaryKind;
+
+    let work = tempfile::tempdir().unwrap();
+    let statements = [
+        "SELECT ip_proto, count(*) AS n, sum(wire_len) AS bytes FROM packets GROUP BY ip_proto ORDER BY ip_proto",
+        "SELECT src_addr, count(*) AS n FROM packets GROUP BY src_addr ORDER BY n DESC, src_addr LIMIT 10",
+        "SELECT dst_port, count(DISTINCT src_addr) AS sources FROM packets WHERE ip_proto = 6 GROUP BY dst_port ORDER BY sources DESC, dst_port LIMIT 10",
+    ];
+    let mut answers = Vec::new();
+    for (name, config) in [
+        ("default", None),
+        ("none", Some("[packets]\nsummaries = []\n")),
+        ("services", Some("[packets]\nsummaries = [\"services\"]\n")),
+    ] {
+        let archive = work.path().join(name);
+        if let Some(config) = config {
+            std::fs::create_dir_all(&archive).unwrap();
+            std::fs::write(archive.join("config.toml"), config).unwrap();
+        }
+        ingest(&lan_hour(), &archive);
+        let archive_arg = archive.to_str().unwrap();
+        let sql = |statement: &str| {
+            ok(&hindsight(&[
+                "sql",
+                statement,
+                "--archive",
+                archive_arg,
+                "--format",
+                "csv",
+            ]))
+        };
+        answers.push(statements.map(sql));
+        // Its segments carry the summaries configured, and no others.
+        let kinds = match name {
+            "default" => SummaryKind::ALL.to_vec(),
+            "services" => vec![SummaryKind::Services],
+            _ => vec![],
+        };
+        let mut carried = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(archive.join("packets")).unwrap() {
+            let reader = hindsight_store::SegmentReader::open(&entry.unwrap().path()).unwrap();
+            for kind in SummaryKind::ALL {
+                if reader.summary(kind).unwrap().is_some() {
+                    carried.insert(kind.name());
+                }
+            }
+        }
+        assert_eq!(
+            carried,
+            kinds.iter().map(|kind| kind.name()).collect(),
+            "{name}"
+        );
+    }
+    assert!(answers[0][0].lines().count() > 3, "{:?}", answers[0][0]);
+    assert_eq!(answers[1], answers[0], "without summaries");
+    assert_eq!(answers[2], answers[0], "with the services summary only");
+
+    let archive = work.path().join("unknown");
+    std::fs::create_dir_all(&archive).unwrap();
+    std::fs::write(
+        archive.join("config.toml"),
+        "[packets]\nsummaries = [\"talkers\"]\n",
+    )
+    .unwrap();
+    let output = hindsight(&[
+        "ingest",
+        "--quiet",
+        "--archive",
+        archive.to_str().unwrap(),
+        lan_hour().to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("config.toml") && stderr.contains("no summary named \"talkers\""),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_filters_point_at_the_column() {
     let work = tempfile::tempdir().unwrap();

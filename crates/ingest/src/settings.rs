@@ -17,6 +17,9 @@
 //! min_free_bytes = 1073741824      # free bytes to leave on the filesystem (0: none); below it
 //!                                  # the oldest segments are expired if a bound above is set,
 //!                                  # else writing stops (every sealed segment is kept)
+//! summaries = ["services", "hosts", "flows"]  # the segments' summaries, which answer
+//!                                  # aggregations without reading rows (the default: all;
+//!                                  # [] for none: less ingest CPU, aggregations read rows)
 //!
 //! [[retention.class]]              # a class of packets with a guaranteed share (Hyperion)
 //! name = "dns"
@@ -45,6 +48,7 @@ use std::path::PathBuf;
 
 use hindsight_index::Expiry;
 use hindsight_store::archive::CONFIG_FILE;
+use hindsight_store::segment::summary::{SummaryKind, SummarySet};
 use serde::Deserialize;
 
 use crate::{Retention, RetentionClass};
@@ -113,6 +117,7 @@ struct Packets {
     max_bytes: u64,
     max_age_secs: u64,
     min_free_bytes: u64,
+    summaries: Vec<String>,
 }
 
 /// The free-space floor of an archive that sets none: 1 GiB.
@@ -124,6 +129,7 @@ impl Default for Packets {
             max_bytes: 0,
             max_age_secs: 0,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            summaries: SummaryKind::ALL.map(|kind| kind.name().to_owned()).into(),
         }
     }
 }
@@ -164,6 +170,8 @@ pub struct ArchiveSettings {
     pub home: Vec<(hindsight_model::Addr16, hindsight_model::Addr16)>,
     /// Where sealed segments are copied (`[archive] object_store`), if anywhere.
     pub objects: Option<hindsight_store::objects::ObjectStoreSettings>,
+    /// The summaries `packets` segments carry (`[packets] summaries`).
+    pub summaries: SummarySet,
 }
 
 /// Returns the expiration settings of the archive at `root`: its `config.toml`
@@ -220,6 +228,7 @@ pub fn archive_settings(
         .map(|net| hindsight_model::network_range(net))
         .collect::<Result<_, _>>()
         .map_err(|reason| error(format!("[network] home: {reason}")))?;
+    let summaries = summary_set(&config.packets.summaries).map_err(error)?;
     let section = config.archive;
     if section.object_store.is_none()
         && (section.endpoint.is_some() || section.region.is_some() || section.local_max_bytes > 0)
@@ -243,7 +252,27 @@ pub fn archive_settings(
         retention,
         home,
         objects,
+        summaries,
     })
+}
+
+/// The `[packets] summaries` list, checked: known names, each once.
+fn summary_set(names: &[String]) -> Result<SummarySet, String> {
+    let mut kinds = Vec::with_capacity(names.len());
+    for name in names {
+        let kind = SummaryKind::from_name(name).ok_or_else(|| {
+            let known: Vec<&str> = SummaryKind::ALL.iter().map(|kind| kind.name()).collect();
+            format!(
+                "[packets] summaries: no summary named {name:?} (there are {})",
+                known.join(", ")
+            )
+        })?;
+        if kinds.contains(&kind) {
+            return Err(format!("[packets] summaries: {name:?} is named twice"));
+        }
+        kinds.push(kind);
+    }
+    Ok(SummarySet::of(kinds))
 }
 
 /// The `[[retention.class]]` sections, checked: named once each, with a filter
@@ -361,6 +390,40 @@ mod tests {
             error.contains("cutoff_interval_secs must be positive"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn the_summaries_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+        let summaries = || archive_settings(dir.path(), None).map(|s| s.summaries);
+        assert_eq!(summaries().unwrap(), SummarySet::ALL);
+        write("[packets]\nsummaries = []\n");
+        assert_eq!(summaries().unwrap(), SummarySet::NONE);
+        write("[packets]\nsummaries = [\"hosts\", \"services\"]\n");
+        let set = summaries().unwrap();
+        assert_eq!(
+            set.kinds().collect::<Vec<_>>(),
+            [SummaryKind::Services, SummaryKind::Hosts]
+        );
+        for (text, needle) in [
+            (
+                "[packets]\nsummaries = [\"host\"]\n",
+                "no summary named \"host\" (there are services, hosts, flows)",
+            ),
+            (
+                "[packets]\nsummaries = [\"flows\", \"flows\"]\n",
+                "\"flows\" is named twice",
+            ),
+            ("[packets]\nsummaries = \"flows\"\n", "summaries"),
+        ] {
+            write(text);
+            let error = summaries().unwrap_err().to_string();
+            assert!(
+                error.contains("config.toml") && error.contains(needle),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -233,6 +233,10 @@ impl Recorder {
             community_seed: settings.community_seed,
             retention: settings.retention,
             tail_bytes: config.tail_bytes,
+            segment: hindsight_store::SegmentOptions {
+                summaries: settings.summaries,
+                ..hindsight_store::SegmentOptions::default()
+            },
             ..hindsight_ingest::IngestOptions::default()
         };
         let (ingestor, opened) = Ingestor::open(root, options)?;

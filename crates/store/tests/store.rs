@@ -630,6 +630,55 @@ fn a_packets_segment_carries_its_summary_by_minute_and_header_fields() {
 }
 
 #[test]
+fn a_segment_carries_the_summaries_configured_and_each_is_the_same() {
+    use hindsight_store::segment::summary::{SummaryKind, SummarySet};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = varied_records(5000);
+    for (i, row) in rows.iter_mut().enumerate() {
+        row.ts_nanos = 1_000 * SECOND + i as i64 * SECOND / 40;
+        if let Some(port) = &mut row.headers.src_port {
+            *port = 40_000 + (i % 3) as u16;
+        }
+    }
+    let all = write_segment(dir.path(), 1, &rows);
+    let all = SegmentReader::open(&all.path).unwrap();
+    let sets = [
+        vec![],
+        vec![SummaryKind::Services],
+        // Hosts without flows is grouped from the rows, not from flows.
+        vec![SummaryKind::Hosts],
+        vec![SummaryKind::Services, SummaryKind::Flows],
+        vec![SummaryKind::Hosts, SummaryKind::Flows],
+    ];
+    for (id, kinds) in (2..).zip(sets) {
+        let options = SegmentOptions {
+            summaries: SummarySet::of(kinds.iter().copied()),
+            ..small_groups()
+        };
+        let sealed = write_segment_with(dir.path(), id, &rows, &options);
+        let reader = SegmentReader::open(&sealed.path).unwrap();
+        for kind in SummaryKind::ALL {
+            let summary = reader.summary(kind).unwrap();
+            if kinds.contains(&kind) {
+                let summary = summary.unwrap_or_else(|| panic!("{kinds:?}: {kind:?} missing"));
+                let full = all.summary(kind).unwrap().unwrap();
+                assert_eq!(summary, full, "{kinds:?}: {kind:?}");
+                assert_eq!(summary_lines(&summary), summary_oracle(&reader, kind));
+            } else {
+                assert_eq!(summary, None, "{kinds:?}: {kind:?} not configured");
+            }
+        }
+        // The rows are the same whatever the summaries.
+        assert_eq!(
+            read_all(&reader, (0..reader.row_groups()).collect()),
+            rows,
+            "{kinds:?}"
+        );
+    }
+}
+
+#[test]
 fn a_damaged_summary_is_corruption_named_and_the_rows_still_read() {
     use hindsight_store::segment::summary::{SummaryKind, SummaryLocation};
 

@@ -86,6 +86,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         flows_from_packets: !args.no_flows,
         segment: SegmentOptions {
             covering_rows: args.covering_rows,
+            summaries: settings.summaries,
             ..SegmentOptions::default()
         },
         ..IngestOptions::default()

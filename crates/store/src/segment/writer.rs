@@ -23,7 +23,7 @@ use super::chunk::{ChunkOptions, Compressors, EncodedChunk, encode_column};
 use super::cluster::{HostOrder, host_order, reorder};
 use super::postings::{CoveringLimits, PostingsCollector};
 use super::summary::{
-    FLOWS_MAX_SHARE, SummaryBuilder, SummaryKind, SummaryLocation, encode_summary,
+    FLOWS_MAX_SHARE, SummaryBuilder, SummaryKind, SummaryLocation, SummarySet, encode_summary,
 };
 use super::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY, segment_file_name, temp_file_name};
 use crate::Table;
@@ -75,6 +75,8 @@ pub struct SegmentOptions {
     /// summary does, and a summary's own footer (about 2 kB each) would
     /// weigh on small segments (a small retention class's).
     pub summary_min_rows: u64,
+    /// The summaries `packets` segments carry (`[packets] summaries`).
+    pub summaries: SummarySet,
 }
 
 impl Default for SegmentOptions {
@@ -92,6 +94,7 @@ impl Default for SegmentOptions {
             group_by_host: true,
             lz4_headers: true,
             summary_min_rows: 4096,
+            summaries: SummarySet::ALL,
         }
     }
 }
@@ -428,9 +431,11 @@ struct RowGroupEncoder {
     postings: Option<PostingsCollector>,
     /// Rows encoded so far: the segment row of the next row group's first row.
     rows_encoded: u64,
-    /// The summaries made from the rows (services and flows; hosts is made
-    /// from flows), for `packets` segments only.
+    /// The summaries made from the rows (see [`summary_builders`]), for
+    /// `packets` segments only.
     summaries: Vec<SummaryBuilder>,
+    /// Whether the hosts summary is made from the flows summary at the end.
+    hosts_from_flows: bool,
     /// Written only for a segment of at least this many rows.
     summary_min_rows: u64,
 }
@@ -477,12 +482,12 @@ impl RowGroupEncoder {
             rows_encoded: 0,
             summary_min_rows: options.summary_min_rows,
             summaries: if table == Table::Packets {
-                [SummaryKind::Services, SummaryKind::Flows]
-                    .map(SummaryBuilder::new)
-                    .into()
+                summary_builders(options.summaries)
             } else {
                 Vec::new()
             },
+            hosts_from_flows: options.summaries.contains(SummaryKind::Hosts)
+                && options.summaries.contains(SummaryKind::Flows),
         })
     }
 
@@ -626,7 +631,9 @@ impl RowGroupEncoder {
         if self.rows_encoded < self.summary_min_rows {
             summaries.clear();
         }
-        if let Some(flows) = summaries.iter().find(|s| s.kind() == SummaryKind::Flows) {
+        if self.hosts_from_flows
+            && let Some(flows) = summaries.iter().find(|s| s.kind() == SummaryKind::Flows)
+        {
             summaries.push(flows.coarsen(SummaryKind::Hosts)?);
         }
         // Flows past its share of the rows would save a reader little.
@@ -651,6 +658,18 @@ impl RowGroupEncoder {
         }
         Ok((self.file.into_inner()?, self.column_cpu, self.postings))
     }
+}
+
+/// The builders that group a `packets` segment's rows for `wanted`: services
+/// and flows from the rows, hosts from the rows only without flows (with it,
+/// hosts is made from the flows summary's groups, so a row is grouped once
+/// for both).
+fn summary_builders(wanted: SummarySet) -> Vec<SummaryBuilder> {
+    wanted
+        .kinds()
+        .filter(|&kind| kind != SummaryKind::Hosts || !wanted.contains(SummaryKind::Flows))
+        .map(SummaryBuilder::new)
+        .collect()
 }
 
 /// Encodes the columns of `jobs`, each with the CPU time this thread spent on it.
