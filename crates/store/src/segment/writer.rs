@@ -486,8 +486,7 @@ impl RowGroupEncoder {
             } else {
                 Vec::new()
             },
-            hosts_from_flows: options.summaries.contains(SummaryKind::Hosts)
-                && options.summaries.contains(SummaryKind::Flows),
+            hosts_from_flows: hosts_from_flows(options.summaries),
         })
     }
 
@@ -660,14 +659,19 @@ impl RowGroupEncoder {
     }
 }
 
+/// Whether, for `wanted`, the hosts summary is made from the flows summary's
+/// groups rather than the rows: when both are wanted, so a row is grouped
+/// once for both.
+fn hosts_from_flows(wanted: SummarySet) -> bool {
+    wanted.contains(SummaryKind::Hosts) && wanted.contains(SummaryKind::Flows)
+}
+
 /// The builders that group a `packets` segment's rows for `wanted`: services
-/// and flows from the rows, hosts from the rows only without flows (with it,
-/// hosts is made from the flows summary's groups, so a row is grouped once
-/// for both).
+/// and flows, and hosts unless it is made from flows ([`hosts_from_flows`]).
 fn summary_builders(wanted: SummarySet) -> Vec<SummaryBuilder> {
     wanted
         .kinds()
-        .filter(|&kind| kind != SummaryKind::Hosts || !wanted.contains(SummaryKind::Flows))
+        .filter(|&kind| kind != SummaryKind::Hosts || !hosts_from_flows(wanted))
         .map(SummaryBuilder::new)
         .collect()
 }
