@@ -104,7 +104,7 @@ impl ChunkOptions {
     /// Compresses one page's bytes with the chunk's codec.
     fn compress(&self, zstd: &mut Compressors, page: &[u8]) -> Result<Vec<u8>> {
         if self.lz4 {
-            Ok(lz4_flex::block::compress(page))
+            Ok(super::lz4::compress(page))
         } else {
             zstd.compress(self.zstd(), page)
         }

@@ -8,6 +8,7 @@
 
 mod chunk;
 mod cluster;
+mod lz4;
 pub mod postings;
 pub mod reader;
 pub mod summary;
