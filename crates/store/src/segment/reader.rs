@@ -9,6 +9,7 @@ use arrow::array::{
     Array, AsArray, BooleanArray, FixedSizeBinaryArray, RecordBatch, UInt8Array, UInt16Array,
     UInt32Array,
 };
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::concat_batches;
 use arrow::datatypes::{TimestampNanosecondType, UInt64Type};
 use arrow::error::ArrowError;
@@ -57,26 +58,47 @@ impl TimeRange {
 
 /// Returns, for each row of a batch holding `src_addr` and `dst_addr`, whether
 /// either address lies in one of `ranges`.
+///
+/// Addresses are compared as big-endian 128-bit numbers straight from the
+/// columns' value buffers, 64 rows a word: the predicate of a busy-address
+/// query tests every row of the granules it reads, and testing them as byte
+/// slices (a `memcmp` call per bound) was 18% of that query's instructions.
 fn address_mask(batch: &RecordBatch, ranges: &[(Addr16, Addr16)]) -> BooleanArray {
-    let column = |name: &str| {
-        batch
+    let rows = batch.num_rows();
+    let ranges: Vec<(u128, u128)> = ranges
+        .iter()
+        .map(|(lo, hi)| (u128::from_be_bytes(lo.0), u128::from_be_bytes(hi.0)))
+        .collect();
+    let hits = |name: &str| -> BooleanBuffer {
+        let Some(array) = batch
             .column_by_name(name)
             .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
-    };
-    let (src, dst) = (column(col::SRC_ADDR), column(col::DST_ADDR));
-    let hit = |array: Option<&FixedSizeBinaryArray>, row: usize| {
-        array.is_some_and(|a| {
-            a.is_valid(row) && {
-                let value = a.value(row);
-                ranges
-                    .iter()
-                    .any(|(lo, hi)| &lo.0[..] <= value && value <= &hi.0[..])
+            .filter(|a| a.value_length() == 16 && a.value_data().len() >= rows * 16)
+        else {
+            return BooleanBuffer::new_unset(rows);
+        };
+        let values = array.value_data();
+        let value = |row: usize| {
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(&values[row * 16..row * 16 + 16]);
+            u128::from_be_bytes(bytes)
+        };
+        let hits = match ranges.as_slice() {
+            [(lo, hi)] if lo == hi => BooleanBuffer::collect_bool(rows, |row| value(row) == *lo),
+            [(lo, hi)] => {
+                BooleanBuffer::collect_bool(rows, |row| (*lo..=*hi).contains(&value(row)))
             }
-        })
+            _ => BooleanBuffer::collect_bool(rows, |row| {
+                let value = value(row);
+                ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&value))
+            }),
+        };
+        match array.nulls() {
+            Some(nulls) => &hits & nulls.inner(),
+            None => hits,
+        }
     };
-    (0..batch.num_rows())
-        .map(|row| Some(hit(src, row) || hit(dst, row)))
-        .collect()
+    BooleanArray::new(&hits(col::SRC_ADDR) | &hits(col::DST_ADDR), None)
 }
 
 /// A connection's endpoints and protocol: `(address, port, peer, peer port,
@@ -941,5 +963,97 @@ fn in_time_order(batches: Vec<RecordBatch>) -> Vec<RecordBatch> {
     match reorder(&rows, &UInt32Array::from(order)) {
         Ok(rows) => vec![rows],
         Err(_) => batches,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, FixedSizeBinaryBuilder};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn column(values: &[Option<[u8; 16]>]) -> ArrayRef {
+        let mut builder = FixedSizeBinaryBuilder::with_capacity(values.len(), 16);
+        for value in values {
+            match value {
+                Some(bytes) => builder.append_value(bytes).unwrap(),
+                None => builder.append_null(),
+            }
+        }
+        Arc::new(builder.finish())
+    }
+
+    #[test]
+    fn the_address_mask_is_the_byte_order_range_test() {
+        // Addresses from a few values so that ranges hit, with nulls.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pick = |n: u64| -> Option<[u8; 16]> {
+            (!n.is_multiple_of(11)).then(|| {
+                let mut bytes = [0u8; 16];
+                bytes[10] = 0xff;
+                bytes[11] = 0xff;
+                bytes[12] = 10;
+                bytes[15] = (n % 7) as u8;
+                if n.is_multiple_of(5) {
+                    bytes[0] = 0x20; // an IPv6 address
+                }
+                bytes
+            })
+        };
+        let src: Vec<_> = (0..300).map(|_| pick(next())).collect();
+        let dst: Vec<_> = (0..300).map(|_| pick(next())).collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(col::SRC_ADDR, DataType::FixedSizeBinary(16), true),
+            Field::new(col::DST_ADDR, DataType::FixedSizeBinary(16), true),
+        ]));
+        let batch = RecordBatch::try_new(schema, vec![column(&src), column(&dst)]).unwrap();
+        let address = |last: u8| {
+            let mut bytes = [0u8; 16];
+            bytes[10] = 0xff;
+            bytes[11] = 0xff;
+            bytes[12] = 10;
+            bytes[15] = last;
+            Addr16(bytes)
+        };
+        let cases = [
+            vec![(address(3), address(3))],
+            vec![(address(1), address(4))],
+            vec![(address(0), address(0)), (address(5), address(6))],
+            vec![(Addr16([0; 16]), Addr16([0xff; 16]))],
+            vec![],
+        ];
+        for ranges in cases {
+            let hit = |value: &Option<[u8; 16]>| {
+                value.is_some_and(|v| {
+                    ranges
+                        .iter()
+                        .any(|(lo, hi)| lo.0[..] <= v[..] && v[..] <= hi.0[..])
+                })
+            };
+            let expected: Vec<bool> = src
+                .iter()
+                .zip(&dst)
+                .map(|(s, d)| hit(s) || hit(d))
+                .collect();
+            let mask = address_mask(&batch, &ranges);
+            assert_eq!(mask.null_count(), 0);
+            assert_eq!(
+                mask.iter().map(Option::unwrap).collect::<Vec<_>>(),
+                expected
+            );
+            // A slice of the batch answers for its own rows.
+            let sliced = address_mask(&batch.slice(37, 100), &ranges);
+            let got: Vec<bool> = sliced.iter().map(Option::unwrap).collect();
+            assert_eq!(got, expected[37..137]);
+        }
     }
 }
