@@ -24,7 +24,7 @@ use hindsight_model::{
 use hindsight_store::arrow::array::RecordBatch;
 use hindsight_store::schema::{PacketBatchView, col};
 use hindsight_store::segment::reader::ConnTuple;
-use hindsight_store::{Archive, CatalogEntry, SegmentReader, Table, TimeRange};
+use hindsight_store::{Archive, CatalogEntry, FooterCache, SegmentReader, Table, TimeRange};
 
 use crate::error::QueryError;
 use crate::filter::names::TextTest;
@@ -146,6 +146,8 @@ pub struct PacketSearch {
     remote: Option<Arc<dyn RemoteSegments>>,
     /// The connection index, opened when a filter names a Community ID.
     connections: std::sync::OnceLock<Option<Arc<ConnectionIndex>>>,
+    /// The parsed footers of the segments it read (`FooterCache`).
+    footers: Arc<FooterCache>,
 }
 
 /// What a capture file needs of a record besides its bytes.
@@ -224,7 +226,15 @@ impl PacketSearch {
             index,
             remote: None,
             connections: std::sync::OnceLock::new(),
+            footers: Arc::new(FooterCache::new(FooterCache::DEFAULT_BYTES)),
         }
+    }
+
+    /// Keeps the parsed footers of the segments it reads in `footers` (a
+    /// long-lived reader's, shared by its searches) instead of its own.
+    pub fn with_footers(mut self, footers: Arc<FooterCache>) -> Self {
+        self.footers = footers;
+        self
     }
 
     /// Finds Community IDs in `connections` (a long-lived reader's), instead of
@@ -683,7 +693,7 @@ impl SegmentRead<'_> {
                         })?;
                     SegmentReader::from_file(file, &path)?
                 }
-                _ => SegmentReader::open(&path)?,
+                _ => SegmentReader::open_cached(&path, &self.search.footers)?,
             };
             let groups = reader
                 .matching_row_groups(self.request.time, self.plan.address_ranges.as_deref())?;

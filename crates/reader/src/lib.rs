@@ -37,7 +37,7 @@ use hindsight_query::search::{
     PacketSearch, RemoteSegments, SearchPlan, SearchRequest, SearchStats,
 };
 use hindsight_sql::{SqlError, SqlSession};
-use hindsight_store::{Archive, CatalogEntry, StoreError, Table, Tail, TailView};
+use hindsight_store::{Archive, CatalogEntry, FooterCache, StoreError, Table, Tail, TailView};
 
 pub use crate::connections::{
     ConnQuery, Connections, MAX_CURSOR_HEX, decode_cursor, encode_cursor,
@@ -202,6 +202,8 @@ pub struct Snapshot {
     disk_bytes: Arc<std::sync::OnceLock<u64>>,
     /// The copies of its segments in object storage, if it has a store.
     remote: Option<Arc<dyn RemoteSegments>>,
+    /// The reader's parsed segment footers, shared by its snapshots.
+    footers: Arc<FooterCache>,
 }
 
 /// A connection index opened read-only, with the last `flows` segment whose
@@ -268,7 +270,7 @@ fn settings_remote(root: &Path, settings: &ArchiveSettings) -> Option<Arc<dyn Re
 const FETCH_DIR: &str = "fetched";
 
 impl Snapshot {
-    fn load(root: &Path, generation: u64) -> Result<Self, ReaderError> {
+    fn load(root: &Path, generation: u64, footers: Arc<FooterCache>) -> Result<Self, ReaderError> {
         let archive = Archive::open_reader(root).map_err(|source| ReaderError::Open {
             root: root.to_owned(),
             source,
@@ -292,6 +294,7 @@ impl Snapshot {
             disk_bytes: Arc::default(),
             remote: settings_remote(root, &settings),
             settings,
+            footers,
         })
     }
 
@@ -491,7 +494,8 @@ impl Snapshot {
     /// execution, lookups and the tail share one open index.
     pub fn packet_search(&self, filter: &Filter) -> Result<PacketSearch, ReaderError> {
         let search = PacketSearch::new(Arc::clone(&self.archive), self.index.clone())
-            .with_remote(self.remote.clone());
+            .with_remote(self.remote.clone())
+            .with_footers(Arc::clone(&self.footers));
         let open = if filter.tests_app_fields() || filter.names_community_id() {
             Some(self.open_connections()?)
         } else {
@@ -726,12 +730,15 @@ pub struct Reader {
     /// The files whose `stat` tells a snapshot stale.
     watched: Vec<PathBuf>,
     current: Mutex<(Stamp, Arc<Snapshot>)>,
+    /// Parsed segment footers, kept across snapshots (segment files never change).
+    footers: Arc<FooterCache>,
 }
 
 impl Reader {
     /// Opens the archive at `root`: its catalog, indexes and settings.
     pub fn open(root: &Path) -> Result<Self, ReaderError> {
-        let snapshot = Snapshot::load(root, 0)?;
+        let footers = Arc::new(FooterCache::new(FooterCache::DEFAULT_BYTES));
+        let snapshot = Snapshot::load(root, 0, Arc::clone(&footers))?;
         let watched = vec![
             snapshot.archive.catalog().path().to_owned(),
             snapshot.archive.index_dir(),
@@ -744,7 +751,19 @@ impl Reader {
             tail: None,
             watched,
             current: Mutex::new((stamp, Arc::new(snapshot))),
+            footers,
         })
+    }
+
+    /// Keeps at most `bytes` of parsed segment footers (`FooterCache`; 0: none).
+    pub fn with_footer_cache_bytes(self, bytes: usize) -> Self {
+        self.footers.set_limit(bytes);
+        self
+    }
+
+    /// The parsed segment footers it keeps.
+    pub fn footers(&self) -> &FooterCache {
+        &self.footers
     }
 
     /// Answers from `tail` too: the unsealed rows of the live writer of this
@@ -772,7 +791,11 @@ impl Reader {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let stamp = Stamp::of(&self.watched);
         if stamp != current.0 {
-            let snapshot = Snapshot::load(&self.root, current.1.generation + 1)?;
+            let snapshot = Snapshot::load(
+                &self.root,
+                current.1.generation + 1,
+                Arc::clone(&self.footers),
+            )?;
             *current = (stamp, Arc::new(snapshot));
         }
         Ok(match tail {

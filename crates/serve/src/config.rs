@@ -52,6 +52,7 @@
 //! max_queued = 64                  # per class, waiting for a slot; more get 503 with Retry-After
 //! cheap_rows = 1048576             # rows a request may decode and still be cheap
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
+//! footer_cache_mib = 64            # parsed segment footers kept between queries (0: none)
 //!
 //! [cluster]                        # optional: this server is a node of a cluster
 //! name = "gateway"                 # docs/cluster.md
@@ -327,6 +328,8 @@ pub struct ApiSection {
     pub cheap_rows: u64,
     /// Memory of one SQL statement's operators, MiB.
     pub max_memory_mib: usize,
+    /// Parsed segment footers kept between queries, MiB.
+    pub footer_cache_mib: usize,
 }
 
 impl Default for ApiSection {
@@ -342,6 +345,7 @@ impl Default for ApiSection {
             max_queued: 64,
             cheap_rows: crate::admission::CHEAP_ROWS,
             max_memory_mib: 1024,
+            footer_cache_mib: hindsight_store::FooterCache::DEFAULT_BYTES >> 20,
         }
     }
 }

@@ -122,7 +122,8 @@ pub fn run(args: Options) -> Result<()> {
         None => None,
     };
     // Opened once, after the recorder has created the archive if it was new.
-    let mut reader = Reader::open(&root)?;
+    let mut reader =
+        Reader::open(&root)?.with_footer_cache_bytes(config.api.footer_cache_mib << 20);
     if let Some(tail) = recorder.as_ref().and_then(|(recorder, _)| recorder.tail()) {
         // Packets and connections answered before their segment seals.
         reader = reader.with_tail(tail);

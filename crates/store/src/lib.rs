@@ -25,6 +25,7 @@ pub mod tail;
 pub use archive::{Archive, RecoveryReport};
 pub use catalog::{Catalog, CatalogDamage, CatalogEntry};
 pub use error::{Result, StoreError};
+pub use segment::footers::FooterCache;
 pub use segment::reader::{Damage, SegmentReader, TimeRange, TimeSpan};
 pub use segment::writer::{SealedSegment, SegmentOptions, SegmentWriter};
 pub use table::Table;

@@ -8,7 +8,8 @@ use hindsight_model::{Addr16, DecodeStatus, LinkType, PacketHeaders, PacketRecor
 use hindsight_store::schema::{PacketBatchBuilder, PacketBatchView};
 use hindsight_store::segment::{segment_file_name, temp_file_name};
 use hindsight_store::{
-    Archive, SegmentOptions, SegmentReader, SegmentWriter, StoreError, Table, TimeRange,
+    Archive, FooterCache, SegmentOptions, SegmentReader, SegmentWriter, StoreError, Table,
+    TimeRange,
 };
 
 const SECOND: i64 = 1_000_000_000;
@@ -148,6 +149,48 @@ fn segment_round_trips_and_summarizes() {
             }
         }
     }
+}
+
+#[test]
+fn a_cached_footer_reads_the_same_rows_and_a_replaced_file_is_read_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = write_segment(dir.path(), 1, &records(3000, 100));
+    let second = write_segment(dir.path(), 2, &records(2000, 7));
+    let footers = FooterCache::new(FooterCache::DEFAULT_BYTES);
+    let opened = SegmentReader::open_cached(&first.path, &footers).unwrap();
+    assert_eq!(footers.len(), 1);
+    let held = footers.bytes();
+    assert!(held > 1000, "{held} bytes for a footer");
+    let again = SegmentReader::open_cached(&first.path, &footers).unwrap();
+    assert_eq!(footers.len(), 1);
+    let groups = (0..opened.row_groups()).collect::<Vec<_>>();
+    assert_eq!(read_all(&again, groups.clone()), read_all(&opened, groups));
+    assert_eq!(read_all(&again, vec![0]).len(), 1000);
+
+    // The second file's bytes put where the first was: another length, so
+    // its own footer is read, not the one held.
+    fs::copy(&second.path, &first.path).unwrap();
+    let replaced = SegmentReader::open_cached(&first.path, &footers).unwrap();
+    assert_eq!(replaced.rows(), 2000);
+    let all = (0..replaced.row_groups()).collect::<Vec<_>>();
+    assert_eq!(read_all(&replaced, all), records(2000, 7));
+    assert_eq!(footers.len(), 1);
+
+    // Bounded: room for one footer keeps one, the latest (the two files
+    // now hold the same bytes).
+    let one = FooterCache::new(FooterCache::DEFAULT_BYTES);
+    SegmentReader::open_cached(&second.path, &one).unwrap();
+    let size = one.bytes();
+    let small = FooterCache::new(size + size / 2);
+    SegmentReader::open_cached(&first.path, &small).unwrap();
+    SegmentReader::open_cached(&second.path, &small).unwrap();
+    assert_eq!(small.len(), 1);
+    assert!(small.bytes() <= size + size / 2);
+    small.set_limit(0);
+    assert!(small.is_empty());
+    let none = FooterCache::new(0);
+    SegmentReader::open_cached(&second.path, &none).unwrap();
+    assert!(none.is_empty());
 }
 
 #[test]

@@ -8,6 +8,7 @@
 
 mod chunk;
 mod cluster;
+pub mod footers;
 mod lz4;
 pub mod postings;
 pub mod reader;

@@ -25,6 +25,7 @@ use parquet::file::statistics::Statistics;
 use crate::error::{Result, StoreError};
 use crate::schema::col;
 use crate::segment::cluster::reorder;
+use crate::segment::footers::FooterCache;
 use crate::segment::postings::{CoveringLimits, PostingsCollector};
 use crate::segment::summary::{self, SummaryKind, SummaryLocation};
 use crate::segment::{FORMAT_VERSION, FORMAT_VERSION_KEY, TABLE_KEY};
@@ -197,6 +198,27 @@ impl SegmentReader {
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(StoreError::io("open segment", path))?;
         Self::from_file(file, path)
+    }
+
+    /// As [`open`](Self::open), with the footer from `footers` if it holds
+    /// this file's (same length and modification time), and kept there if not.
+    pub fn open_cached(path: &Path, footers: &FooterCache) -> Result<Self> {
+        let file = File::open(path).map_err(StoreError::io("open segment", path))?;
+        let stat = file
+            .metadata()
+            .map_err(StoreError::io("stat segment", path))?;
+        let identity = (stat.len(), stat.modified().ok());
+        if let Some(metadata) = footers.get(path, identity) {
+            return Ok(Self {
+                path: path.to_owned(),
+                file,
+                file_len: identity.0,
+                metadata,
+            });
+        }
+        let reader = Self::from_file(file, path)?;
+        footers.put(path, identity, &reader.metadata);
+        Ok(reader)
     }
 
     /// As [`open`](Self::open), without the page index: for a reader of its
