@@ -23,7 +23,7 @@ use hindsight_capture::CaptureReader;
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest};
-use hindsight_store::TimeRange;
+use hindsight_store::{FooterCache, TimeRange};
 
 const NANOS: i64 = 1_000_000_000;
 
@@ -201,7 +201,12 @@ fn main() {
     // only, so it can answer the same queries): an NTP server a host asks 3 times
     // an hour (rare), and the DNS server, 390 packets an hour (busy).
     let addresses = [("rare", "172.30.100.1"), ("busy", "10.174.200.10")];
-    let search = PacketSearch::open(&archive).expect("open archive for search");
+    // As `serve` searches: its reader keeps the parsed footers between queries.
+    let search = PacketSearch::open(&archive)
+        .expect("open archive for search")
+        .with_footers(std::sync::Arc::new(FooterCache::new(
+            FooterCache::DEFAULT_BYTES,
+        )));
     let run_search = |filter: &str, time: TimeRange| -> (Duration, u64) {
         let mut matched = 0;
         let samples: Vec<Duration> = (0..args.runs.max(5))

@@ -226,12 +226,14 @@ impl PacketSearch {
             index,
             remote: None,
             connections: std::sync::OnceLock::new(),
-            footers: Arc::new(FooterCache::new(FooterCache::DEFAULT_BYTES)),
+            // A one-shot search reads each footer once: keeping them would
+            // only cost memory. A long-lived reader gives its own.
+            footers: Arc::new(FooterCache::new(0)),
         }
     }
 
     /// Keeps the parsed footers of the segments it reads in `footers` (a
-    /// long-lived reader's, shared by its searches) instead of its own.
+    /// long-lived reader's, shared by its searches); without, none is kept.
     pub fn with_footers(mut self, footers: Arc<FooterCache>) -> Self {
         self.footers = footers;
         self
