@@ -146,8 +146,9 @@ pub struct PacketSearch {
     remote: Option<Arc<dyn RemoteSegments>>,
     /// The connection index, opened when a filter names a Community ID.
     connections: std::sync::OnceLock<Option<Arc<ConnectionIndex>>>,
-    /// The parsed footers of the segments it read (`FooterCache`).
-    footers: Arc<FooterCache>,
+    /// Where the parsed footers of the segments it reads are kept, if
+    /// anywhere (`FooterCache`, a long-lived reader's).
+    footers: Option<Arc<FooterCache>>,
 }
 
 /// What a capture file needs of a record besides its bytes.
@@ -228,14 +229,14 @@ impl PacketSearch {
             connections: std::sync::OnceLock::new(),
             // A one-shot search reads each footer once: keeping them would
             // only cost memory. A long-lived reader gives its own.
-            footers: Arc::new(FooterCache::new(0)),
+            footers: None,
         }
     }
 
     /// Keeps the parsed footers of the segments it reads in `footers` (a
     /// long-lived reader's, shared by its searches); without, none is kept.
     pub fn with_footers(mut self, footers: Arc<FooterCache>) -> Self {
-        self.footers = footers;
+        self.footers = Some(footers);
         self
     }
 
@@ -695,7 +696,10 @@ impl SegmentRead<'_> {
                         })?;
                     SegmentReader::from_file(file, &path)?
                 }
-                _ => SegmentReader::open_cached(&path, &self.search.footers)?,
+                _ => match &self.search.footers {
+                    Some(footers) => SegmentReader::open_cached(&path, footers)?,
+                    None => SegmentReader::open(&path)?,
+                },
             };
             let groups = reader
                 .matching_row_groups(self.request.time, self.plan.address_ranges.as_deref())?;

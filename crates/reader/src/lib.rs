@@ -761,11 +761,6 @@ impl Reader {
         self
     }
 
-    /// The parsed segment footers it keeps.
-    pub fn footers(&self) -> &FooterCache {
-        &self.footers
-    }
-
     /// Answers from `tail` too: the unsealed rows of the live writer of this
     /// archive in this process.
     pub fn with_tail(mut self, tail: Arc<Tail>) -> Self {

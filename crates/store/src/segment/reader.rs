@@ -216,7 +216,7 @@ impl SegmentReader {
                 metadata,
             });
         }
-        let reader = Self::from_file(file, path)?;
+        let reader = Self::read_footer(file, identity.0, path, PageIndexPolicy::Optional)?;
         footers.put(path, identity, &reader.metadata);
         Ok(reader)
     }
@@ -236,6 +236,20 @@ impl SegmentReader {
     }
 
     fn with_page_index(file: File, path: &Path, page_index: PageIndexPolicy) -> Result<Self> {
+        let file_len = file
+            .metadata()
+            .map_err(StoreError::io("stat segment", path))?
+            .len();
+        Self::read_footer(file, file_len, path, page_index)
+    }
+
+    /// Reads and checks the footer of `file`, whose `stat` gave `file_len`.
+    fn read_footer(
+        file: File,
+        file_len: u64,
+        path: &Path,
+        page_index: PageIndexPolicy,
+    ) -> Result<Self> {
         // The Arrow schema comes from the Parquet schema, not from the footer's
         // embedded IPC schema (`ARROW:schema`): the `arrow-ipc` decoder panics on
         // some damaged ones (found by the `segment_reader` fuzz target), and the
@@ -249,10 +263,6 @@ impl SegmentReader {
         )
         .map_err(StoreError::parquet(path))?;
         check_format_version(path, &metadata)?;
-        let file_len = file
-            .metadata()
-            .map_err(StoreError::io("stat segment", path))?
-            .len();
         check_layout(path, &metadata, file_len)?;
         Ok(Self {
             path: path.to_owned(),
