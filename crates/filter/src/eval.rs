@@ -21,7 +21,8 @@ pub enum Verdict {
     /// The packet does not pass.
     NoMatch,
     /// The filter reads bytes the source captured that were not kept (the
-    /// archive's snap length): whether it passes is not known.
+    /// archive's snap length), or a layer behind a link header whose layout
+    /// the byte offsets do not follow: whether it passes is not known.
     Unknown,
 }
 
@@ -72,7 +73,7 @@ impl Filter {
         {
             None | Some(Ok(true)) => Verdict::Match,
             Some(Ok(false)) | Some(Err(Abort::Reject)) => Verdict::NoMatch,
-            Some(Err(Abort::PastKept)) => Verdict::Unknown,
+            Some(Err(Abort::PastKept | Abort::Unsupported)) => Verdict::Unknown,
         }
     }
 }

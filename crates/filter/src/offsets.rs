@@ -6,8 +6,11 @@
 //! - `ether[]` (or `link[]`) counts from the first byte of the frame; `ip[]`,
 //!   `ip6[]` and `arp[]` from the network header after the link header (14 bytes
 //!   of Ethernet, not counting VLAN tags; 16 of Linux SLL; 20 of SLL2; none for
-//!   raw IP), once the link header says the packet is one (ethertype, or the
-//!   version nibble of raw IP); `tcp[]`, `udp[]`, `icmp[]`, `igmp[]` and `sctp[]`
+//!   raw IP; 4 of BSD and OpenBSD loopback, PPP and Cisco HDLC; 8 of PPPoE; 24
+//!   of Solaris ipnet), once the link header says the packet is one
+//!   (ethertype, PPP protocol, address family, or the version nibble of raw
+//!   IP); behind any other link header (802.11, radiotap, ...) whether such a
+//!   relation holds is not known, and the search says so; `tcp[]`, `udp[]`, `icmp[]`, `igmp[]` and `sctp[]`
 //!   from the transport header of an IPv4 packet of that protocol that is not a
 //!   non-first fragment, after the IPv4 header length; `icmp6[]` 40 bytes after
 //!   the start of an IPv6 header whose next header is 58.
@@ -180,21 +183,62 @@ pub enum Abort {
     Reject,
     /// A load past the kept bytes of bytes that were captured: unknown.
     PastKept,
+    /// A layer past a link header whose layout these offsets do not follow:
+    /// unknown.
+    Unsupported,
 }
 
 /// What evaluating an expression over one packet can end in.
 type Eval<T> = Result<T, Abort>;
 
-/// Bytes of the link header before the network header, for the link types
-/// whose byte offsets are supported.
-fn link_len(link_type: LinkType) -> Option<usize> {
-    match link_type.0 {
-        1 => Some(14),
-        113 => Some(16),
-        276 => Some(20),
-        12 | 14 | 101 | 228 | 229 => Some(0),
-        _ => None,
-    }
+/// How a link type's header says which protocol follows it.
+#[derive(Clone, Copy, Debug)]
+enum Next {
+    /// An ethertype, 16 bits at this offset.
+    Ethertype(usize),
+    /// A PPP protocol number, 16 bits at this offset (`0x0021` IPv4,
+    /// `0x0057` IPv6, other ethertypes as themselves).
+    Ppp(usize),
+    /// A BSD address family, 32 bits at the start: in the writer's byte
+    /// order (DLT_NULL, read either way as the decoder does) or in network
+    /// byte order (DLT_LOOP).
+    Family { network_order: bool },
+    /// Solaris ipnet's address family byte at 1 (2 IPv4, 26 IPv6).
+    Ipnet,
+    /// No header: the IP version nibble.
+    Version,
+}
+
+/// The link header of the link types whose byte offsets are defined, as
+/// libpcap 1.10's code generator reads them (`init_linktype`,
+/// `gen_linktype`): where the network header starts, and what says which
+/// protocol it is. VLAN tags are not skipped (tcpdump's `vlan` does that).
+fn link(link_type: LinkType) -> Option<(usize, Next)> {
+    Some(match link_type.0 {
+        1 => (14, Next::Ethertype(12)),
+        113 => (16, Next::Ethertype(14)),
+        276 => (20, Next::Ethertype(0)),
+        12 | 14 | 101 | 228 | 229 => (0, Next::Version),
+        0 => (
+            4,
+            Next::Family {
+                network_order: false,
+            },
+        ),
+        108 => (
+            4,
+            Next::Family {
+                network_order: true,
+            },
+        ),
+        // PPP, PPP_PPPD and PPP_SERIAL after `ff 03`; Cisco HDLC's
+        // address and control, then an ethertype.
+        9 | 50 | 166 => (4, Next::Ppp(2)),
+        51 => (8, Next::Ppp(6)),
+        104 | 112 => (4, Next::Ethertype(2)),
+        226 => (24, Next::Ipnet),
+        _ => return None,
+    })
 }
 
 /// Where a layer starts in the frame without checking that the packet has it,
@@ -209,8 +253,8 @@ fn unchecked_start(
     if layer == Layer::Link {
         return Ok(Some(0));
     }
-    let Some(ip) = link_len(link_type) else {
-        return Ok(None);
+    let Some((ip, _)) = link(link_type) else {
+        return Err(Abort::Unsupported);
     };
     Ok(Some(match layer {
         Layer::Transport(_) => ip + 4 * (load(frame, cap_len, ip, 1)? as usize & 0xf),
@@ -227,17 +271,49 @@ fn layer_start(
     cap_len: u32,
 ) -> Eval<Option<usize>> {
     let byte = |at: usize, size: usize| load(frame, cap_len, at, size);
-    // The network header's start, and the check that it is `ethertype`.
+    if layer == Layer::Link {
+        return Ok(Some(0));
+    }
+    // A layer past a link header whose layout is not followed here (802.11,
+    // radiotap, ...): the answer is not known, and says so.
+    let Some((start, next)) = link(link_type) else {
+        return Err(Abort::Unsupported);
+    };
+    // The network header's start, if the link header says it is `ethertype`
+    // (of IP `version`).
     let network = |ethertype: u32, version: u32| -> Eval<Option<usize>> {
-        match link_type.0 {
-            1 => Ok((byte(12, 2)? == ethertype).then_some(14)),
-            113 => Ok((byte(14, 2)? == ethertype).then_some(16)),
-            276 => Ok((byte(0, 2)? == ethertype).then_some(20)),
-            12 | 14 | 101 | 228 | 229 if version != 0 => {
-                Ok((byte(0, 1)? & 0xf0 == version << 4).then_some(0))
+        let is = match next {
+            Next::Ethertype(at) => byte(at, 2)? == ethertype,
+            Next::Ppp(at) => {
+                let protocol = match ethertype {
+                    0x0800 => 0x0021,
+                    0x86dd => 0x0057,
+                    other => other,
+                };
+                byte(at, 2)? == protocol
             }
-            _ => Ok(None),
-        }
+            Next::Family { network_order } => {
+                let word = byte(0, 4)?;
+                let family = if network_order || word.swap_bytes() > 0xffff {
+                    word
+                } else {
+                    word.swap_bytes()
+                };
+                match ethertype {
+                    0x0800 => family == 2,
+                    // NetBSD and OpenBSD, FreeBSD, Darwin.
+                    0x86dd => matches!(family, 24 | 28 | 30),
+                    _ => false,
+                }
+            }
+            Next::Ipnet => match ethertype {
+                0x0800 => byte(1, 1)? == 2,
+                0x86dd => byte(1, 1)? == 26,
+                _ => false,
+            },
+            Next::Version => version != 0 && byte(0, 1)? & 0xf0 == version << 4,
+        };
+        Ok(is.then_some(start))
     };
     match layer {
         Layer::Link => Ok(Some(0)),

@@ -939,8 +939,10 @@ pub fn unknown_line(stats: &SearchStats) -> Option<String> {
     (stats.rows_unknown > 0).then(|| {
         format!(
             "{} packet(s) left out: the filter reads bytes past those the archive kept of \
-             them (their snap length: `ingest --snaplen`, 128 bytes by default), so whether they \
-             match is not known",
+             them (their snap length: `ingest --snaplen`, 128 bytes by default), or a layer \
+             behind a link header whose layout the byte offsets do not follow (802.11, \
+             radiotap and others: docs/filter-language.md lists those they do), so whether \
+             they match is not known",
             stats.rows_unknown
         )
     })
