@@ -103,6 +103,7 @@ impl Archive {
         repair_catalog: bool,
     ) -> Result<(Self, RecoveryReport, Vec<CatalogDamage>)> {
         fs::create_dir_all(root).map_err(StoreError::io("create archive directory", root))?;
+        make_private(root)?;
         let marker = root.join(MARKER_FILE);
         if !marker.exists() {
             // A new archive may hold its settings file before anything else.
@@ -530,6 +531,34 @@ fn now_nanos() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Makes what the writer of the archive at `root` creates private: the
+/// directory `0700` (no other user reaches a file inside it, whatever the
+/// file's own mode, so this also closes archives written before), and the
+/// process's file creation mask `077`, so segments, indexes, the catalog and
+/// dumps are `0600`. An operator who shares the archive with a group (a
+/// service account that reads it) marks the directory set-group-ID
+/// (`chgrp GROUP DIR; chmod 2750 DIR`): new files then take the directory's
+/// group, and the modes are `2750` and `027` (`0640` files) instead.
+pub fn make_private(root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = fs::metadata(root)
+        .map_err(StoreError::io("read the mode of", root))?
+        .permissions()
+        .mode();
+    let (dir_mode, mask) = if mode & 0o2000 != 0 {
+        (0o2750, 0o027)
+    } else {
+        (0o700, 0o077)
+    };
+    if mode & 0o7777 != dir_mode {
+        fs::set_permissions(root, fs::Permissions::from_mode(dir_mode))
+            .map_err(StoreError::io("set the mode of", root))?;
+    }
+    // SAFETY: umask only sets the process's creation mask; it cannot fail.
+    unsafe { libc::umask(mask) };
+    Ok(())
 }
 
 /// The file naming the `serve` process that captures into the archive: its
