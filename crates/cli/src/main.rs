@@ -72,7 +72,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let code = run();
+    // The command runs on a thread with the stack of the threads that plan
+    // and run SQL (`hindsight_sql::STACK_BYTES`): a statement is planned on
+    // the thread that asks for it.
+    let code = std::thread::Builder::new()
+        .name("main".to_owned())
+        .stack_size(hindsight_sql::STACK_BYTES)
+        .spawn(run)
+        .map_or(ExitCode::FAILURE, |thread| {
+            thread.join().unwrap_or(ExitCode::FAILURE)
+        });
     exit_now(code)
 }
 

@@ -542,6 +542,25 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
         );
         output.stdout
     };
+    // POSTs `body` as JSON: "STATUS BODY".
+    let curl_status = |path: &str, body: &str| -> String {
+        let output = ns
+            .exec(&ns.receiver, "curl")
+            .args([
+                "-sS",
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                body,
+            ])
+            .args(["-w", "\n%{http_code}"])
+            .arg(format!("http://{address}{path}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (answer, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+        format!("{status} {answer}")
+    };
     let health: serde_json::Value = serde_json::from_slice(&curl("/api/v1/health", &[])).unwrap();
     assert_eq!(health["capture"]["running"], true);
     let mut accepted = serde_json::Value::Null;
@@ -564,6 +583,21 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     let at = accepted["at_ns"].as_i64().unwrap();
     let listed: serde_json::Value = serde_json::from_slice(&curl("/api/v1/dumps", &[])).unwrap();
     assert_eq!(listed["dumps"][0]["name"], name.as_str(), "{listed}");
+    // A dump holds captured packets: only the recorder's user reads it, and
+    // the archive directory lets no one else in.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&archive.join("dumps").join(&name)), 0o600, "{name}");
+    assert_eq!(mode(&archive), 0o700);
+    // Before 1970 no dump name can hold the time: refused, not written.
+    let before_1970 = curl_status(
+        "/api/v1/triggers",
+        r#"{"filter": "udp", "at": "1969-12-31T23:59:50Z"}"#,
+    );
+    assert!(
+        before_1970.starts_with("400 ") && before_1970.contains("1970"),
+        "{before_1970}"
+    );
     let downloaded = work.path().join("downloaded.pcap");
     curl(
         &format!("/api/v1/dumps/{name}"),
@@ -1051,10 +1085,16 @@ fn a_portscan_watch_reports_a_scan_and_dumps_its_packets() {
     // scanner and the window before the alert.
     let (_, first) = scans[0];
     let at = parse_time(&first["window_end"]);
-    let dump = archive
-        .join("dumps")
-        .join(format!("dump-{at}-scans-203.0.113.7.pcap"));
-    assert!(dump.exists(), "no dump {}: {serve_err}", dump.display());
+    // `dump-<window end>-<n>-<watch>-<value>.pcap`, the value's dots made `_`.
+    let dumps_dir = archive.join("dumps");
+    let dump = std::fs::read_dir(&dumps_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with(&format!("dump-{at}-")) && name.ends_with("-scans-203_0_113_7.pcap")
+        })
+        .unwrap_or_else(|| panic!("no dump of {at} in {}: {serve_err}", dumps_dir.display()));
     let window = (at - 6_000_000_000)..=at;
     let oracle = tcpdump_select(&reference, "host 203.0.113.7", &window);
     let dumped = read_capture(&dump);

@@ -6,146 +6,21 @@
 mod common;
 
 use common::browser::Browser;
+use common::server::{Answer, Server, answer, get, get_with, post_with};
 use common::{agent, hindsight, lan_hour, ok, read_frames, require_tool};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-const TOKEN: &str = "s3cret-token";
+const TOKEN: &str = "s3cret-token-0123456789";
 const RARE: &str = "172.30.100.1";
 
-/// A running `hindsight serve`; killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    /// Starts serve on a free port of 127.0.0.1 with `config` (TOML) and waits
-    /// until it listens.
-    fn start(dir: &Path, config: &str) -> Self {
-        let path = dir.join("hindsight.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
-            .args(["serve", "--config", path.to_str().unwrap()])
-            .args(["--listen", "127.0.0.1:0"])
-            .env_remove("HINDSIGHT_API_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start hindsight serve");
-        let stderr = child.stderr.take().unwrap();
-        let (address, got_address) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.split("listening on http://").nth(1) {
-                    let _ = address.send(at.trim().to_owned());
-                }
-                eprintln!("serve: {line}");
-            }
-        });
-        let address = got_address
-            .recv_timeout(Duration::from_secs(60))
-            .expect("serve did not start listening");
-        Self {
-            child,
-            base: format!("http://{address}"),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// An answer: status, content type, body.
-struct Answer {
-    status: u16,
-    content_type: String,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// Asserts a JSON error with `status` whose message contains `needle`.
-    fn error(&self, status: u16, needle: &str) {
-        assert_eq!(self.status, status, "{}", self.text());
-        assert!(
-            self.content_type.starts_with("application/json"),
-            "{}",
-            self.content_type
-        );
-        let body = self.json();
-        assert_eq!(body["status"], status);
-        let message = body["error"].as_str().unwrap();
-        assert!(message.contains(needle), "{message:?} lacks {needle:?}");
-    }
-}
-
-fn answer(mut response: ureq::http::Response<ureq::Body>) -> Answer {
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_vec()
-        .unwrap();
-    Answer {
-        status,
-        content_type,
-        body,
-    }
-}
-
-fn get(server: &Server, path: &str, token: Option<&str>) -> Answer {
-    get_with(server, path, &[], token)
-}
-
-/// GET with query parameters (ureq percent-encodes them).
-fn get_with(server: &Server, path: &str, params: &[(&str, &str)], token: Option<&str>) -> Answer {
-    let mut request = agent()
-        .get(server.url(path))
-        .query_pairs(params.iter().copied());
-    if let Some(token) = token {
-        request = request.header("Authorization", format!("Bearer {token}"));
-    }
-    answer(request.call().expect("GET"))
-}
-
 fn post(server: &Server, path: &str, body: &[u8]) -> Answer {
-    let response = agent()
-        .post(server.url(path))
-        .header("Authorization", format!("Bearer {TOKEN}"))
-        .header("Content-Type", "application/json")
-        .send(body)
-        .expect("POST");
-    answer(response)
+    post_with(server, path, body, Some(TOKEN))
 }
 
 /// lan-hour archived whole (snap length 0), so exported pcaps compare byte for byte.

@@ -244,7 +244,7 @@ impl ClusterClient {
                         .read_json::<Route>()
                         .map_err(|e| format!("its answer is not a route: {e}"))
                 }) {
-                Ok(route) => return (route, notes),
+                Ok(route) => return (self.trusted(route, &mut notes), notes),
                 Err(why) => notes.push(format!("index node {} did not answer: {why}", index.name)),
             }
         }
@@ -265,6 +265,53 @@ impl ClusterClient {
             skip: Vec::new(),
         };
         (route, notes)
+    }
+
+    /// `route` as an index node answered it, made to hold only what this
+    /// cluster file says: each node's URL is the file's (an index node that
+    /// names another URL would have the cluster's token sent there), a node
+    /// the file does not hold is dropped, and a node of the file the route
+    /// neither asks nor spares is asked. Each change is noted.
+    fn trusted(&self, route: Route, notes: &mut Vec<String>) -> Route {
+        let nodes = &self.config.nodes;
+        let mut keep = |choices: Vec<Choice>| -> Vec<Choice> {
+            choices
+                .into_iter()
+                .filter_map(|mut choice| {
+                    let Some(node) = nodes.iter().find(|n| n.name == choice.node) else {
+                        notes.push(format!(
+                            "index node {} named node {:?}, which the cluster file does not \
+                             hold: left out",
+                            route.index, choice.node
+                        ));
+                        return None;
+                    };
+                    choice.url.clone_from(&node.url);
+                    Some(choice)
+                })
+                .collect()
+        };
+        let mut trusted = Route {
+            index: route.index.clone(),
+            ask: keep(route.ask),
+            skip: keep(route.skip),
+        };
+        for node in nodes {
+            let named = |choices: &[Choice]| choices.iter().any(|c| c.node == node.name);
+            if !named(&trusted.ask) && !named(&trusted.skip) {
+                notes.push(format!(
+                    "index node {} did not name node {}: it is asked",
+                    route.index, node.name
+                ));
+                trusted.ask.push(Choice {
+                    node: node.name.clone(),
+                    url: node.url.clone(),
+                    reason: "not named by the index node".to_owned(),
+                    segments: 0,
+                });
+            }
+        }
+        trusted
     }
 
     /// The packets matching `filter` in `time` from every node that may hold

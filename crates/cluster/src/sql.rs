@@ -117,24 +117,34 @@ impl hindsight_sql::Nodes for SqlNodes {
     }
 }
 
-/// A SQL session over the cluster of `client`, and its nodes (whose
-/// [`SqlNodes::outcome`] says how each statement went).
-pub fn session(client: ClusterClient) -> Result<(SqlSession, Arc<SqlNodes>), SqlError> {
+/// A SQL session over the cluster of `client`, with at most `memory_bytes`
+/// for its operators and each node's answer (see
+/// [`SqlSession::federated`]), and its nodes (whose [`SqlNodes::outcome`]
+/// says how each statement went).
+pub fn session(
+    client: ClusterClient,
+    memory_bytes: Option<usize>,
+) -> Result<(SqlSession, Arc<SqlNodes>), SqlError> {
     let nodes = Arc::new(SqlNodes::new(client));
-    let session = SqlSession::federated(Arc::clone(&nodes) as Arc<dyn hindsight_sql::Nodes>)?;
+    let session = SqlSession::federated(
+        Arc::clone(&nodes) as Arc<dyn hindsight_sql::Nodes>,
+        memory_bytes,
+    )?;
     Ok((session, nodes))
 }
 
 /// Runs `sql` over the cluster of `client` and writes its result to `out` in
-/// `format`: the rows, and how the nodes answered.
+/// `format`, with at most `memory_bytes` of memory (see [`session`]): the
+/// rows, and how the nodes answered.
 pub fn run(
     client: ClusterClient,
     sql: &str,
     format: Format,
     out: &mut dyn Write,
     limits: &Limits,
+    memory_bytes: Option<usize>,
 ) -> Result<(u64, Outcome), SqlError> {
-    let (session, nodes) = session(client)?;
+    let (session, nodes) = session(client, memory_bytes)?;
     let rows = session.run(sql, format, out, limits)?;
     Ok((rows, nodes.outcome()))
 }
@@ -149,7 +159,7 @@ pub fn answer(
     out: &mut dyn Write,
     limits: &Limits,
 ) -> Result<Outcome, SqlError> {
-    let (session, nodes) = session(client)?;
+    let (session, nodes) = session(client, None)?;
     if explain {
         writeln!(out, "{}", session.explain(sql)?)?;
     } else {

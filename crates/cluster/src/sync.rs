@@ -21,6 +21,11 @@ type Summarise<'a> = dyn FnMut(&[(u64, u64)]) -> Vec<Arc<SegmentSummary>> + 'a;
 /// Most summary bytes in one upload.
 const UPLOAD_BYTES: usize = 4 << 20;
 
+/// The most bytes of one summary upload's body an index node takes: a batch
+/// of [`UPLOAD_BYTES`] of signatures, or the largest signature alone
+/// (`signature::MAX_BITS`, 16 MiB), as base64 in JSON, with room to spare.
+pub const MAX_UPLOAD_BODY_BYTES: usize = 32 << 20;
+
 /// What the node's archive holds now: its root and its catalog's entries.
 pub type Catalog = (PathBuf, Vec<CatalogEntry>);
 
@@ -166,12 +171,14 @@ fn sync_with(
         Ok(())
     };
     for summary in summaries {
-        bytes += summary.addresses.bytes();
-        batch.push((*summary).clone());
-        if bytes >= UPLOAD_BYTES {
+        // A batch is sent before it would pass UPLOAD_BYTES, so an upload
+        // holds at most UPLOAD_BYTES or one summary.
+        if bytes + summary.addresses.bytes() > UPLOAD_BYTES {
             send(&mut batch)?;
             bytes = 0;
         }
+        bytes += summary.addresses.bytes();
+        batch.push((*summary).clone());
     }
     send(&mut batch)
 }

@@ -53,6 +53,12 @@ pub enum LiveError {
     /// The archive's `config.toml` is not valid.
     #[error(transparent)]
     Settings(#[from] hindsight_ingest::settings::SettingsError),
+    /// A dump was asked of a time before 1970, which no dump name can hold.
+    #[error("a dump's time must be at or after 1970-01-01T00:00:00Z ({at_ns} ns is before)")]
+    DumpTime {
+        /// The time asked.
+        at_ns: i64,
+    },
     /// The dump directory could not be created.
     #[error("cannot create the dump directory {}: {source}", dir.display())]
     DumpDir {
@@ -290,6 +296,7 @@ impl Recorder {
             link_type,
             config: config.dumps,
             counters: Arc::clone(&counters),
+            names: Arc::default(),
         };
 
         let tail = ingestor.tail();
@@ -781,6 +788,9 @@ fn analyze(
     ))
 }
 
+/// The most characters of a dump's label kept in its file name.
+pub const MAX_LABEL_CHARS: usize = 64;
+
 /// Writes dumps of the ring's window around a time: the analyzer's, and those
 /// requested from outside (`POST /api/v1/triggers`). Cheap to clone.
 #[derive(Clone, Debug)]
@@ -789,6 +799,8 @@ pub struct Dumper {
     link_type: LinkType,
     config: DumpConfig,
     counters: Arc<LiveCounters>,
+    /// The number of the next dump's name ([`Self::new_name`]).
+    names: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Dumper {
@@ -797,9 +809,40 @@ impl Dumper {
         &self.config.dir
     }
 
-    /// The name the dump of `at_ns` labelled `label` gets: `dump-<ns>-<label>.pcap`.
-    pub fn file_name(at_ns: i64, label: &str) -> String {
-        format!("dump-{at_ns}-{label}.pcap")
+    /// A name for a new dump of `at_ns` labelled `label`:
+    /// `dump-<ns>-<n>-<label>.pcap`, where `n` makes it unique in the
+    /// directory (two dumps of one time and label, a watch's rows of one
+    /// window, get two files) and `label` is cut to [`MAX_LABEL_CHARS`] of
+    /// `[A-Za-z0-9_-]` (anything else becomes `_`, so no name leaves the
+    /// directory or holds `..`). Times before 1970 are refused: their names
+    /// would be neither listed nor pruned.
+    pub fn new_name(&self, at_ns: i64, label: &str) -> Result<String, LiveError> {
+        if at_ns < 0 {
+            return Err(LiveError::DumpTime { at_ns });
+        }
+        let label: String = label
+            .chars()
+            .take(MAX_LABEL_CHARS)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        loop {
+            let n = self
+                .names
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("dump-{at_ns}-{n}-{label}.pcap");
+            let path = self.config.dir.join(&name);
+            let part = path.with_extension("pcap.part");
+            // Numbers restart with the process; files of an earlier run stay.
+            if !path.exists() && !part.exists() {
+                return Ok(name);
+            }
+        }
     }
 
     /// The trigger time of a finished dump named by [`Self::file_name`]; `None`
@@ -823,6 +866,19 @@ impl Dumper {
         after: Duration,
         label: &str,
     ) -> Result<DumpReport, LiveError> {
+        let name = self.new_name(at_ns, label)?;
+        self.dump_as(filter, at_ns, before, after, &name)
+    }
+
+    /// As [`Self::dump`], into the file `name` had from [`Self::new_name`].
+    pub fn dump_as(
+        &self,
+        filter: Filter,
+        at_ns: i64,
+        before: Duration,
+        after: Duration,
+        name: &str,
+    ) -> Result<DumpReport, LiveError> {
         let request = DumpRequest {
             at_ns,
             before,
@@ -834,7 +890,7 @@ impl Dumper {
             max_bytes: self.config.max_dump_bytes,
             max_wait: after + self.ring.config().max_hold * 4 + Duration::from_secs(1),
         };
-        let path = self.config.dir.join(Self::file_name(at_ns, label));
+        let path = self.config.dir.join(name);
         let report = dump(&self.ring, &request, &path, limits)?;
         add(&self.counters.dumps, 1);
         if self.config.max_total_bytes > 0 {

@@ -121,10 +121,17 @@ pub struct AppState {
     pub hub: Option<Arc<hindsight_watch::hub::Hub>>,
     /// Most rows a watch's window may hold (`[watches] max_window_rows`).
     pub max_window_rows: usize,
+    /// Longest a watch's window may run (`[watches] window_timeout_secs`).
+    pub window_timeout: Duration,
     /// The cluster this server is a node of, if any.
     pub cluster: Option<crate::cluster::ClusterState>,
     /// Requests by route (the matched path), for the metrics.
     pub requests: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Connections accepted and refused (see `listen`).
+    pub connections: Arc<crate::listen::ConnectionCounts>,
+    /// Names a request's `Host` may give besides loopback's, when the API
+    /// has no token ([`require_host`]).
+    pub allowed_hosts: Vec<String>,
 }
 
 type Shared = Arc<AppState>;
@@ -189,9 +196,12 @@ impl ApiError {
             ReaderError::Limit(hindsight_reader::LimitExceeded::Time(_)) => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ReaderError::Sql(SqlError::DataFusion(_) | SqlError::TooManyRows { .. }) => {
-                StatusCode::BAD_REQUEST
-            }
+            ReaderError::Sql(
+                SqlError::DataFusion(_)
+                | SqlError::TooManyRows { .. }
+                | SqlError::TooDeep { .. }
+                | SqlError::Script(_),
+            ) => StatusCode::BAD_REQUEST,
             ReaderError::Sql(SqlError::ReadOnly { .. }) => StatusCode::FORBIDDEN,
             ReaderError::Sql(SqlError::TimedOut { .. }) => StatusCode::GATEWAY_TIMEOUT,
             // Nobody reads it: nginx's "client closed request".
@@ -311,9 +321,68 @@ pub fn router(state: Shared) -> Router {
         )
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
+            require_host,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
             count_responses,
         ))
         .with_state(state)
+}
+
+/// Without a token, refuses (403) a request whose `Host` names neither
+/// loopback (`localhost`, `*.localhost`), an address, nor one of
+/// `[api] allowed_hosts`. A web page the analyst visits can make the browser
+/// ask the loopback server under a name of the page's own that resolves to
+/// 127.0.0.1 (DNS rebinding), and read the answer as its own origin's; the
+/// `Host` header still names the page's name, and is refused here. With a
+/// token, the token decides.
+async fn require_host(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    if state.token.is_some() || state.cluster.is_some() {
+        return next.run(request).await;
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|value| value.to_str().unwrap_or("?"))
+        .or_else(|| request.uri().host());
+    match host {
+        Some(host) if !host_allowed(host, &state.allowed_hosts) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Host {:?} is not this server's: without a token it answers requests to \
+                 localhost or an address only (add the name to [api] allowed_hosts, or set a \
+                 token)",
+                ascii(host)
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether `host` (a `Host` header: a name or address, maybe with a port)
+/// is loopback's, an address, or one of `allowed`.
+pub(crate) fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let is_port = |port: &str| port.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        // An IPv6 address, `[::1]` or `[::1]:8080`, and nothing else.
+        return rest.split_once(']').is_some_and(|(address, after)| {
+            address.parse::<std::net::Ipv6Addr>().is_ok()
+                && (after.is_empty() || after.strip_prefix(':').is_some_and(is_port))
+        });
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if is_port(port) => name,
+        _ => host,
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
+        || allowed
+            .iter()
+            .any(|a| a.trim_end_matches('.').eq_ignore_ascii_case(&name))
 }
 
 async fn count_responses(State(state): State<Shared>, request: Request, next: Next) -> Response {
@@ -408,10 +477,20 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         })
 }
 
-/// Compares without an early exit, so timing does not tell how much matched.
-pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Whether `given` is `token`, compared as their SHA-256 digests without an
+/// early exit, so that timing tells neither how much matched nor how long
+/// the token is.
+pub(crate) fn constant_time_eq(given: &[u8], token: &[u8]) -> bool {
+    use sha2::Digest;
+    let (a, b) = (sha2::Sha256::digest(given), sha2::Sha256::digest(token));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
+
+/// The fewest characters a bearer token may have.
+pub const MIN_TOKEN_CHARS: usize = 16;
 
 /// Sets a request's cancel flag when dropped: when its handler's future is
 /// dropped because the client went away, the work it started stops.
@@ -1197,13 +1276,17 @@ async fn trigger(
         })?;
     let n = state.dump_requests_made.fetch_add(1, Ordering::Relaxed) + 1;
     let label = format!("request{n}");
-    let name = Dumper::file_name(at_ns, &label);
+    let name = live
+        .dumper
+        .new_name(at_ns, &label)
+        .map_err(|e| ApiError::bad_request(format!("at: {e}")))?;
     let dumper = live.dumper.clone();
+    let file = name.clone();
     std::thread::Builder::new()
         .name("api-dump".to_owned())
         .spawn(move || {
             let _permit = permit;
-            match dumper.dump(filter, at_ns, before, after, &label) {
+            match dumper.dump_as(filter, at_ns, before, after, &file) {
                 Ok(report) if !report.complete => eprintln!(
                     "hindsight: dump {label} is incomplete: the capture did not reach the \
                      window's end in time"
@@ -1363,5 +1446,44 @@ pub async fn sample_rates(state: Shared, every: Duration) {
         let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
         state.archive_rate.store(rate.to_bits(), Ordering::Relaxed);
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn hosts_of_loopback_and_addresses_are_allowed_and_other_names_not() {
+        let allowed = ["recorder.lab".to_owned()];
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:8080",
+            "localhost",
+            "LocalHost:80",
+            "ui.localhost",
+            "localhost.",
+            "[::1]",
+            "[::1]:8080",
+            "10.1.2.3:8080",
+            "recorder.lab",
+            "Recorder.Lab:443",
+        ] {
+            assert!(host_allowed(host, &allowed), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:8080",
+            "localhost.attacker.example",
+            "127.0.0.1.nip.io",
+            "[::1].attacker.example",
+            "[::1]:80x",
+            "[::1",
+            "lab",
+            "",
+            "?",
+        ] {
+            assert!(!host_allowed(host, &allowed), "{host}");
+        }
     }
 }

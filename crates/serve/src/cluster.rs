@@ -106,7 +106,14 @@ type Shared = Arc<AppState>;
 pub fn routes() -> Router<Shared> {
     Router::new()
         .route("/api/v1/cluster/sync", post(sync))
-        .route("/api/v1/cluster/summaries", post(summaries))
+        // A busy segment's signature is megabytes: summaries have their own
+        // body bound, which the nodes' uploads are cut to fit.
+        .route(
+            "/api/v1/cluster/summaries",
+            post(summaries).layer(axum::extract::DefaultBodyLimit::max(
+                hindsight_cluster::sync::MAX_UPLOAD_BODY_BYTES,
+            )),
+        )
         .route("/api/v1/cluster/route", get(route))
         .route("/api/v1/cluster/status", get(status))
         .route("/api/v1/cluster/fragment", post(fragment))
@@ -345,7 +352,7 @@ pub(crate) async fn federated_sql(
     max_rows: u64,
 ) -> ApiResult<Response> {
     let client = cluster(&state)?.client.clone();
-    let timeout = state.limits.timeout;
+    let (timeout, memory) = (state.limits.timeout, state.limits.max_memory_bytes);
     let (bytes, outcome) =
         crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {
             let mut bytes = Vec::new();
@@ -354,9 +361,15 @@ pub(crate) async fn federated_sql(
                 timeout: Some(timeout),
                 cancel,
             };
-            let (_, outcome) =
-                hindsight_cluster::sql::run(client, &sql, format, &mut bytes, &limits)
-                    .map_err(|e| ApiError::of_reader(e.into()))?;
+            let (_, outcome) = hindsight_cluster::sql::run(
+                client,
+                &sql,
+                format,
+                &mut bytes,
+                &limits,
+                Some(memory),
+            )
+            .map_err(|e| ApiError::of_reader(e.into()))?;
             Ok((bytes, outcome))
         })
         .await?;

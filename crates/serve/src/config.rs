@@ -144,6 +144,8 @@ pub struct WatchesSection {
     pub max_watches: usize,
     /// Most rows a watch's window may hold.
     pub max_window_rows: usize,
+    /// Longest a watch's window may run, seconds.
+    pub window_timeout_secs: u64,
 }
 
 impl Default for WatchesSection {
@@ -153,6 +155,7 @@ impl Default for WatchesSection {
             max_rows_kept: 10_000,
             max_watches: 32,
             max_window_rows: 4_000_000,
+            window_timeout_secs: hindsight_watch::WINDOW_TIMEOUT.as_secs(),
         }
     }
 }
@@ -195,6 +198,7 @@ impl WatchSection {
                 .transpose()?,
             params,
             max_window_rows: Some(self.max_window_rows.unwrap_or(limits.max_window_rows)),
+            window_timeout: Some(Duration::from_secs(limits.window_timeout_secs)),
         };
         if request.max_window_rows > Some(limits.max_window_rows) {
             bail!(
@@ -330,6 +334,15 @@ pub struct ApiSection {
     pub max_memory_mib: usize,
     /// Parsed segment footers kept between queries, MiB.
     pub footer_cache_mib: usize,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Connections open at once from one client address.
+    pub max_connections_per_client: usize,
+    /// Longest a client may take to send a request's head, seconds.
+    pub header_timeout_secs: u64,
+    /// Names besides loopback's a request's `Host` may give when the API
+    /// has no token (see `api::require_host`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ApiSection {
@@ -346,6 +359,10 @@ impl Default for ApiSection {
             cheap_rows: crate::admission::CHEAP_ROWS,
             max_memory_mib: 1024,
             footer_cache_mib: hindsight_store::FooterCache::DEFAULT_BYTES >> 20,
+            max_connections: 512,
+            max_connections_per_client: 128,
+            header_timeout_secs: 10,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -422,10 +439,15 @@ impl ServeConfig {
             watch.watch(&self.watches)?;
         }
         let w = &self.watches;
-        if w.keep_secs == 0 || w.max_rows_kept == 0 || w.max_watches == 0 || w.max_window_rows == 0
+        if w.keep_secs == 0
+            || w.max_rows_kept == 0
+            || w.max_watches == 0
+            || w.max_window_rows == 0
+            || w.window_timeout_secs == 0
         {
             bail!(
-                "[watches] keep_secs, max_rows_kept, max_watches and max_window_rows must be positive"
+                "[watches] keep_secs, max_rows_kept, max_watches, max_window_rows and \
+                 window_timeout_secs must be positive"
             );
         }
         if self.watch.len() > w.max_watches {
@@ -448,16 +470,38 @@ impl ServeConfig {
             || api.max_concurrent == 0
             || api.max_scans == 0
             || api.max_memory_mib == 0
+            || api.max_connections == 0
+            || api.max_connections_per_client == 0
+            || api.header_timeout_secs == 0
         {
             bail!(
-                "[api] max_rows, timeout_secs, max_concurrent, max_scans and max_memory_mib must be positive"
+                "[api] max_rows, timeout_secs, max_concurrent, max_scans, max_memory_mib, \
+                 max_connections, max_connections_per_client and header_timeout_secs must be \
+                 positive"
             );
         }
-        if api.token.as_deref().is_some_and(str::is_empty) {
-            bail!("[api] token must not be empty (leave it out for no authentication)");
+        if let Some(token) = &api.token {
+            check_token("[api] token", token)?;
         }
         Ok(())
     }
+}
+
+/// Refuses a bearer token that a guess could find: empty, or shorter than
+/// [`crate::api::MIN_TOKEN_CHARS`]. `what` names where it was given.
+pub(crate) fn check_token(what: &str, token: &str) -> Result<()> {
+    if token.is_empty() {
+        bail!("{what} must not be empty (leave it out for no authentication)");
+    }
+    let chars = token.chars().count();
+    if chars < crate::api::MIN_TOKEN_CHARS {
+        bail!(
+            "{what} has {chars} characters; a token needs at least {} (`openssl rand -hex 32` \
+             makes one)",
+            crate::api::MIN_TOKEN_CHARS
+        );
+    }
+    Ok(())
 }
 
 /// `value` seconds as a duration, or an error naming `name`.

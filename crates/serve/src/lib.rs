@@ -13,10 +13,10 @@ pub mod api;
 pub mod client;
 pub mod cluster;
 mod config;
+pub mod listen;
 mod metrics;
 mod watches;
 
-use std::future::IntoFuture;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -83,6 +83,9 @@ pub fn run(args: Options) -> Result<()> {
         .ok()
         .filter(|t| !t.is_empty())
         .or(config.api.token.clone());
+    if let Some(token) = &token {
+        config::check_token("the API token", token)?;
+    }
     let cluster_config = cluster::load(
         config.cluster.clone(),
         args.config.as_deref().and_then(std::path::Path::parent),
@@ -106,6 +109,8 @@ pub fn run(args: Options) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("http")
+        // Its blocking threads plan and run SQL (see `hindsight_sql::MAX_LINKS`).
+        .thread_stack_size(hindsight_sql::STACK_BYTES)
         .enable_all()
         .build()
         .context("cannot start the HTTP runtime")?;
@@ -195,6 +200,7 @@ pub fn run(args: Options) -> Result<()> {
         dumps_seen: std::sync::Mutex::new(api::list_dumps(&dumps_dir_listed)),
         hub: hub.clone(),
         max_window_rows: config.watches.max_window_rows,
+        window_timeout: Duration::from_secs(config.watches.window_timeout_secs),
         cluster: cluster_config.map(|config| {
             let limits = hindsight_reader::Limits {
                 max_rows: Some(config_max_rows),
@@ -204,6 +210,8 @@ pub fn run(args: Options) -> Result<()> {
             cluster::ClusterState::new(config, Arc::clone(&reader_for_cluster), limits)
         }),
         requests: std::sync::Mutex::default(),
+        connections: Arc::default(),
+        allowed_hosts: config.api.allowed_hosts.clone(),
     });
     let syncing = state
         .cluster
@@ -240,42 +248,39 @@ pub fn run(args: Options) -> Result<()> {
         }
     );
     let app = api::router(Arc::clone(&state));
+    let connections = Arc::clone(&state.connections);
+    let connection_limits = listen::ConnectionLimits {
+        max_connections: config.api.max_connections,
+        max_per_client: config.api.max_connections_per_client,
+        header_timeout: Duration::from_secs(config.api.header_timeout_secs),
+    };
     let archiver_counters = recorder.as_ref().map(|(recorder, _)| recorder.counters());
-    let served = runtime.block_on(async move {
+    runtime.block_on(async move {
         let sampler = tokio::spawn(api::sample_rates(
             Arc::clone(&state),
             Duration::from_secs(5),
         ));
         let refresher = tokio::spawn(api::refresh(Arc::clone(&state), REFRESH));
         let (stopping, stop) = tokio::sync::watch::channel(false);
-        // No Nagle: a response's last piece would otherwise wait for the
-        // client's delayed ACK (40 ms on Linux).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
-            let _ = stream.set_nodelay(true);
-        });
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let mut stop = stop;
-            let _ = stop.wait_for(|stopped| *stopped).await;
-        });
-        let mut server = std::pin::pin!(server.into_future());
-        let result = tokio::select! {
-            result = &mut server => result,
+        let server = listen::serve(listener, app, connection_limits, connections, stop);
+        let mut server = std::pin::pin!(server);
+        tokio::select! {
+            () = &mut server => {}
             name = shutdown_signal() => {
                 eprintln!("hindsight serve: {name}: stopping");
                 let _ = stopping.send(true);
                 // Requests in flight get a bound, then the archive seals anyway.
-                tokio::time::timeout(DRAIN_REQUESTS, server).await.unwrap_or(Ok(()))
+                let _ = tokio::time::timeout(DRAIN_REQUESTS, server).await;
             }
             () = archiver_failed(archiver_counters) => {
                 eprintln!("hindsight serve: the archiver stopped on an error: stopping");
                 let _ = stopping.send(true);
                 // Requests in flight get a bound, then the archive seals anyway.
-                tokio::time::timeout(DRAIN_REQUESTS, server).await.unwrap_or(Ok(()))
+                let _ = tokio::time::timeout(DRAIN_REQUESTS, server).await;
             }
         };
         sampler.abort();
         refresher.abort();
-        result
     });
     Serving::remove(&root);
     if let Some(stop) = stop_sync {
@@ -309,7 +314,6 @@ pub fn run(args: Options) -> Result<()> {
     }
     // The last segments sealed go to the object store too.
     copy_segments(&reader_at_end, &mut Said::default());
-    served.context("the HTTP server failed")?;
     Ok(())
 }
 

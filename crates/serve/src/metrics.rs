@@ -367,6 +367,26 @@ pub fn render(state: &AppState) -> Result<String> {
             count,
         );
     }
+    let c = &state.connections;
+    for (name, help, value) in [
+        (
+            "hindsight_http_connections_accepted_total",
+            "Connections accepted.",
+            c.accepted.load(Ordering::Relaxed),
+        ),
+        (
+            "hindsight_http_connections_refused_full_total",
+            "Connections refused with 503 because max_connections were open.",
+            c.refused_full.load(Ordering::Relaxed),
+        ),
+        (
+            "hindsight_http_connections_refused_client_total",
+            "Connections refused with 503 because their client had max_connections_per_client open.",
+            c.refused_client.load(Ordering::Relaxed),
+        ),
+    ] {
+        single(&mut out, name, "counter", help, value);
+    }
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
         for (name, help, value) in [

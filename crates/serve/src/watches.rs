@@ -149,6 +149,7 @@ async fn create(
             })
             .collect(),
         max_window_rows: Some(body.max_window_rows.unwrap_or(state.max_window_rows)),
+        window_timeout: Some(state.window_timeout),
     };
     if body
         .max_window_rows

@@ -49,6 +49,7 @@ use hindsight_model::Addr16;
 use hindsight_store::{Table, TimeRange};
 use prost::Message;
 
+use crate::peer_ipc::BoundedIpc;
 use crate::prune;
 
 /// The most bytes of a fragment a node decodes.
@@ -234,6 +235,8 @@ pub struct NodesExec {
     nodes: Vec<String>,
     cluster: Arc<dyn Nodes>,
     properties: Arc<PlanProperties>,
+    /// The most bytes one node's answer may hold.
+    max_answer_bytes: u64,
 }
 
 impl DisplayAs for NodesExec {
@@ -291,11 +294,21 @@ impl ExecutionPlan for NodesExec {
         let (mut tx, rx) = futures::channel::mpsc::channel::<RecordBatch>(2);
         let (bytes, cluster) = (Arc::clone(&self.bytes), Arc::clone(&self.cluster));
         let expected = Arc::clone(&schema);
+        let max_bytes = self.max_answer_bytes;
         std::thread::Builder::new()
             .name(format!("sql-{node}"))
             .spawn(move || {
                 let failure = match cluster.ask(&node, &bytes) {
-                    Ok(body) => stream_answer(body, &expected, &mut tx).err(),
+                    Ok(body) => {
+                        let body = BoundedIpc::new(body, max_bytes);
+                        // A reader that panics on what a peer sent must not
+                        // end the answer as if it were whole.
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            stream_answer(body, &expected, &mut tx)
+                        }))
+                        .unwrap_or_else(|_| Err("its answer could not be read".to_owned()))
+                        .err()
+                    }
                     Err(reason) => Some(reason),
                 };
                 if let Some(reason) = failure {
@@ -312,7 +325,7 @@ impl ExecutionPlan for NodesExec {
 
 /// Hands the batches of one node's answer to `tx`; why it broke off, if it did.
 fn stream_answer(
-    body: Box<dyn Read + Send>,
+    body: BoundedIpc<Box<dyn Read + Send>>,
     expected: &SchemaRef,
     tx: &mut futures::channel::mpsc::Sender<RecordBatch>,
 ) -> Result<(), String> {
@@ -349,12 +362,17 @@ fn stream_answer(
 #[derive(Debug)]
 pub struct Federate {
     cluster: Arc<dyn Nodes>,
+    max_answer_bytes: u64,
 }
 
 impl Federate {
-    /// Cuts plans over `cluster`'s tables.
-    pub fn new(cluster: Arc<dyn Nodes>) -> Self {
-        Self { cluster }
+    /// Cuts plans over `cluster`'s tables; each node's answer to a fragment
+    /// may hold at most `max_answer_bytes`.
+    pub fn new(cluster: Arc<dyn Nodes>, max_answer_bytes: u64) -> Self {
+        Self {
+            cluster,
+            max_answer_bytes,
+        }
     }
 
     fn cut(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
@@ -367,6 +385,7 @@ impl Federate {
                 bytes: Arc::new(bytes),
                 nodes,
                 cluster: Arc::clone(&self.cluster),
+                max_answer_bytes: self.max_answer_bytes,
             }));
         }
         let children = plan

@@ -29,13 +29,19 @@ pub fn scalar_functions() -> Vec<ScalarUDF> {
     let mut functions = address_functions();
     functions.push(home_function(None));
     functions.push(flow_uid());
+    functions.extend(crate::output_bound::functions());
     functions
 }
 
 /// Registers `ip`, `ip_str`, `ip_prefix`, `ip_in`, `ip_home` (no home network
-/// yet: see [`register_home`]) and `time_bucket` with `context`.
+/// yet: see [`register_home`]) and `time_bucket` with `context`, and
+/// `repeat`, `lpad` and `rpad` bounded in what they make
+/// (`output_bound`) over DataFusion's own.
 pub fn register(context: &SessionContext) {
-    for function in address_functions() {
+    for function in address_functions()
+        .into_iter()
+        .chain(crate::output_bound::functions())
+    {
         context.register_udf(function);
     }
     register_home(context, None);

@@ -23,8 +23,11 @@ mod federate;
 mod filter_expr;
 mod functions;
 pub mod objects;
+mod output_bound;
+mod peer_ipc;
 mod policy;
 mod prune;
+mod shape;
 mod stages;
 mod summary;
 mod table;
@@ -48,6 +51,8 @@ pub use crate::count::TimeCounter;
 pub use crate::federate::{MAX_FRAGMENT_BYTES, Nodes};
 pub use crate::filter_expr::ColumnarFilter;
 pub use crate::functions::{Networks, scalar_functions};
+pub use crate::output_bound::MAX_OUTPUT_BYTES;
+pub use crate::shape::{MAX_LINKS, STACK_BYTES};
 pub use crate::stages::{MAX_BOUND_VALUES, Script};
 use crate::table::SegmentTable;
 pub use crate::table::with_uid;
@@ -91,7 +96,7 @@ pub enum SqlError {
         seconds: u64,
     },
     /// The statement was cancelled before it finished (its client went away).
-    #[error("the statement was cancelled: its client went away")]
+    #[error("the statement was cancelled: its client went away, or its watch was removed")]
     Cancelled,
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
@@ -111,6 +116,19 @@ pub enum SqlError {
     /// A script of stages is not valid.
     #[error("{0}")]
     Script(String),
+    /// The statement chains more operators, joins and set operations than a
+    /// plan may nest (see `shape`).
+    #[error(
+        "the statement chains {links} operators, joins and set operations; at most {max} \
+         are taken, since each nests the plan one level deeper (write a long list of \
+         values as `x IN (a, b, ...)`)"
+    )]
+    TooDeep {
+        /// The links counted.
+        links: usize,
+        /// [`MAX_LINKS`].
+        max: usize,
+    },
     /// The async runtime could not start.
     #[error("cannot start the query runtime")]
     Runtime(#[source] std::io::Error),
@@ -218,6 +236,10 @@ fn shared_caches() -> datafusion::execution::cache::cache_manager::CacheManagerC
         .with_metadata_cache_limit(FILE_METADATA_CACHE_BYTES)
 }
 
+/// The most bytes a node's answer to a fragment holds when the session has
+/// no memory bound of its own.
+pub const DEFAULT_ANSWER_BYTES: u64 = 1 << 30;
+
 /// The bound of the segment statistics the process's SQL sessions share.
 pub const FILE_STATISTICS_CACHE_BYTES: usize = 32 << 20;
 /// The bound of the parsed segment footers the process's SQL sessions share.
@@ -228,6 +250,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, SqlError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sql")
+        .thread_stack_size(STACK_BYTES)
         // IO for the object store's client.
         .enable_all()
         .build()
@@ -278,12 +301,18 @@ impl SqlSession {
     /// Opens the archive at `root` read-only and registers the `packets` and
     /// `flows` tables.
     pub fn open(root: &Path) -> Result<Self, SqlError> {
+        Self::open_within(root, None)
+    }
+
+    /// As [`Self::open`], with at most `memory_bytes` for the operators of
+    /// each statement, if given (see [`Self::over`]).
+    pub fn open_within(root: &Path, memory_bytes: Option<usize>) -> Result<Self, SqlError> {
         let archive = Archive::open_reader(root)?;
         let index = AddressIndex::open_read_only(&archive.index_dir())?;
         Self::over(
             Arc::new(archive),
             index.map(Arc::new),
-            None,
+            memory_bytes,
             Unsealed::default(),
         )
     }
@@ -359,7 +388,18 @@ impl SqlSession {
     /// A session without an archive: the functions, and the live tables once
     /// [`Self::set_live`] gives them.
     pub fn live_only() -> Result<Self, SqlError> {
-        let context = SessionContext::new_with_config(session_config());
+        Self::live_only_within(None)
+    }
+
+    /// As [`Self::live_only`], with at most `memory_bytes` for the operators
+    /// of each statement, if given.
+    pub fn live_only_within(memory_bytes: Option<usize>) -> Result<Self, SqlError> {
+        let mut environment = RuntimeEnvBuilder::new();
+        if let Some(bytes) = memory_bytes {
+            environment = environment.with_memory_limit(bytes, 1.0);
+        }
+        let context =
+            SessionContext::new_with_config_rt(session_config(), environment.build_arc()?);
         functions::register(&context);
         Ok(Self {
             context,
@@ -377,12 +417,24 @@ impl SqlSession {
     /// its rows run on their own archives (filters, projections, partial
     /// aggregations), and the rest runs here over their answers (see
     /// `federate`). A node that does not answer is reported to `nodes`.
-    pub fn federated(nodes: Arc<dyn Nodes>) -> Result<Self, SqlError> {
+    /// With `memory_bytes`, the operators that run here have at most that
+    /// much memory, and each node's answer to a fragment holds at most that
+    /// many bytes (else [`DEFAULT_ANSWER_BYTES`]).
+    pub fn federated(nodes: Arc<dyn Nodes>, memory_bytes: Option<usize>) -> Result<Self, SqlError> {
         use datafusion::execution::session_state::SessionStateBuilder;
+        let mut environment = RuntimeEnvBuilder::new();
+        if let Some(bytes) = memory_bytes {
+            environment = environment.with_memory_limit(bytes, 1.0);
+        }
+        let max_answer_bytes = memory_bytes.map_or(DEFAULT_ANSWER_BYTES, |bytes| bytes as u64);
         let state = SessionStateBuilder::new()
             .with_config(session_config())
+            .with_runtime_env(environment.build_arc()?)
             .with_default_features()
-            .with_physical_optimizer_rule(Arc::new(federate::Federate::new(Arc::clone(&nodes))))
+            .with_physical_optimizer_rule(Arc::new(federate::Federate::new(
+                Arc::clone(&nodes),
+                max_answer_bytes,
+            )))
             .build();
         let context = SessionContext::new_with_state(state);
         functions::register(&context);
@@ -679,47 +731,34 @@ impl SqlSession {
         params: &[(&str, ScalarValue)],
         max_rows: Option<u64>,
     ) -> Result<Vec<RecordBatch>, SqlError> {
-        let params = param_values(params);
-        self.runtime().block_on(async {
-            let mut stages = BTreeSet::new();
-            for (name, statement) in &script.stages {
-                let binding = Binding {
-                    params: Some(&params),
-                    stages: &stages,
-                };
-                let rows = collect_async(
-                    &self.context,
-                    statement,
-                    &binding,
-                    max_rows,
-                    self.writes,
-                    &self.scans,
-                )
-                .await?;
-                let schema = match rows.first() {
-                    Some(batch) => batch.schema(),
-                    None => {
-                        let plan = plan(&self.context, statement, self.writes).await?;
-                        Arc::new(plan.schema().as_arrow().clone())
-                    }
-                };
-                self.set_stage(name, MemTable::try_new(schema, vec![rows])?)?;
-                stages.insert(name.clone());
-            }
-            let binding = Binding {
-                params: Some(&params),
-                stages: &stages,
-            };
-            collect_async(
-                &self.context,
-                &script.answer,
-                &binding,
-                max_rows,
-                self.writes,
-                &self.scans,
-            )
-            .await
-        })
+        let limits = Limits {
+            max_rows,
+            ..Limits::default()
+        };
+        self.run_script_within(script, params, &limits)
+    }
+
+    /// As [`Self::run_script`] within `limits`: at most its rows per
+    /// statement, cancelled at its timeout or once its flag is set (see
+    /// [`Self::within`]).
+    pub fn run_script_within(
+        &self,
+        script: &Script,
+        params: &[(&str, ScalarValue)],
+        limits: &Limits,
+    ) -> Result<Vec<RecordBatch>, SqlError> {
+        let run = run_script(
+            self.context.clone(),
+            script.clone(),
+            param_values(params),
+            limits.max_rows,
+            self.writes,
+            Arc::clone(&self.scans),
+        );
+        if limits.timeout.is_none() && limits.cancel == Cancel::default() {
+            return self.runtime().block_on(run);
+        }
+        self.within(limits.timeout, &limits.cancel, run)
     }
 
     /// Whether a statement of `script` may read the packets' stored bytes
@@ -780,13 +819,12 @@ impl SqlSession {
     }
 
     fn set_stage(&self, name: &str, table: MemTable) -> Result<(), SqlError> {
-        self.context.deregister_table(name)?;
-        self.context.register_table(name, Arc::new(table))?;
-        Ok(())
+        set_stage(&self.context, name, table)
     }
 
     fn parse(&self, sql: &str) -> Result<DfStatement, SqlError> {
         let state = self.context.state();
+        shape::check_in(&state, sql)?;
         let dialect = state.config().options().sql_parser.dialect;
         Ok(state.sql_to_statement(sql, &dialect)?)
     }
@@ -1004,6 +1042,47 @@ impl<'a> Binding<'a> {
             stages: &NO_STAGES,
         }
     }
+}
+
+/// Makes `table` the stage `name` of `context`.
+fn set_stage(context: &SessionContext, name: &str, table: MemTable) -> Result<(), SqlError> {
+    context.deregister_table(name)?;
+    context.register_table(name, Arc::new(table))?;
+    Ok(())
+}
+
+/// Runs each stage of `script`, whose rows become its table, then its
+/// answer, whose rows it returns (see [`SqlSession::run_script`]).
+async fn run_script(
+    context: SessionContext,
+    script: Script,
+    params: ParamValues,
+    max_rows: Option<u64>,
+    writes: bool,
+    scans: table::Scans,
+) -> Result<Vec<RecordBatch>, SqlError> {
+    let mut stages = BTreeSet::new();
+    for (name, statement) in &script.stages {
+        let binding = Binding {
+            params: Some(&params),
+            stages: &stages,
+        };
+        let rows = collect_async(&context, statement, &binding, max_rows, writes, &scans).await?;
+        let schema = match rows.first() {
+            Some(batch) => batch.schema(),
+            None => {
+                let plan = plan(&context, statement, writes).await?;
+                Arc::new(plan.schema().as_arrow().clone())
+            }
+        };
+        set_stage(&context, name, MemTable::try_new(schema, vec![rows])?)?;
+        stages.insert(name.clone());
+    }
+    let binding = Binding {
+        params: Some(&params),
+        stages: &stages,
+    };
+    collect_async(&context, &script.answer, &binding, max_rows, writes, &scans).await
 }
 
 /// Runs `statement`; one that fails on a damaged segment runs again without

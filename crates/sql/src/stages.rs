@@ -56,6 +56,7 @@ impl Script {
 
 /// Parses `sql` into a script.
 pub(crate) fn parse(state: &SessionState, sql: &str) -> Result<Script, SqlError> {
+    crate::shape::check_in(state, sql)?;
     let dialect_name = &state.config().options().sql_parser.dialect;
     let dialect = dialect_from_str(dialect_name).ok_or_else(|| {
         datafusion::error::DataFusionError::Plan(format!("unknown SQL dialect {dialect_name}"))

@@ -422,7 +422,7 @@ impl hindsight_sql::Nodes for LocalNode {
 #[test]
 fn a_statement_cut_into_fragments_answers_as_the_archive_and_bad_fragments_are_refused() {
     let node = std::sync::Arc::new(LocalNode::default());
-    let federated = SqlSession::federated(node.clone()).unwrap();
+    let federated = SqlSession::federated(node.clone(), None).unwrap();
     for sql in [
         "SELECT ip_proto, count(*) AS n, count(DISTINCT dst_addr) AS peers FROM packets \
          GROUP BY ip_proto ORDER BY ip_proto NULLS FIRST",

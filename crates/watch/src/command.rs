@@ -94,6 +94,14 @@ pub struct Args {
     /// Most packets and connection records one window holds (more are left out, and said).
     #[arg(long, value_name = "N", default_value_t = Bounds::default().max_rows)]
     max_window_rows: usize,
+    /// Memory of a window's sorts, joins and aggregations, MiB (past it the
+    /// window's answer is an error).
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    max_memory_mib: usize,
+    /// Longest a window's statement runs, seconds (then that window's answer
+    /// is an error).
+    #[arg(long, value_name = "SECS", default_value_t = crate::WINDOW_TIMEOUT.as_secs())]
+    window_timeout_secs: u64,
 }
 
 fn name_value(text: &str) -> Result<(String, String), String> {
@@ -139,6 +147,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         slide: args.slide,
         params: args.params.clone(),
         max_window_rows: Some(args.max_window_rows),
+        window_timeout: Some(std::time::Duration::from_secs(
+            args.window_timeout_secs.max(1),
+        )),
     };
     let (spec, _) = request.spec().map_err(anyhow::Error::msg)?;
     if args.replay.is_empty()
@@ -151,10 +162,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
              or --over-archive with --archive"
         );
     }
+    let memory = Some(args.max_memory_mib.max(1).saturating_mul(1 << 20));
     let session = match &args.archive {
-        Some(root) => hindsight_sql::SqlSession::open(root)
+        Some(root) => hindsight_sql::SqlSession::open_within(root, memory)
             .with_context(|| format!("cannot open archive {}", root.display()))?,
-        None => hindsight_sql::SqlSession::live_only()?,
+        None => hindsight_sql::SqlSession::live_only_within(memory)?,
     };
     match home(&args)? {
         Some(home) => session.set_home(home),

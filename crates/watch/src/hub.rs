@@ -112,6 +112,14 @@ impl RowTemplate {
                 }
                 Some(other) => other.to_string(),
             };
+            // One literal, never filter text: `'10.0.0.1 or 1 == 1' AS src`
+            // must not widen `host $src`.
+            if !is_literal(&value) {
+                return Err(format!(
+                    "the row's ${name} is {value:?}, not one value (an address, network, \
+                     number or name of letters, digits and `.:/_-`)"
+                ));
+            }
             text = text.replace(&format!("${name}"), &value);
         }
         Ok(text)
@@ -121,6 +129,17 @@ impl RowTemplate {
     pub fn text(&self) -> &str {
         &self.text
     }
+}
+
+/// Whether `value` stands in a filter as one literal: an address, a
+/// network, a number, a MAC address or a name, made only of letters,
+/// digits and `.:/_-` (no space, quote, parenthesis or operator).
+fn is_literal(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 256
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'/' | b'_' | b'-'))
 }
 
 /// What a row of an answer fires.
@@ -262,6 +281,9 @@ enum Notice {
     },
 }
 
+/// How long [`Hub::stop`] lets the last windows run before it cancels them.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Queue lengths of the action threads.
 const DUMP_QUEUE: usize = 64;
 const NOTICE_QUEUE: usize = 1024;
@@ -321,6 +343,7 @@ impl Hub {
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
                 .name(name.to_owned())
+                .stack_size(hindsight_sql::STACK_BYTES)
                 .spawn(f)
                 .map_err(|e| WatchError::Window(format!("cannot start the {name} thread: {e}")))
         };
@@ -387,17 +410,23 @@ impl Hub {
         Ok(())
     }
 
-    /// Removes the watch named `name`; false if there is none.
+    /// Removes the watch named `name`, cancelling its running window at
+    /// once; false if there is none.
     pub fn remove(&self, name: &str) -> bool {
         let removed = self
             .shared
             .published
             .lock()
-            .is_ok_and(|mut published| published.remove(name).is_some());
-        if removed && let Ok(mut commands) = self.shared.commands.lock() {
+            .ok()
+            .and_then(|mut published| published.remove(name));
+        let Some(removed) = removed else {
+            return false;
+        };
+        removed.watch.spec.bounds.cancel.cancel();
+        if let Ok(mut commands) = self.shared.commands.lock() {
             commands.push(Command::Remove(name.to_owned()));
         }
-        removed
+        true
     }
 
     /// The watches, by name.
@@ -440,9 +469,22 @@ impl Hub {
             .collect()
     }
 
-    /// Stops the threads (the last windows are answered first).
+    /// Stops the threads: the last windows are answered first, for at most
+    /// [`STOP_GRACE`]; then every watch's window still running, or due, is
+    /// cancelled, so that stopping never waits on a statement.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        while self.threads.iter().any(|thread| !thread.is_finished())
+            && started.elapsed() < STOP_GRACE
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Ok(published) = self.shared.published.lock() {
+            for watch in published.values() {
+                watch.watch.spec.bounds.cancel.cancel();
+            }
+        }
         for thread in self.threads.drain(..).rev() {
             let _ = thread.join();
         }
@@ -670,16 +712,8 @@ fn fire(
                     .and_then(|name| row.get(name))
                     .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
                     .unwrap_or_default();
-                let label: String = format!("{}-{label}", answer.watch)
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
+                // The dumper makes it a file name (`Dumper::new_name`).
+                let label = format!("{}-{label}", answer.watch);
                 let job = DumpJob {
                     watch: answer.watch.clone(),
                     filter,
@@ -796,5 +830,27 @@ mod tests {
         let error = template.render(&row).unwrap_err();
         assert!(error.contains("$src_port"), "{error}");
         assert!(RowTemplate::new("host $").is_err());
+    }
+
+    #[test]
+    fn a_row_value_fills_a_template_as_one_literal_or_not_at_all() {
+        let template = RowTemplate::new("host $src").unwrap();
+        let row = |value: serde_json::Value| {
+            let mut row = serde_json::Map::new();
+            row.insert("src".to_owned(), value);
+            template.render(&row)
+        };
+        for value in [
+            "2001:db8::1",
+            "10.0.0.0/8",
+            "00:11:22:33:44:55",
+            "example.com",
+        ] {
+            assert_eq!(row(value.into()).unwrap(), format!("host {value}"));
+        }
+        for value in ["127.0.0.1 or 1 == 1", "10.0.0.1)", "\"x\"", "a||b", ""] {
+            let error = row(value.into()).unwrap_err();
+            assert!(error.contains("not one value"), "{value}: {error}");
+        }
     }
 }

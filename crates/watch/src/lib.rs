@@ -105,7 +105,7 @@ impl WindowSpec {
 }
 
 /// Bounds of a watch's window state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bounds {
     /// Most packets plus connection records a window holds.
     pub max_rows: usize,
@@ -113,7 +113,16 @@ pub struct Bounds {
     pub max_bytes: usize,
     /// Most rows of one answer; more is an error of that window.
     pub max_answer_rows: u64,
+    /// Longest one window's statement may run; past it the window's answer
+    /// is an error, and the watch goes on with the next.
+    pub window_timeout: Duration,
+    /// Set when the watch is removed or its recorder stops: its running
+    /// window is cancelled at once, and so is any window after.
+    pub cancel: hindsight_sql::Cancel,
 }
+
+/// The longest a window's statement runs by default.
+pub const WINDOW_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for Bounds {
     fn default() -> Self {
@@ -121,6 +130,8 @@ impl Default for Bounds {
             max_rows: 4_000_000,
             max_bytes: 1 << 30,
             max_answer_rows: 100_000,
+            window_timeout: WINDOW_TIMEOUT,
+            cancel: hindsight_sql::Cancel::new(),
         }
     }
 }
@@ -249,12 +260,13 @@ impl Running {
                 .iter()
                 .map(|(name, value)| (name.as_str(), value.clone())),
         );
+        let limits = hindsight_sql::Limits {
+            max_rows: Some(self.spec.bounds.max_answer_rows),
+            timeout: Some(self.spec.bounds.window_timeout),
+            cancel: self.spec.bounds.cancel.clone(),
+        };
         let rows = session
-            .run_script(
-                &self.script,
-                &params,
-                Some(self.spec.bounds.max_answer_rows),
-            )
+            .run_script_within(&self.script, &params, &limits)
             .map_err(|e| anyhow_chain(&e));
         Answer {
             watch: self.spec.name.clone(),

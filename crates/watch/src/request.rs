@@ -25,6 +25,8 @@ pub struct WatchRequest {
     pub params: Vec<(String, String)>,
     /// Most rows a window holds.
     pub max_window_rows: Option<usize>,
+    /// Longest a window's statement runs (default [`crate::WINDOW_TIMEOUT`]).
+    pub window_timeout: Option<Duration>,
 }
 
 /// Longest name of a watch.
@@ -91,6 +93,9 @@ impl WatchRequest {
         let mut bounds = Bounds::default();
         if let Some(rows) = self.max_window_rows {
             bounds.max_rows = rows;
+        }
+        if let Some(timeout) = self.window_timeout {
+            bounds.window_timeout = timeout;
         }
         Ok((
             WatchSpec {

@@ -119,3 +119,79 @@ fn packet_bytes_are_kept_only_for_statements_that_read_them() {
     assert_eq!(star, kept);
     assert_eq!(total("SELECT count(*) FROM live_packets"), 62_781);
 }
+
+/// A statement that computes for hours in little memory whatever the window
+/// holds: the window's packets joined with a long series.
+const ENDLESS: &str = "SELECT count(*) AS n FROM live_packets, generate_series(1, 100000000000) \
+                       AS s(v) WHERE wire_len + v = 7";
+
+/// The answers of a watch of `sql` over lan-hour in 20-minute windows, with
+/// `bounds`, and of a second, cheap watch beside it.
+fn endless_answers(bounds: Bounds) -> (Vec<Answer>, Vec<Answer>) {
+    let spec = |name: &str, sql: &str, bounds: Bounds| WatchSpec {
+        name: name.to_owned(),
+        sql: sql.to_owned(),
+        params: Vec::new(),
+        window: WindowSpec::tumbling(Duration::from_secs(1200)),
+        bounds,
+    };
+    let specs = vec![
+        spec("endless", ENDLESS, bounds),
+        spec(
+            "cheap",
+            "SELECT count(*) AS n FROM live_packets",
+            Bounds::default(),
+        ),
+    ];
+    let mut watcher = Watcher::new(SqlSession::live_only().unwrap(), specs, None).unwrap();
+    let mut answers = Vec::<Answer>::new();
+    replay(&[lan_hour()], &mut watcher, &mut |answer| {
+        answers.push(answer)
+    })
+    .unwrap();
+    answers
+        .into_iter()
+        .partition(|answer| answer.watch == "endless")
+}
+
+#[test]
+fn a_window_past_its_deadline_is_an_error_and_the_other_watches_answer() {
+    let bounds = Bounds {
+        window_timeout: Duration::from_millis(500),
+        ..Bounds::default()
+    };
+    let (endless, cheap) = endless_answers(bounds);
+    assert!(
+        endless.len() >= 3 && endless.len() == cheap.len(),
+        "one answer a window"
+    );
+    for answer in &endless {
+        let error = answer.rows.as_ref().unwrap_err();
+        assert!(error.contains("ran longer than"), "{error}");
+    }
+    let total: i64 = cheap
+        .iter()
+        .map(|answer| {
+            let batches = answer.rows.as_ref().unwrap();
+            batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(0)
+        })
+        .sum();
+    assert_eq!(total, 62_781, "the cheap watch answered every window");
+}
+
+#[test]
+fn a_cancelled_watch_answers_each_window_with_an_error_at_once() {
+    let bounds = Bounds::default();
+    bounds.cancel.cancel();
+    let (endless, cheap) = endless_answers(bounds);
+    assert!(endless.len() >= 3 && endless.len() == cheap.len());
+    for answer in &endless {
+        let error = answer.rows.as_ref().unwrap_err();
+        assert!(error.contains("cancelled"), "{error}");
+    }
+}

@@ -12,7 +12,8 @@ use hindsight_sql::{Limits, SqlError, SqlSession};
 /// Arguments of `hindsight sql`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The SQL statement; the table is `packets` (see docs/sql.md).
+    /// The SQL statement; the table is `packets` (see docs/sql.md). `-`
+    /// reads it from standard input.
     #[arg(value_name = "SQL")]
     sql: String,
     #[command(flatten)]
@@ -44,7 +45,12 @@ pub struct Args {
 }
 
 /// Runs `hindsight sql`.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    if args.sql == "-" {
+        args.sql.clear();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut args.sql)
+            .context("cannot read the statement from standard input")?;
+    }
     let format = super::query::output_format(args.format, args.output.as_deref(), Answer::Rows)?;
     if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");

@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod seaweedfs;
+pub mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -40,6 +41,26 @@ pub fn hindsight(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run hindsight")
+}
+
+/// Runs the `hindsight` binary with `input` as its standard input.
+pub fn hindsight_with_input(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hindsight");
+    let mut stdin = child.stdin.take().expect("piped");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("run hindsight");
+    let _ = writer.join();
+    output
 }
 
 /// Ingests `capture` into `archive` with the defaults; returns the summary printed.

@@ -1,0 +1,740 @@
+//! A generated-statement fuzzer of hindsight's SQL surfaces (issue 65,
+//! acceptance 2): statements from a grammar (deep and wide expressions,
+//! nested subqueries, unions, window functions, every function hindsight
+//! registers and many of DataFusion's, random literals, and now and then a
+//! chain of thousands of operators or a list of thousands of values) are sent
+//! to a real `hindsight serve` over lan-hour through `POST /api/v1/sql`, every
+//! second one also with `"cluster": true` to a cluster of two nodes (so its
+//! fragments are cut, sent and run), and every `--cli-every`th one through
+//! the `hindsight sql` command. Every answer must be rows or a 4xx/5xx with a
+//! JSON message; a server that stops answering ends the run with exit code 1.
+//! At the end it prints the counts by path and status, the distinct errors
+//! (numbers and quoted text folded), and the servers' peak RSS against their
+//! memory bound.
+//!
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--cli-every K] [--work DIR]`
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, run_quiet};
+
+/// The servers' bound on one statement's memory, MiB.
+const MEMORY_MIB: u64 = 256;
+
+const USAGE: &str = "[--statements N] [--seed S] [--cli-every K] [--work DIR]";
+
+/// The columns of a table, by name and a coarse type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Int,
+    Float,
+    Text,
+    Bytes,
+    Time,
+    Bool,
+    Other,
+}
+
+fn columns(schema: &hindsight_store::arrow::datatypes::Schema) -> Vec<(String, Kind)> {
+    use hindsight_store::arrow::datatypes::DataType as T;
+    schema
+        .fields()
+        .iter()
+        .map(|field| {
+            let kind = match field.data_type() {
+                T::Int8
+                | T::Int16
+                | T::Int32
+                | T::Int64
+                | T::UInt8
+                | T::UInt16
+                | T::UInt32
+                | T::UInt64 => Kind::Int,
+                T::Float32 | T::Float64 => Kind::Float,
+                T::Utf8 | T::LargeUtf8 | T::Utf8View => Kind::Text,
+                T::Binary | T::LargeBinary | T::FixedSizeBinary(_) | T::BinaryView => Kind::Bytes,
+                T::Timestamp(..) => Kind::Time,
+                T::Boolean => Kind::Bool,
+                _ => Kind::Other,
+            };
+            (field.name().clone(), kind)
+        })
+        .collect()
+}
+
+/// The grammar's state: a generator, the tables' columns.
+struct Grammar {
+    rng: Rng,
+    packets: Vec<(String, Kind)>,
+    flows: Vec<(String, Kind)>,
+}
+
+const FUNCTIONS_1: &[&str] = &[
+    "ip_str",
+    "length",
+    "upper",
+    "lower",
+    "abs",
+    "md5",
+    "sha256",
+    "trim",
+    "reverse",
+    "ascii",
+    "octet_length",
+    "ip_home",
+    "to_hex",
+    "sqrt",
+    "ln",
+    "floor",
+    "ceil",
+    "isnan",
+    "btrim",
+    "character_length",
+    "initcap",
+];
+const FUNCTIONS_2: &[&str] = &[
+    "repeat",
+    "lpad",
+    "rpad",
+    "ip_prefix",
+    "ip_in",
+    "left",
+    "right",
+    "strpos",
+    "coalesce",
+    "nullif",
+    "round",
+    "power",
+    "split_part_2",
+    "regexp_like",
+    "starts_with",
+    "concat",
+    "date_trunc",
+    "time_bucket",
+    "log",
+    "gcd",
+    "substr",
+];
+const AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "approx_distinct",
+    "string_agg",
+    "array_agg",
+    "stddev",
+    "bool_and",
+    "first_value",
+    "median",
+];
+const WINDOWS: &[&str] = &[
+    "row_number()",
+    "rank()",
+    "dense_rank()",
+    "lag",
+    "lead",
+    "ntile(4)",
+];
+const BINARY: &[&str] = &[
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "||",
+    "=",
+    "<>",
+    "<",
+    ">",
+    "<=",
+    ">=",
+    "AND",
+    "OR",
+    "LIKE",
+    "IS DISTINCT FROM",
+    "&",
+    "|",
+    "<<",
+];
+const TYPES: &[&str] = &[
+    "INT",
+    "BIGINT",
+    "DOUBLE",
+    "VARCHAR",
+    "BOOLEAN",
+    "TIMESTAMP",
+    "DATE",
+    "BYTEA",
+    "SMALLINT",
+];
+
+impl Grammar {
+    fn pick<'a>(&mut self, items: &'a [&'a str]) -> &'a str {
+        items[self.rng.below(items.len() as u64) as usize]
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.rng.below(100) < percent
+    }
+
+    fn number(&mut self) -> String {
+        match self.rng.below(8) {
+            0 => "0".to_owned(),
+            1 => "-1".to_owned(),
+            2 => "2147483647".to_owned(),
+            3 => "9223372036854775807".to_owned(),
+            4 => format!("{}.{}", self.rng.below(1000), self.rng.below(1000)),
+            5 => "1e308".to_owned(),
+            _ => self.rng.below(100_000).to_string(),
+        }
+    }
+
+    fn text(&mut self) -> String {
+        let len = self.rng.below(24) as usize;
+        let mut text = String::from("'");
+        for _ in 0..len {
+            let c = match self.rng.below(12) {
+                0 => "''".to_owned(),
+                1 => "%".to_owned(),
+                2 => "\\".to_owned(),
+                3 => "é".to_owned(),
+                4 => ".".to_owned(),
+                _ => char::from(b'a' + self.rng.below(26) as u8).to_string(),
+            };
+            text.push_str(&c);
+        }
+        text.push('\'');
+        text
+    }
+
+    fn literal(&mut self) -> String {
+        match self.rng.below(12) {
+            0 => "NULL".to_owned(),
+            1 => "TRUE".to_owned(),
+            2 => self.text(),
+            3 => format!(
+                "ip('{}.{}.{}.{}')",
+                self.rng.below(300),
+                self.rng.below(256),
+                self.rng.below(256),
+                self.rng.below(256)
+            ),
+            4 => "ip('2001:db8::1')".to_owned(),
+            5 => "TIMESTAMP '2012-11-23T17:10:00Z'".to_owned(),
+            6 => format!("INTERVAL '{} seconds'", self.rng.below(100_000)),
+            7 => "ip('not an address')".to_owned(),
+            _ => self.number(),
+        }
+    }
+
+    fn column(&mut self, table: &str) -> String {
+        let columns = if table == "flows" {
+            &self.flows
+        } else {
+            &self.packets
+        };
+        let (name, _) = &columns[self.rng.below(columns.len() as u64) as usize];
+        name.clone()
+    }
+
+    fn expr(&mut self, table: &str, depth: u32) -> String {
+        if depth == 0 {
+            return if self.chance(50) {
+                self.column(table)
+            } else {
+                self.literal()
+            };
+        }
+        let d = depth - 1;
+        match self.rng.below(16) {
+            0 | 1 => self.column(table),
+            2 => self.literal(),
+            3..=5 => {
+                let op = self.pick(BINARY);
+                format!("({} {op} {})", self.expr(table, d), self.expr(table, d))
+            }
+            6 => format!("NOT ({})", self.expr(table, d)),
+            7 => {
+                let f = self.pick(FUNCTIONS_1);
+                format!("{f}({})", self.expr(table, d))
+            }
+            8 => {
+                let f = self.pick(FUNCTIONS_2);
+                if f == "split_part_2" {
+                    format!("split_part({}, '.', 2)", self.expr(table, d))
+                } else if f == "date_trunc" {
+                    format!("date_trunc('minute', {})", self.expr(table, d))
+                } else if f == "time_bucket" {
+                    format!("time_bucket(INTERVAL '1 minute', {})", self.expr(table, d))
+                } else {
+                    format!("{f}({}, {})", self.expr(table, d), self.expr(table, d))
+                }
+            }
+            9 => format!(
+                "CASE WHEN {} THEN {} ELSE {} END",
+                self.expr(table, d),
+                self.expr(table, d),
+                self.expr(table, d)
+            ),
+            10 => {
+                let ty = self.pick(TYPES);
+                format!("CAST({} AS {ty})", self.expr(table, d))
+            }
+            11 => {
+                let n = self.rng.below(6) + 1;
+                let items: Vec<String> = (0..n).map(|_| self.literal()).collect();
+                format!("({} IN ({}))", self.expr(table, d), items.join(", "))
+            }
+            12 => format!(
+                "({} IN (SELECT {} FROM {table} LIMIT {}))",
+                self.expr(table, d),
+                self.column(table),
+                self.rng.below(100)
+            ),
+            13 => format!(
+                "({} BETWEEN {} AND {})",
+                self.expr(table, d),
+                self.literal(),
+                self.literal()
+            ),
+            14 => format!(
+                "EXISTS (SELECT 1 FROM {table} WHERE {} LIMIT 1)",
+                self.expr(table, d)
+            ),
+            _ => format!("({})", self.expr(table, d)),
+        }
+    }
+
+    /// A chain of `terms` terms joined by one operator, or a list of
+    /// `terms` values: what a generated indicator list looks like.
+    fn long(&mut self, table: &str) -> String {
+        let terms = [10, 100, 1000, 4000, 5000, 20_000][self.rng.below(6) as usize];
+        let column = self.column(table);
+        match self.rng.below(4) {
+            0 => {
+                let parts: Vec<String> = (0..terms).map(|i| format!("{column} = {i}")).collect();
+                parts.join(" OR ")
+            }
+            1 => {
+                let parts: Vec<String> = (0..terms).map(|i| i.to_string()).collect();
+                format!("{column} IN ({})", parts.join(", "))
+            }
+            2 => {
+                let parts: Vec<String> = (0..terms).map(|_| "1".to_owned()).collect();
+                format!("({}) > 0", parts.join(" + "))
+            }
+            _ => {
+                let depth = self.rng.below(80) as usize;
+                format!(
+                    "{}{column} IS NOT NULL{}",
+                    "(".repeat(depth),
+                    ")".repeat(depth)
+                )
+            }
+        }
+    }
+
+    fn select(&mut self, depth: u32) -> String {
+        let table = if self.chance(60) { "packets" } else { "flows" };
+        let mut sql = String::from("SELECT ");
+        let grouped = self.chance(30);
+        let items = self.rng.below(4) + 1;
+        let mut group = Vec::new();
+        for i in 0..items {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            if grouped && i == 0 {
+                let column = self.column(table);
+                group.push(column.clone());
+                sql.push_str(&column);
+            } else if grouped {
+                let f = self.pick(AGGREGATES);
+                let arg = self.expr(table, 1);
+                match f {
+                    "string_agg" => write!(sql, "string_agg(CAST({arg} AS VARCHAR), ',')"),
+                    "count" if self.chance(50) => write!(sql, "count(DISTINCT {arg})"),
+                    _ => write!(sql, "{f}({arg})"),
+                }
+                .ok();
+            } else if self.chance(15) {
+                let w = self.pick(WINDOWS);
+                let call = if w.ends_with(')') {
+                    w.to_owned()
+                } else {
+                    format!("{w}({})", self.column(table))
+                };
+                write!(
+                    sql,
+                    "{call} OVER (PARTITION BY {} ORDER BY {})",
+                    self.column(table),
+                    self.column(table)
+                )
+                .ok();
+            } else {
+                let depth = self.rng.below(5) as u32;
+                sql.push_str(&self.expr(table, depth));
+            }
+            write!(sql, " AS c{i}").ok();
+        }
+        if depth > 0 && self.chance(20) {
+            write!(sql, " FROM ({}) AS t", self.select(depth - 1)).ok();
+            // The subquery's columns are c0..; use the outer table's names no more.
+            return sql;
+        }
+        write!(sql, " FROM {table}").ok();
+        if self.chance(70) {
+            let condition = if self.chance(4) {
+                self.long(table)
+            } else {
+                let depth = self.rng.below(4) as u32;
+                self.expr(table, depth)
+            };
+            write!(sql, " WHERE {condition}").ok();
+        }
+        if grouped {
+            write!(sql, " GROUP BY {}", group.join(", ")).ok();
+        }
+        if self.chance(40) {
+            write!(sql, " ORDER BY 1").ok();
+        }
+        write!(sql, " LIMIT {}", self.rng.below(1000)).ok();
+        sql
+    }
+
+    fn statement(&mut self) -> String {
+        match self.rng.below(20) {
+            0 => {
+                let n = [2, 10, 100, 2000, 5000][self.rng.below(5) as usize];
+                let parts: Vec<String> = (0..n).map(|i| format!("SELECT {i} AS n")).collect();
+                format!("SELECT count(*) FROM ({})", parts.join(" UNION ALL "))
+            }
+            1 => format!("WITH a AS ({}) SELECT * FROM a LIMIT 10", self.select(1)),
+            2 => {
+                let depth = self.rng.below(8) as u32;
+                format!("SELECT {}", self.expr("packets", depth))
+            }
+            3 => format!(
+                "SELECT count(*) FROM packets p JOIN flows f ON p.src_addr = f.src_addr WHERE {} LIMIT 10",
+                self.expr("packets", 1).replace("src_addr", "p.src_addr")
+            ),
+            _ => self.select(2),
+        }
+    }
+}
+
+/// An error message with numbers and quoted text folded, to count kinds.
+fn kind_of(message: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = None;
+    let mut last_digit = false;
+    for c in message.chars().take(160) {
+        if let Some(q) = quoted {
+            if c == q {
+                quoted = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' | '`' => {
+                quoted = Some(c);
+                out.push('…');
+            }
+            '\n' | '\r' | '\t' => out.push(' '),
+            '0'..='9' => {
+                if !last_digit {
+                    out.push('N');
+                }
+                last_digit = true;
+                continue;
+            }
+            _ => out.push(c),
+        }
+        last_digit = false;
+    }
+    out
+}
+
+/// The peak resident set of process `pid`, KiB (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// Serve with `config` (TOML, besides the archive) on `port`.
+fn start(
+    hindsight: &Path,
+    dir: &Path,
+    name: &str,
+    config: &str,
+    port: u16,
+) -> (std::process::Child, String) {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config).expect("write the configuration");
+    let mut child = Command::new(hindsight)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start hindsight serve");
+    let base = format!("http://127.0.0.1:{port}");
+    let agent = agent();
+    let started = Instant::now();
+    while agent.get(format!("{base}/api/v1/health")).call().is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name} did not start"
+        );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{name} exited: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, base)
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[derive(Default)]
+struct Tally {
+    sent: u64,
+    by_status: BTreeMap<String, u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, status: &str, error: Option<&str>) {
+        self.sent += 1;
+        *self.by_status.entry(status.to_owned()).or_default() += 1;
+        if let Some(error) = error {
+            *self.errors.entry(kind_of(error)).or_default() += 1;
+        }
+    }
+}
+
+/// Sends `sql` to `base`; the status and error, or why the server did not answer.
+fn ask(
+    agent: &ureq::Agent,
+    base: &str,
+    sql: &str,
+    cluster: bool,
+    token: &str,
+) -> Result<(String, Option<String>), String> {
+    let body = serde_json::json!({"sql": sql, "cluster": cluster, "max_rows": 1000}).to_string();
+    let mut request = agent
+        .post(format!("{base}/api/v1/sql"))
+        .header("Content-Type", "application/json");
+    if !token.is_empty() {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.send(body.as_bytes()).map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let bytes = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    if status == 200 {
+        return Ok(("200".to_owned(), None));
+    }
+    let error = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .ok_or_else(|| {
+            format!(
+                "{status} without a JSON error: {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        })?;
+    Ok((status.to_string(), Some(error)))
+}
+
+fn main() {
+    let mut flags = Flags::new("sql_fuzz", USAGE);
+    let (mut statements, mut seed, mut cli_every) = (100_000u64, 0x5eed_u64, 100u64);
+    let mut work: Option<PathBuf> = None;
+    while let Some(flag) = flags.next_flag() {
+        match flag.as_str() {
+            "--statements" => statements = flags.value(&flag),
+            "--seed" => seed = flags.value(&flag),
+            "--cli-every" => cli_every = flags.value::<u64>(&flag).max(1),
+            "--work" => work = Some(flags.value::<PathBuf>(&flag)),
+            other => flags.unknown(other),
+        }
+    }
+    let hindsight = hindsight_binary();
+    let temp = tempfile::tempdir().expect("a work directory");
+    let dir = work.unwrap_or_else(|| temp.path().to_path_buf());
+    std::fs::create_dir_all(&dir).expect("the work directory");
+    let archive = dir.join("archive");
+    if !archive.exists() {
+        run_quiet(
+            Command::new(&hindsight)
+                .args(["ingest", "--quiet", "--archive"])
+                .arg(&archive)
+                .arg(default_source()),
+        );
+    }
+    // Node a answers alone and, with "cluster": true, asks itself and b
+    // (the same archive, read by a second process).
+    const TOKEN: &str = "sql-fuzz-cluster-token-0123456789";
+    let (port_a, port_b) = (free_port(), free_port());
+    let cluster = |name: &str| {
+        format!(
+            "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\ntimeout_secs = 10\n\
+             max_body_bytes = 1048576\nmax_queued = 1024\n[cluster]\nname = \"{name}\"\n\
+             token = \"{TOKEN}\"\nindex = [\"a\"]\nsync_secs = 1\ndeadline_secs = 20\n\
+             [[cluster.node]]\nname = \"a\"\nurl = \"http://127.0.0.1:{port_a}\"\n\
+             [[cluster.node]]\nname = \"b\"\nurl = \"http://127.0.0.1:{port_b}\"\n",
+            archive.to_str().expect("a UTF-8 path")
+        )
+    };
+    let (mut node_a, base) = start(&hindsight, &dir, "a", &cluster("a"), port_a);
+    let (mut node_b, _) = start(&hindsight, &dir, "b", &cluster("b"), port_b);
+    let agent = agent();
+    let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
+    let mut grammar = Grammar {
+        rng: Rng(seed | 1),
+        packets: schema(hindsight_store::schema::packets_schema()),
+        flows: schema(hindsight_store::flows::flows_schema()),
+    };
+    let (mut api, mut federated, mut cli) = (Tally::default(), Tally::default(), Tally::default());
+    let started = Instant::now();
+    let mut failure = None;
+    for i in 0..statements {
+        let sql = grammar.statement();
+        match ask(&agent, &base, &sql, false, TOKEN) {
+            Ok((status, error)) => api.add(&status, error.as_deref()),
+            Err(why) => {
+                failure = Some(format!("the server did not answer {sql:?}: {why}"));
+                break;
+            }
+        }
+        if i % 2 == 0 {
+            match ask(&agent, &base, &sql, true, TOKEN) {
+                Ok((status, error)) => federated.add(&status, error.as_deref()),
+                Err(why) => {
+                    failure = Some(format!("the cluster did not answer {sql:?}: {why}"));
+                    break;
+                }
+            }
+        }
+        if i % cli_every == 0 {
+            let mut child = Command::new(&hindsight)
+                .args([
+                    "sql",
+                    "-",
+                    "--sealed-only",
+                    "--max-rows",
+                    "1000",
+                    "--archive",
+                ])
+                .arg(&archive)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run hindsight sql");
+            let mut stdin = child.stdin.take().expect("piped");
+            let text = sql.clone();
+            let writer = std::thread::spawn(move || {
+                let _ = stdin.write_all(text.as_bytes());
+            });
+            let output = child.wait_with_output().expect("hindsight sql");
+            let _ = writer.join();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            match output.status.code() {
+                Some(0) => cli.add("exit 0", None),
+                Some(code @ (1 | 3)) => cli.add(&format!("exit {code}"), Some(&stderr)),
+                _ => {
+                    failure = Some(format!(
+                        "hindsight sql died on {sql:?}: {:?}: {stderr}",
+                        output.status
+                    ));
+                    break;
+                }
+            }
+        }
+        for (name, node) in [("a", &mut node_a), ("b", &mut node_b)] {
+            if let Ok(Some(status)) = node.try_wait() {
+                failure = Some(format!("node {name} exited ({status}) after {sql:?}"));
+            }
+        }
+        if failure.is_some() {
+            break;
+        }
+        if (i + 1) % 1000 == 0 {
+            eprintln!(
+                "sql_fuzz: {} statements, {:.0} s, node a peak RSS {} MiB",
+                i + 1,
+                started.elapsed().as_secs_f64(),
+                peak_rss_kib(node_a.id()) >> 10
+            );
+        }
+    }
+    let (peak_a, peak_b) = (peak_rss_kib(node_a.id()), peak_rss_kib(node_b.id()));
+    println!(
+        "# sql_fuzz: seed {seed}, {:.0} s; servers' max_memory_mib = {MEMORY_MIB} per statement",
+        started.elapsed().as_secs_f64()
+    );
+    for (path, tally) in [
+        ("POST /api/v1/sql", &api),
+        ("POST /api/v1/sql cluster", &federated),
+        ("hindsight sql", &cli),
+    ] {
+        println!("{path}: {} statements, {:?}", tally.sent, tally.by_status);
+    }
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for tally in [&api, &federated, &cli] {
+        for (kind, n) in &tally.errors {
+            *errors.entry(kind.clone()).or_default() += n;
+        }
+    }
+    println!("distinct errors: {}", errors.len());
+    let mut by_count: Vec<_> = errors.into_iter().collect();
+    by_count.sort_by_key(|kind| std::cmp::Reverse(kind.1));
+    for (kind, n) in by_count.iter().take(40) {
+        println!("  {n:>7}  {kind}");
+    }
+    println!(
+        "peak RSS: node a {} MiB, node b {} MiB",
+        peak_a >> 10,
+        peak_b >> 10
+    );
+    let _ = node_a.kill();
+    let _ = node_b.kill();
+    if let Some(failure) = failure {
+        eprintln!("sql_fuzz: FAILED: {failure}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,446 @@
+//! The hostile-client suite: what an attacker (or a careless script) sends to
+//! the real `hindsight serve` on 127.0.0.1, each case a finding of issue 65.
+//! After every case the server must still answer, and answer right.
+
+mod common;
+
+use common::server::{FakePeer, Server, get, post_with};
+use common::{hindsight_with_input, lan_hour};
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+/// lan-hour ingested with the defaults.
+fn archive_lan_hour(dir: &Path) -> PathBuf {
+    let archive = dir.join("archive");
+    common::ingest(&lan_hour(), &archive);
+    archive
+}
+
+/// `SELECT first link first link ... first` with `terms` terms.
+fn chain(head: &str, link: &str, term: &str, terms: usize) -> String {
+    let mut sql = String::with_capacity(head.len() + terms * (link.len() + term.len()));
+    sql.push_str(head);
+    sql.push_str(term);
+    for _ in 1..terms {
+        sql.push_str(link);
+        sql.push_str(term);
+    }
+    sql
+}
+
+/// The statement shapes that once overflowed a SQL thread's stack and took
+/// the whole process down, with the answer each gives at `terms` terms.
+fn deep_statements(terms: usize) -> Vec<(&'static str, String, String)> {
+    let n = terms.to_string();
+    vec![
+        ("+", chain("SELECT ", "+", "1", terms), n.clone()),
+        (
+            "OR",
+            chain(
+                "SELECT count(*) > 0 FROM packets WHERE ",
+                " OR ",
+                "ip_proto = 6",
+                terms,
+            ),
+            "true".to_owned(),
+        ),
+        (
+            "AND",
+            chain(
+                "SELECT count(*) > 0 FROM packets WHERE ",
+                " AND ",
+                "ip_proto = 6",
+                terms * 4 / 5,
+            ),
+            "true".to_owned(),
+        ),
+        (
+            "UNION ALL",
+            format!(
+                "SELECT count(*) FROM ({})",
+                chain("", " UNION ALL ", "SELECT 1", terms)
+            ),
+            n.clone(),
+        ),
+        (
+            "||",
+            format!("SELECT length({})", chain("", " || ", "'a'", terms)),
+            n,
+        ),
+    ]
+}
+
+/// The first value of a CSV answer's first row.
+fn first_value(csv: &str) -> &str {
+    csv.lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split(',')
+        .next()
+        .unwrap_or_default()
+}
+
+#[test]
+fn deep_statements_are_answered_or_refused_and_the_server_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_body_bytes = 4194304\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    for (shape, sql, expected) in deep_statements(1000) {
+        let body = json!({"sql": sql, "format": "csv"}).to_string();
+        let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
+        assert_eq!(answer.status, 200, "{shape} x 1000: {}", answer.text());
+        assert_eq!(first_value(&answer.text()), expected, "{shape} x 1000");
+        let cli = hindsight_with_input(
+            &[
+                "sql",
+                "-",
+                "--archive",
+                archive.to_str().unwrap(),
+                "-F",
+                "csv",
+            ],
+            sql.as_bytes(),
+        );
+        assert!(
+            cli.status.success(),
+            "{shape} x 1000 on the command line: {cli:?}"
+        );
+        assert_eq!(
+            first_value(&String::from_utf8_lossy(&cli.stdout)),
+            expected,
+            "{shape} x 1000 on the command line"
+        );
+    }
+    for (shape, sql, _) in deep_statements(100_000) {
+        let body = json!({"sql": sql}).to_string();
+        let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
+        answer.error(400, "operators, joins and set operations");
+        let cli = hindsight_with_input(
+            &["sql", "-", "--archive", archive.to_str().unwrap()],
+            sql.as_bytes(),
+        );
+        assert_eq!(cli.status.code(), Some(1), "{shape} x 100000: {cli:?}");
+        assert!(
+            String::from_utf8_lossy(&cli.stderr).contains("at most 4096 are taken"),
+            "{shape} x 100000: {}",
+            String::from_utf8_lossy(&cli.stderr)
+        );
+        assert_eq!(
+            get(&server, "/api/v1/health", None).status,
+            200,
+            "after {shape}"
+        );
+    }
+}
+
+/// A raw request over a new connection: the status line, or what the read
+/// ended with.
+fn raw(address: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn a_foreign_host_is_refused_without_a_token_and_loopback_names_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nallowed_hosts = [\"recorder.lab.example\"]\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let port = address.rsplit_once(':').unwrap().1;
+    let ask = |host: &str| {
+        raw(
+            &address,
+            &format!(
+                "GET /api/v1/query?filter=tcp&limit=1&format=jsonl HTTP/1.1\r\nHost: {host}\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    // What DNS rebinding sends: the attacker's own name, resolved to 127.0.0.1.
+    for host in [
+        "attacker.example",
+        &format!("attacker.example:{port}"),
+        "127.0.0.1.nip.io",
+    ] {
+        let answer = ask(host);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{host}: {answer}");
+        assert!(answer.contains("allowed_hosts"), "{host}: {answer}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "LOCALHOST".to_owned(),
+        format!("[::1]:{port}"),
+        "recorder.lab.example".to_owned(),
+        "ui.localhost".to_owned(),
+    ] {
+        let answer = ask(&host);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{host}: {answer}");
+    }
+}
+
+#[test]
+fn slow_connections_are_capped_and_timed_out_and_the_server_answers_after() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_connections_per_client = 32\nheader_timeout_secs = 2\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let address = server.base.trim_start_matches("http://").to_owned();
+    // 200 connections that start a request head and never finish it.
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        let _ = stream.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        slow.push(stream);
+    }
+    // Each ends: refused at once past the cap (503), or closed by the server
+    // once the header timeout passes. None stays open.
+    let (mut refused, mut closed) = (0, 0);
+    for mut stream in slow {
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .unwrap();
+        let mut answer = Vec::new();
+        match stream.read_to_end(&mut answer) {
+            Ok(_) | Err(_) if answer.starts_with(b"HTTP/1.1 503") => refused += 1,
+            Ok(_) => closed += 1,
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            Err(error) => panic!("a slow connection stayed open: {error}"),
+        }
+    }
+    assert_eq!(refused + closed, 200);
+    // The server still answers, and counted what it refused (a refused
+    // connection may be reset before its client reads the 503).
+    assert_eq!(get(&server, "/api/v1/health", None).status, 200);
+    let metrics = get(&server, "/metrics", None).text();
+    let refused_metric: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("hindsight_http_connections_refused_client_total "))
+        .unwrap_or_else(|| panic!("{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(
+        refused_metric >= 200 - 32,
+        "{refused_metric} refused, {closed} closed"
+    );
+    assert!(refused_metric >= refused);
+}
+
+#[test]
+fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_memory_mib = 64\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    for sql in [
+        "SELECT length(repeat('a', 2147483647))",
+        "SELECT length(lpad('a', 2147483647))",
+        "SELECT max(length(repeat(ip_str(src_addr), 10000000))) FROM packets",
+    ] {
+        let body = json!({ "sql": sql }).to_string();
+        let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
+        answer.error(400, "one call may make at most");
+    }
+    let body = json!({"sql": "SELECT length(repeat('ab', 1000)) AS n", "format": "csv"});
+    let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
+    assert_eq!(answer.text(), "n\n2000\n");
+}
+
+const CLUSTER_TOKEN: &str = "hostile-cluster-token-0123456789";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// `[cluster]` for node `a` of `nodes` (name, port), with `index` the index nodes.
+fn cluster_config(archive: &Path, nodes: &[(&str, u16)], index: &str) -> String {
+    let mut text = format!(
+        "archive = {:?}\n[cluster]\nname = \"a\"\ntoken = \"{CLUSTER_TOKEN}\"\n\
+         index = [\"{index}\"]\nsync_secs = 1\ndeadline_secs = 20\n",
+        archive.to_str().unwrap()
+    );
+    for (name, port) in nodes {
+        text.push_str(&format!(
+            "[[cluster.node]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+        ));
+    }
+    text
+}
+
+/// An Arrow IPC stream whose first record batch declares a body of 2^50
+/// bytes (what once made the asking node abort on the allocation).
+fn lying_arrow_stream() -> Vec<u8> {
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use arrow::ipc::writer::StreamWriter;
+    use arrow::record_batch::RecordBatch;
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(
+        std::sync::Arc::clone(&schema),
+        vec![std::sync::Arc::new(Int64Array::from(vec![1, 2, 3]))],
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut writer = StreamWriter::try_new(&mut bytes, &schema).unwrap();
+    writer.write(&batch).unwrap();
+    writer.finish().unwrap();
+    drop(writer);
+    let message_len =
+        |at: usize| i32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+    let batch_at = 8 + message_len(0);
+    let meta = batch_at + 8..batch_at + 8 + message_len(batch_at);
+    let body = arrow::ipc::root_as_message(&bytes[meta.clone()])
+        .unwrap()
+        .bodyLength();
+    let place = bytes[meta.clone()]
+        .windows(8)
+        .position(|w| w == body.to_le_bytes())
+        .expect("the body length is in the metadata");
+    let at = meta.start + place;
+    bytes[at..at + 8].copy_from_slice(&(1i64 << 50).to_le_bytes());
+    bytes
+}
+
+#[test]
+fn a_peer_that_lies_in_its_answer_is_named_missing_and_the_node_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let lie = lying_arrow_stream();
+    let evil = FakePeer::start(move |_, path| match path {
+        "/api/v1/cluster/fragment" => (200, "application/vnd.apache.arrow.stream", lie.clone()),
+        _ => (404, "application/json", b"{}".to_vec()),
+    });
+    let port = free_port();
+    let server = Server::start_at(
+        dir.path(),
+        &cluster_config(&archive, &[("a", port), ("evil", evil.port)], "a"),
+        &format!("127.0.0.1:{port}"),
+    );
+    let body =
+        json!({"sql": "SELECT count(*) AS n FROM packets", "cluster": true, "format": "csv"});
+    let answer = common::agent()
+        .post(server.url("/api/v1/sql"))
+        .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string().as_bytes())
+        .unwrap();
+    let partial = answer
+        .headers()
+        .get("hindsight-partial")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let answer = common::server::answer(answer);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        partial.contains("evil") && partial.contains("1125899906842624"),
+        "{partial:?}"
+    );
+    // Node a's own rows are whole: lan-hour's packets.
+    let local = json!({"sql": "SELECT count(*) AS n FROM packets", "format": "csv"});
+    let whole = post_with(
+        &server,
+        "/api/v1/sql",
+        local.to_string().as_bytes(),
+        Some(CLUSTER_TOKEN),
+    );
+    assert_eq!(answer.text(), whole.text());
+    assert!(
+        evil.heads()
+            .iter()
+            .any(|head| head.starts_with("POST /api/v1/cluster/fragment")),
+        "{:?}",
+        evil.heads()
+    );
+    assert_eq!(get(&server, "/api/v1/health", None).status, 200);
+}
+
+#[test]
+fn a_route_answer_cannot_send_the_cluster_token_to_a_url_of_its_choosing() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    // Where a lying index node would have the token sent.
+    let elsewhere = FakePeer::start(|_, _| (200, "application/json", b"{}".to_vec()));
+    let port = free_port();
+    let route = json!({
+        "index": "idx",
+        "ask": [{"node": "a", "url": format!("http://127.0.0.1:{}", elsewhere.port),
+                 "reason": "lies", "segments": 1},
+                {"node": "stranger", "url": format!("http://127.0.0.1:{}", elsewhere.port),
+                 "reason": "lies", "segments": 1}],
+        "skip": []
+    })
+    .to_string();
+    let index = FakePeer::start(move |_, path| {
+        if path.starts_with("/api/v1/cluster/route") {
+            (200, "application/json", route.clone().into_bytes())
+        } else if path.starts_with("/api/v1/cluster/sync") {
+            (200, "application/json", br#"{"missing": []}"#.to_vec())
+        } else {
+            (404, "application/json", b"{}".to_vec())
+        }
+    });
+    let server = Server::start_at(
+        dir.path(),
+        &cluster_config(&archive, &[("a", port), ("idx", index.port)], "idx"),
+        &format!("127.0.0.1:{port}"),
+    );
+    let answer = common::agent()
+        .get(server.url("/api/v1/query"))
+        .query("filter", "host 10.64.94.199")
+        .query("cluster", "true")
+        .query("format", "jsonl")
+        .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+        .call()
+        .unwrap();
+    let answer = common::server::answer(answer);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        answer.text().lines().count() > 0,
+        "node a's packets of the host"
+    );
+    assert!(
+        index
+            .heads()
+            .iter()
+            .any(|head| head.starts_with("GET /api/v1/cluster/route")),
+        "{:?}",
+        index.heads()
+    );
+    assert!(
+        elsewhere.heads().is_empty(),
+        "the token went to {:?}",
+        elsewhere.heads()
+    );
+}
