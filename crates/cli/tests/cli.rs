@@ -4,8 +4,8 @@
 mod common;
 
 use common::{
-    PacketKey, archived_flows, fixtures_dir, hindsight, ingest, lan_hour, ok, read_frames,
-    require_tool,
+    PacketKey, archived_flows, fixtures_dir, hindsight, hindsight_with_input, ingest, lan_hour, ok,
+    read_frames, require_tool,
 };
 
 use std::collections::BTreeSet;
@@ -1075,26 +1075,6 @@ fn ingest_without_flows_archives_the_same_packets_and_no_connections() {
     );
 }
 
-/// Runs `hindsight ARGS` with `input` on its standard input.
-fn hindsight_with_stdin(args: &[&str], input: Vec<u8>) -> std::process::Output {
-    use std::io::Write as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        // A reader that stops early closes the pipe: that is not the test's error.
-        let _ = stdin.write_all(&input);
-    });
-    let output = child.wait_with_output().unwrap();
-    writer.join().unwrap();
-    output
-}
-
 #[test]
 fn ingest_reads_a_capture_from_standard_input() {
     let work = tempfile::tempdir().unwrap();
@@ -1104,7 +1084,7 @@ fn ingest_reads_a_capture_from_standard_input() {
     // A gzip stream through the pipe, as `ssh sensor 'tcpdump -w - | gzip'` gives.
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &std::fs::read(lan_hour()).unwrap()).unwrap();
-    let output = hindsight_with_stdin(
+    let output = hindsight_with_input(
         &[
             "ingest",
             "-",
@@ -1114,7 +1094,7 @@ fn ingest_reads_a_capture_from_standard_input() {
             "--archive",
             from_pipe.to_str().unwrap(),
         ],
-        gz.finish().unwrap(),
+        &gz.finish().unwrap(),
     );
     let stdout = ok(&output);
     assert!(stdout.contains("ingested 62781 packets"), "{stdout}");
@@ -1127,7 +1107,7 @@ fn ingest_reads_a_capture_from_standard_input() {
     // A stream cut mid-packet: what came before is archived, the error names <stdin>.
     let cut_archive = work.path().join("cut");
     let bytes = std::fs::read(lan_hour()).unwrap();
-    let output = hindsight_with_stdin(
+    let output = hindsight_with_input(
         &[
             "ingest",
             "-",
@@ -1135,7 +1115,7 @@ fn ingest_reads_a_capture_from_standard_input() {
             "--archive",
             cut_archive.to_str().unwrap(),
         ],
-        bytes[..1_000_003].to_vec(),
+        &bytes[..1_000_003],
     );
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -444,3 +444,97 @@ fn a_route_answer_cannot_send_the_cluster_token_to_a_url_of_its_choosing() {
         elsewhere.heads()
     );
 }
+
+/// A pcap of `hosts` UDP packets from as many distinct IPv4 addresses, one
+/// second apart: one segment whose summary holds that many addresses.
+fn busy_capture(path: &Path, hosts: u32) {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    bytes.extend_from_slice(&2u16.to_le_bytes());
+    bytes.extend_from_slice(&4u16.to_le_bytes());
+    bytes.extend_from_slice(&[0; 8]);
+    bytes.extend_from_slice(&65_535u32.to_le_bytes());
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    for i in 0..hosts {
+        let mut frame = vec![0u8; 14 + 20 + 8];
+        frame[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+        frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut frame[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&28u16.to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&(0x0a00_0000 | i).to_be_bytes());
+        ip[16..20].copy_from_slice(&[192, 0, 2, 1]);
+        let mut sum = 0u32;
+        for pair in ip.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        let udp = &mut frame[34..42];
+        udp[0..2].copy_from_slice(&40_000u16.to_be_bytes());
+        udp[2..4].copy_from_slice(&53u16.to_be_bytes());
+        udp[4..6].copy_from_slice(&8u16.to_be_bytes());
+        let seconds = 1_354_000_000 + i / 100;
+        bytes.extend_from_slice(&seconds.to_le_bytes());
+        bytes.extend_from_slice(&((i % 100) * 10_000).to_le_bytes());
+        bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&frame);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn a_node_syncs_a_segment_of_sixty_thousand_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let archive_a = archive_lan_hour(&dir_a);
+    let capture = dir.path().join("busy.pcap");
+    busy_capture(&capture, 60_000);
+    let archive_b = dir_b.join("archive");
+    common::ingest(&capture, &archive_b);
+    let (port_a, port_b) = (free_port(), free_port());
+    let nodes = [("a", port_a), ("b", port_b)];
+    let config = |archive: &Path, name: &str| {
+        cluster_config(archive, &nodes, "a").replace("name = \"a\"", &format!("name = \"{name}\""))
+    };
+    let index = Server::start_at(
+        &dir_a,
+        &config(&archive_a, "a"),
+        &format!("127.0.0.1:{port_a}"),
+    );
+    let _b = Server::start_at(
+        &dir_b,
+        &config(&archive_b, "b"),
+        &format!("127.0.0.1:{port_b}"),
+    );
+    // The index node learns b's segment (its summary, about 100 kB, is more
+    // than the API's body bound, within the summaries' own).
+    let mut seen = serde_json::Value::Null;
+    for _ in 0..600 {
+        let status = common::agent()
+            .get(index.url("/api/v1/cluster/status"))
+            .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+            .call()
+            .unwrap();
+        seen = common::server::answer(status).json();
+        let b = seen["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|node| node["node"] == "b"))
+            .cloned()
+            .unwrap_or_default();
+        if b["health"] == "ok" && b["segments"].as_u64().unwrap_or(0) > 0 {
+            assert!(b["summary_bytes"].as_u64().unwrap() > 65_536, "{b}");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("the index node never learned b's segments: {seen}");
+}

@@ -4,7 +4,7 @@
 //! archive rate for people reading the page by eye.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Result;
 use hindsight_store::Table;
@@ -65,7 +65,7 @@ pub fn render(state: &AppState) -> Result<String> {
     if let Some(live) = &state.live {
         let c = &live.counters;
         let iface = format!("interface=\"{}\"", label(&live.interface));
-        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         for (name, kind, help, value) in [
             (
                 "hindsight_capture_threads",
@@ -368,51 +368,60 @@ pub fn render(state: &AppState) -> Result<String> {
         );
     }
     let c = &state.connections;
-    for (name, help, value) in [
-        (
-            "hindsight_http_connections_accepted_total",
-            "Connections accepted.",
-            c.accepted.load(Ordering::Relaxed),
-        ),
-        (
-            "hindsight_http_connections_refused_full_total",
-            "Connections refused with 503 because max_connections were open.",
-            c.refused_full.load(Ordering::Relaxed),
-        ),
-        (
-            "hindsight_http_connections_refused_client_total",
-            "Connections refused with 503 because their client had max_connections_per_client open.",
-            c.refused_client.load(Ordering::Relaxed),
-        ),
-    ] {
-        single(&mut out, name, "counter", help, value);
-    }
+    counters(
+        &mut out,
+        [
+            (
+                "hindsight_http_connections_accepted_total",
+                "Connections accepted.",
+                &c.accepted,
+            ),
+            (
+                "hindsight_http_connections_refused_full_total",
+                "Connections refused with 503 because max_connections were open.",
+                &c.refused_full,
+            ),
+            (
+                "hindsight_http_connections_refused_client_total",
+                "Connections refused with 503 because their client had max_connections_per_client open.",
+                &c.refused_client,
+            ),
+        ],
+    );
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
-        for (name, help, value) in [
-            (
-                "hindsight_cluster_sync_bytes_sent_total",
-                "Bytes this node sent its index nodes (syncs and summaries).",
-                c.bytes_sent.load(Ordering::Relaxed),
-            ),
-            (
-                "hindsight_cluster_summaries_sent_total",
-                "Segment summaries this node sent its index nodes.",
-                c.summaries_sent.load(Ordering::Relaxed),
-            ),
-            (
-                "hindsight_cluster_sync_failures_total",
-                "Syncs with an index node that failed.",
-                c.failures.load(Ordering::Relaxed),
-            ),
-        ] {
-            single(&mut out, name, "counter", help, value);
-        }
+        counters(
+            &mut out,
+            [
+                (
+                    "hindsight_cluster_sync_bytes_sent_total",
+                    "Bytes this node sent its index nodes (syncs and summaries).",
+                    &c.bytes_sent,
+                ),
+                (
+                    "hindsight_cluster_summaries_sent_total",
+                    "Segment summaries this node sent its index nodes.",
+                    &c.summaries_sent,
+                ),
+                (
+                    "hindsight_cluster_sync_failures_total",
+                    "Syncs with an index node that failed.",
+                    &c.failures,
+                ),
+            ],
+        );
     }
     if let Some(hub) = &state.hub {
         watches(&mut out, &hub.stats());
     }
     Ok(out)
+}
+
+/// A counter family of one sample each: (name, help, counter).
+fn counters<const N: usize>(out: &mut String, families: [(&str, &str, &AtomicU64); N]) {
+    for (name, help, value) in families {
+        single(out, name, "counter", help, value.load(Ordering::Relaxed));
+    }
 }
 
 /// One family per counter of the watches, a sample per watch.

@@ -56,6 +56,7 @@ pub fn hindsight_with_input(args: &[&str], input: &[u8]) -> Output {
     let mut stdin = child.stdin.take().expect("piped");
     let input = input.to_vec();
     let writer = std::thread::spawn(move || {
+        // A reader that stops early closes the pipe: that is not the test's error.
         let _ = stdin.write_all(&input);
     });
     let output = child.wait_with_output().expect("run hindsight");
