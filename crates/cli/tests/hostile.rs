@@ -284,10 +284,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// `[cluster]` for node `a` of `nodes` (name, port), with `index` the index nodes.
-fn cluster_config(archive: &Path, nodes: &[(&str, u16)], index: &str) -> String {
+/// `[cluster]` for node `name` of `nodes` (name, port), with `index` the
+/// index node.
+fn cluster_config(archive: &Path, name: &str, nodes: &[(&str, u16)], index: &str) -> String {
     let mut text = format!(
-        "archive = {:?}\n[cluster]\nname = \"a\"\ntoken = \"{CLUSTER_TOKEN}\"\n\
+        "archive = {:?}\n[cluster]\nname = \"{name}\"\ntoken = \"{CLUSTER_TOKEN}\"\n\
          index = [\"{index}\"]\nsync_secs = 1\ndeadline_secs = 20\n",
         archive.to_str().unwrap()
     );
@@ -345,7 +346,7 @@ fn a_peer_that_lies_in_its_answer_is_named_missing_and_the_node_lives() {
     let port = free_port();
     let server = Server::start_at(
         dir.path(),
-        &cluster_config(&archive, &[("a", port), ("evil", evil.port)], "a"),
+        &cluster_config(&archive, "a", &[("a", port), ("evil", evil.port)], "a"),
         &format!("127.0.0.1:{port}"),
     );
     let body =
@@ -413,7 +414,7 @@ fn a_route_answer_cannot_send_the_cluster_token_to_a_url_of_its_choosing() {
     });
     let server = Server::start_at(
         dir.path(),
-        &cluster_config(&archive, &[("a", port), ("idx", index.port)], "idx"),
+        &cluster_config(&archive, "a", &[("a", port), ("idx", index.port)], "idx"),
         &format!("127.0.0.1:{port}"),
     );
     let answer = common::agent()
@@ -502,9 +503,7 @@ fn a_node_syncs_a_segment_of_sixty_thousand_addresses() {
     common::ingest(&capture, &archive_b);
     let (port_a, port_b) = (free_port(), free_port());
     let nodes = [("a", port_a), ("b", port_b)];
-    let config = |archive: &Path, name: &str| {
-        cluster_config(archive, &nodes, "a").replace("name = \"a\"", &format!("name = \"{name}\""))
-    };
+    let config = |archive: &Path, name: &str| cluster_config(archive, name, &nodes, "a");
     let index = Server::start_at(
         &dir_a,
         &config(&archive_a, "a"),

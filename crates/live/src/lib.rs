@@ -845,7 +845,7 @@ impl Dumper {
         }
     }
 
-    /// The trigger time of a finished dump named by [`Self::file_name`]; `None`
+    /// The trigger time of a finished dump named by [`Self::new_name`]; `None`
     /// for any other name (a `.part` being written among them).
     pub fn time_of(name: &str) -> Option<i64> {
         let (at, _label) = name
@@ -856,7 +856,7 @@ impl Dumper {
     }
 
     /// Writes the packets of `[at − before, at + after]` matching `filter` to
-    /// `dump-<at_ns>-<label>.pcap` in the dump directory, waiting for the window's
+    /// `dump-<at_ns>-<n>-<label>.pcap` in the dump directory, waiting for the window's
     /// end to be captured; then deletes the oldest dumps beyond the total bound.
     pub fn dump(
         &self,

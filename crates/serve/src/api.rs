@@ -1333,7 +1333,8 @@ pub fn list_dumps(dir: &Path) -> Vec<(String, u64, i64)> {
     dumps
 }
 
-/// A finished dump's name: `dump-<digits>-<label>.pcap`, nothing that leaves the
+/// A finished dump's name: `dump-<digits>-<n>-<label>.pcap` (or an earlier
+/// version's `dump-<digits>-<label>.pcap`), nothing that leaves the
 /// directory (the `.part` of a dump being written is not one).
 fn valid_dump_name(name: &str) -> bool {
     Dumper::time_of(name).is_some()
@@ -1365,7 +1366,7 @@ async fn dump_file(
 ) -> ApiResult<Response> {
     if !valid_dump_name(&name) {
         return Err(ApiError::bad_request(format!(
-            "{name:?} is not a dump name (dump-<time>-<label>.pcap)"
+            "{name:?} is not a dump name (dump-<time>-<n>-<label>.pcap)"
         )));
     }
     let path = state.dumps_dir.join(&name);

@@ -40,10 +40,11 @@
 //! max_rows_kept = 10000            # per watch
 //! max_watches = 32                 # with those added through the API
 //! max_window_rows = 4000000        # most rows a watch's window may hold
+//! window_timeout_secs = 60         # longest a window's statement runs
 //!
 //! [api]
 //! listen = "127.0.0.1:8080"
-//! token = "..."                    # or HINDSIGHT_API_TOKEN; none: no authentication
+//! token = "..."                    # or HINDSIGHT_API_TOKEN, 16 characters at least; none: loopback only
 //! max_body_bytes = 65536
 //! max_rows = 1000000
 //! timeout_secs = 60
@@ -53,6 +54,10 @@
 //! cheap_rows = 1048576             # rows a request may decode and still be cheap
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
 //! footer_cache_mib = 64            # parsed segment footers kept between queries (0: none)
+//! max_connections = 512            # connections open at once; past it 503 and close
+//! max_connections_per_client = 128 # from one client address
+//! header_timeout_secs = 10         # a request head must arrive within this
+//! allowed_hosts = []               # Host names answered without a token, besides loopback's
 //!
 //! [cluster]                        # optional: this server is a node of a cluster
 //! name = "gateway"                 # docs/cluster.md

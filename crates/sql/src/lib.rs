@@ -207,6 +207,15 @@ fn session_config() -> SessionConfig {
     config
 }
 
+/// The runtime environment of a session: at most `memory_bytes` for the
+/// operators of each statement (sorts, joins, aggregations), if given.
+fn environment(memory_bytes: Option<usize>) -> RuntimeEnvBuilder {
+    match memory_bytes {
+        Some(bytes) => RuntimeEnvBuilder::new().with_memory_limit(bytes, 1.0),
+        None => RuntimeEnvBuilder::new(),
+    }
+}
+
 /// What the sessions of this process keep of the segment files they read:
 /// their statistics (what planning reads of every file's footer) and their
 /// parsed footers and page indexes (what the scan reads before any page).
@@ -343,11 +352,8 @@ impl SqlSession {
             .collect();
         let scans = table::Scans::default();
         let config = session_config();
-        let mut environment = RuntimeEnvBuilder::new().with_cache_manager(shared_caches());
-        if let Some(bytes) = memory_bytes {
-            environment = environment.with_memory_limit(bytes, 1.0);
-        }
-        let context = SessionContext::new_with_config_rt(config, environment.build_arc()?);
+        let runtime_env = environment(memory_bytes).with_cache_manager(shared_caches());
+        let context = SessionContext::new_with_config_rt(config, runtime_env.build_arc()?);
         functions::register(&context);
         let segments = Arc::new(
             SegmentTable::new(
@@ -394,12 +400,10 @@ impl SqlSession {
     /// As [`Self::live_only`], with at most `memory_bytes` for the operators
     /// of each statement, if given.
     pub fn live_only_within(memory_bytes: Option<usize>) -> Result<Self, SqlError> {
-        let mut environment = RuntimeEnvBuilder::new();
-        if let Some(bytes) = memory_bytes {
-            environment = environment.with_memory_limit(bytes, 1.0);
-        }
-        let context =
-            SessionContext::new_with_config_rt(session_config(), environment.build_arc()?);
+        let context = SessionContext::new_with_config_rt(
+            session_config(),
+            environment(memory_bytes).build_arc()?,
+        );
         functions::register(&context);
         Ok(Self {
             context,
@@ -422,14 +426,10 @@ impl SqlSession {
     /// many bytes (else [`DEFAULT_ANSWER_BYTES`]).
     pub fn federated(nodes: Arc<dyn Nodes>, memory_bytes: Option<usize>) -> Result<Self, SqlError> {
         use datafusion::execution::session_state::SessionStateBuilder;
-        let mut environment = RuntimeEnvBuilder::new();
-        if let Some(bytes) = memory_bytes {
-            environment = environment.with_memory_limit(bytes, 1.0);
-        }
         let max_answer_bytes = memory_bytes.map_or(DEFAULT_ANSWER_BYTES, |bytes| bytes as u64);
         let state = SessionStateBuilder::new()
             .with_config(session_config())
-            .with_runtime_env(environment.build_arc()?)
+            .with_runtime_env(environment(memory_bytes).build_arc()?)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(federate::Federate::new(
                 Arc::clone(&nodes),
