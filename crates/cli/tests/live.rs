@@ -388,9 +388,10 @@ fn live_capture_archives_what_tcpdump_sees_and_a_trigger_dumps_its_window() {
     assert!(!dumps.is_empty(), "no dump: {recorder_err}");
     let first_rare = tcpdump_select(&reference, "host 172.30.100.1", &(i64::MIN..=i64::MAX))[0].0;
     let name = dumps[0].file_stem().unwrap().to_str().unwrap().to_owned();
-    let mut parts = name.splitn(3, '-').skip(1);
+    // `dump-<ns>-<n>-<src>`, the address's dots made `_` by the dumper.
+    let mut parts = name.splitn(4, '-').skip(1);
     let at: i64 = parts.next().unwrap().parse().unwrap();
-    let src = parts.next().unwrap().to_owned();
+    let src = parts.nth(1).unwrap().replace('_', ".");
     assert_eq!(at, first_rare, "the trigger packet");
     let window = (at - 1_000_000_000)..=(at + 1_000_000_000);
     let oracle = tcpdump_select(&reference, &format!("host {src}"), &window);
