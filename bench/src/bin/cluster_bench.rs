@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use hindsight_cluster::ClusterConfig;
 use hindsight_cluster::index::{ClusterIndex, SummaryUpload, SyncRequest};
-use hindsight_cluster::summary::{SegmentSummary, id_ranges};
+use hindsight_cluster::summary::{Digest, SegmentSummary, id_ranges};
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_model::{Addr16, Frame, LinkType};
 use hindsight_store::Archive;
@@ -133,6 +133,7 @@ fn traffic(summaries: &[SegmentSummary], seconds: f64) -> (f64, usize) {
         ids: id_ranges(summaries.iter().map(|s| s.id)),
         capturing: true,
         now_ns: 1_353_690_039_425_111_000,
+        digest: Digest::of_summaries(summaries).to_hex(),
     };
     let syncs = (seconds / 2.0).ceil() as usize;
     bytes += syncs * serde_json::to_vec(&sync).expect("serialise").len();
@@ -153,17 +154,26 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Node `name`'s own token.
+fn node_token(name: &str) -> String {
+    format!("{name}-node-token-0123456789")
+}
+
 fn cluster_toml(nodes: &[(&str, u16)], name: Option<&str>) -> String {
     let mut text = String::from("[cluster]\n");
     if let Some(name) = name {
-        text.push_str(&format!("name = \"{name}\"\n"));
+        text.push_str(&format!(
+            "name = \"{name}\"\nnode_token = \"{}\"\n",
+            node_token(name)
+        ));
     }
     text.push_str(&format!(
         "token = \"{TOKEN}\"\nindex = [\"a\"]\nsync_secs = 1\n"
     ));
     for (node, port) in nodes {
         text.push_str(&format!(
-            "[[cluster.node]]\nname = \"{node}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+            "[[cluster.node]]\nname = \"{node}\"\nurl = \"http://127.0.0.1:{port}\"\ntoken_sha256 = \"{}\"\n",
+            hindsight_cluster::config::token_sha256(&node_token(node))
         ));
     }
     text
@@ -308,15 +318,20 @@ fn main() {
         }
         total += upload.len();
         index
-            .sync(&SyncRequest {
-                node: (*node).to_owned(),
-                ids: id_ranges(upload.iter().map(|s| s.id)),
-                capturing: false,
-                now_ns: 0,
-            })
+            .sync(
+                node,
+                &SyncRequest {
+                    node: (*node).to_owned(),
+                    ids: id_ranges(upload.iter().map(|s| s.id)),
+                    capturing: false,
+                    now_ns: 0,
+                    digest: Digest::of_summaries(&upload).to_hex(),
+                },
+            )
             .expect("sync");
         index
             .add(
+                node,
                 SummaryUpload {
                     node: (*node).to_owned(),
                     summaries: upload,

@@ -608,15 +608,21 @@ fn main() {
     // Node a answers alone and, with "cluster": true, asks itself and b
     // (the same archive, read by a second process).
     const TOKEN: &str = "sql-fuzz-cluster-token-0123456789";
+    let node_token = |name: &str| format!("{name}-node-token-0123456789");
+    let token_sha256 = hindsight_cluster::config::token_sha256;
     let (port_a, port_b) = (free_port(), free_port());
     let cluster = |name: &str| {
         format!(
             "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\ntimeout_secs = 10\n\
              max_body_bytes = 1048576\nmax_queued = 1024\n[cluster]\nname = \"{name}\"\n\
-             token = \"{TOKEN}\"\nindex = [\"a\"]\nsync_secs = 1\ndeadline_secs = 20\n\
-             [[cluster.node]]\nname = \"a\"\nurl = \"http://127.0.0.1:{port_a}\"\n\
-             [[cluster.node]]\nname = \"b\"\nurl = \"http://127.0.0.1:{port_b}\"\n",
-            archive.to_str().expect("a UTF-8 path")
+             token = \"{TOKEN}\"\nnode_token = \"{}\"\nindex = [\"a\"]\nsync_secs = 1\n\
+             deadline_secs = 20\n\
+             [[cluster.node]]\nname = \"a\"\nurl = \"http://127.0.0.1:{port_a}\"\ntoken_sha256 = \"{}\"\n\
+             [[cluster.node]]\nname = \"b\"\nurl = \"http://127.0.0.1:{port_b}\"\ntoken_sha256 = \"{}\"\n",
+            archive.to_str().expect("a UTF-8 path"),
+            node_token(name),
+            token_sha256(&node_token("a")),
+            token_sha256(&node_token("b")),
         )
     };
     let (mut node_a, base) = start(&hindsight, &dir, "a", &cluster("a"), port_a);

@@ -65,7 +65,7 @@ enum Command {
     Record(cmd::record::Args),
     /// Run a continuous query (SQL over windows of a stream) and print its answers.
     Watch(cmd::watch::Args),
-    /// A cluster of recorders: the nodes as its index node sees them.
+    /// A cluster of recorders: the nodes as its index node sees them, or a new node token.
     Cluster(cmd::cluster::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
     Serve(cmd::serve::Args),

@@ -46,17 +46,26 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Node `name`'s own token.
+fn node_token(name: &str) -> String {
+    format!("{name}-node-token-0123456789")
+}
+
 fn cluster_toml(nodes: &[(&str, u16)], name: Option<&str>, token: &str) -> String {
     let mut text = String::from("[cluster]\n");
     if let Some(name) = name {
-        text.push_str(&format!("name = \"{name}\"\n"));
+        text.push_str(&format!(
+            "name = \"{name}\"\nnode_token = \"{}\"\n",
+            node_token(name)
+        ));
     }
     text.push_str(&format!(
         "token = \"{token}\"\nindex = [\"a\"]\nsync_secs = 1\ndeadline_secs = 20\n"
     ));
     for (node, port) in nodes {
         text.push_str(&format!(
-            "[[cluster.node]]\nname = \"{node}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+            "[[cluster.node]]\nname = \"{node}\"\nurl = \"http://127.0.0.1:{port}\"\ntoken_sha256 = \"{}\"\n",
+            hindsight_cluster::config::token_sha256(&node_token(node))
         ));
     }
     text
@@ -651,9 +660,17 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     // A node with the wrong token is refused and named.
     let log_c = nodes[2].kill();
     assert!(!log_c.contains("refused"), "{log_c}");
+    // Its own token is wrong too: its file says the digest of the wrong
+    // one, the index node's the right one.
+    let wrong_node_token = "c-wrong-node-token-0123456789";
     std::fs::write(
         &nodes[2].config,
-        cluster_toml(&layout, Some("c"), "a-wrong-token-0123456789"),
+        cluster_toml(&layout, Some("c"), "a-wrong-token-0123456789")
+            .replace(&node_token("c"), wrong_node_token)
+            .replace(
+                &hindsight_cluster::config::token_sha256(&node_token("c")),
+                &hindsight_cluster::config::token_sha256(wrong_node_token),
+            ),
     )
     .unwrap();
     nodes[2].start();
@@ -673,7 +690,7 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
     assert!(status.contains("a ") && status.contains("ok"), "{status}");
     let log_c = nodes[2].kill();
     assert!(
-        log_c.contains("sync with index node a: it refused the cluster's token (401)"),
+        log_c.contains("sync with index node a: it refused this node's own token (401)"),
         "{log_c}"
     );
     for node in &mut nodes {

@@ -289,15 +289,23 @@ fn free_port() -> u16 {
 fn cluster_config(archive: &Path, name: &str, nodes: &[(&str, u16)], index: &str) -> String {
     let mut text = format!(
         "archive = {:?}\n[cluster]\nname = \"{name}\"\ntoken = \"{CLUSTER_TOKEN}\"\n\
-         index = [\"{index}\"]\nsync_secs = 1\ndeadline_secs = 20\n",
-        archive.to_str().unwrap()
+         node_token = \"{}\"\nindex = [\"{index}\"]\nsync_secs = 1\ndeadline_secs = 20\n",
+        archive.to_str().unwrap(),
+        node_token(name)
     );
     for (name, port) in nodes {
         text.push_str(&format!(
-            "[[cluster.node]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}\"\n"
+            "[[cluster.node]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:{port}\"\n\
+             token_sha256 = \"{}\"\n",
+            hindsight_cluster::config::token_sha256(&node_token(name))
         ));
     }
     text
+}
+
+/// Node `name`'s own token.
+fn node_token(name: &str) -> String {
+    format!("{name}-node-token-0123456789")
 }
 
 /// An Arrow IPC stream whose first record batch declares a body of 2^50
@@ -536,4 +544,208 @@ fn a_node_syncs_a_segment_of_sixty_thousand_addresses() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     panic!("the index node never learned b's segments: {seen}");
+}
+
+/// Node `node`'s status as the index node at `index` sees it.
+fn node_status(index: &Server, node: &str) -> serde_json::Value {
+    let status = common::agent()
+        .get(index.url("/api/v1/cluster/status"))
+        .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+        .call()
+        .unwrap();
+    common::server::answer(status).json()["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["node"] == node))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until the index node at `index` holds node `node`'s summaries whole
+/// and `also` holds of its status.
+fn wait_for_node(index: &Server, node: &str, also: impl Fn(&serde_json::Value) -> bool) {
+    let mut seen = serde_json::Value::Null;
+    for _ in 0..600 {
+        seen = node_status(index, node);
+        if seen["health"] == "ok" && seen["segments"].as_u64().unwrap_or(0) > 0 && also(&seen) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("node {node} never became current: {seen}");
+}
+
+/// The nodes the index node at `index` would ask for packets of `address`.
+fn asked(index: &Server, address: &str) -> Vec<String> {
+    let route = common::agent()
+        .get(index.url("/api/v1/cluster/route"))
+        .query("addresses", address)
+        .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+        .call()
+        .unwrap();
+    common::server::answer(route).json()["ask"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|choice| choice["node"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The summaries of every segment of the archive at `root`, as JSON.
+fn summaries_of(root: &Path) -> Vec<serde_json::Value> {
+    let archive = hindsight_store::Archive::open_reader(root).unwrap();
+    archive
+        .catalog()
+        .entries()
+        .map(|entry| {
+            let summary = hindsight_cluster::summary::SegmentSummary::build(root, entry).unwrap();
+            serde_json::to_value(summary).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn only_a_node_speaks_for_itself_and_stale_summaries_make_the_index_ask_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    // Node a (the index node) holds 10.0.0.0/24 talking to 192.0.2.1; node b
+    // holds lan-hour, and later an archive of 10.0.1.0/24 whose segment ids
+    // are lan-hour's first.
+    let capture = dir.path().join("busy.pcap");
+    busy_capture(&capture, 200);
+    let archive_a = dir_a.join("archive");
+    common::ingest(&capture, &archive_a);
+    let archive_b = archive_lan_hour(&dir_b);
+    let (port_a, port_b) = (free_port(), free_port());
+    let nodes = [("a", port_a), ("b", port_b)];
+    let config = |archive: &Path, name: &str| cluster_config(archive, name, &nodes, "a");
+    let index = Server::start_at(
+        &dir_a,
+        &config(&archive_a, "a"),
+        &format!("127.0.0.1:{port_a}"),
+    );
+    let b = Server::start_at(
+        &dir_b,
+        &config(&archive_b, "b"),
+        &format!("127.0.0.1:{port_b}"),
+    );
+    wait_for_node(&index, "a", |_| true);
+    wait_for_node(&index, "b", |_| true);
+    const LAN: &str = "10.64.94.199";
+    assert_eq!(asked(&index, LAN), ["b"]);
+
+    // What once poisoned the index: an all-zero summary "as b" and an empty
+    // sync "as b", sent with the cluster's token, or with a's own.
+    let mut lie = summaries_of(&archive_b)[0].clone();
+    lie["addresses"] =
+        serde_json::to_value(hindsight_cluster::signature::AddressSignature::of(Vec::<
+            hindsight_model::Addr16,
+        >::new(
+        )))
+        .unwrap();
+    let upload = json!({"node": "b", "summaries": [lie]}).to_string();
+    let sync = json!({"node": "b", "ids": [], "capturing": false, "now_ns": 0,
+                      "digest": "0".repeat(64)})
+    .to_string();
+    for (route, body) in [
+        ("/api/v1/cluster/summaries", &upload),
+        ("/api/v1/cluster/sync", &sync),
+    ] {
+        post_with(&index, route, body.as_bytes(), Some(CLUSTER_TOKEN))
+            .error(401, "takes a node's own token");
+        post_with(&index, route, body.as_bytes(), None).error(401, "takes a node's own token");
+        post_with(&index, route, body.as_bytes(), Some(&node_token("a"))).error(
+            403,
+            "the token is node a's, and a node speaks only for itself",
+        );
+    }
+    assert_eq!(asked(&index, LAN), ["b"]);
+    let question = |address: &str| {
+        let answer = common::agent()
+            .get(index.url("/api/v1/query"))
+            .query("filter", format!("host {address}"))
+            .query("cluster", "true")
+            .query("format", "jsonl")
+            .header("Authorization", format!("Bearer {CLUSTER_TOKEN}"))
+            .call()
+            .unwrap();
+        assert!(answer.headers().get("hindsight-partial").is_none());
+        let answer = common::server::answer(answer);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        answer.text().lines().count()
+    };
+    let lan_packets = question(LAN);
+    assert!(lan_packets > 0);
+
+    // An old upload of b's, replayed with b's own token (who holds it may
+    // replay, but not make the index skip b): its summaries no longer add up
+    // to b's catalog, so b is asked.
+    let replaced = dir.path().join("replaced.pcap");
+    busy_capture(&replaced, 300);
+    let archive_other = dir.path().join("other");
+    common::ingest(&replaced, &archive_other);
+    let old = json!({"node": "b", "summaries": summaries_of(&archive_other)}).to_string();
+    let taken = post_with(
+        &index,
+        "/api/v1/cluster/summaries",
+        old.as_bytes(),
+        Some(&node_token("b")),
+    );
+    assert_eq!(taken.status, 200, "{}", taken.text());
+    assert_eq!(asked(&index, LAN), ["b"]);
+    wait_for_node(&index, "b", |b| b["mismatches"] == 1);
+    assert_eq!(asked(&index, LAN), ["b"]);
+
+    // b's archive replaced by one whose ids collide with lan-hour's first:
+    // the old summaries are not left in force.
+    drop(b);
+    std::fs::rename(&archive_b, dir_b.join("lan-hour")).unwrap();
+    std::fs::rename(&archive_other, &archive_b).unwrap();
+    let _b = Server::start_at(
+        &dir_b,
+        &config(&archive_b, "b"),
+        &format!("127.0.0.1:{port_b}"),
+    );
+    // 10.0.0.250-299 are b's alone now (a holds 10.0.0.0-199).
+    const OTHER: &str = "10.0.1.10";
+    let mut packets = 0;
+    for _ in 0..600 {
+        packets = question(OTHER);
+        if packets > 0 && node_status(&index, "b")["mismatches"] == 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(packets, 1, "the packet of {OTHER} on b's new archive");
+    wait_for_node(&index, "b", |b| b["mismatches"] == 2);
+    assert_eq!(question(OTHER), 1);
+    assert_eq!(asked(&index, OTHER), ["b"]);
+    assert_eq!(asked(&index, LAN), Vec::<String>::new());
+    assert_eq!(question(LAN), 0);
+}
+
+#[test]
+fn cluster_token_makes_a_new_node_token_and_the_line_of_its_digest() {
+    let value = |text: &str, key: &str| -> String {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{key} = \"")))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_owned()
+    };
+    let first = common::ok(&common::hindsight(&["cluster", "token"]));
+    let token = value(&first, "node_token");
+    assert_eq!(token.len(), 64, "{first}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{first}");
+    assert_eq!(
+        value(&first, "token_sha256"),
+        hindsight_cluster::config::token_sha256(&token)
+    );
+    let second = common::ok(&common::hindsight(&["cluster", "token"]));
+    assert_ne!(value(&second, "node_token"), token);
+    // status still needs its cluster file.
+    let status = common::hindsight(&["cluster", "status"]);
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stderr).contains("--cluster"));
 }

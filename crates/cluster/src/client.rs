@@ -195,6 +195,27 @@ impl ClusterClient {
         answer_of(request.send(body))
     }
 
+    /// `POST url/api/v1/route` with a JSON body and this node's own token
+    /// (what it says of itself to an index node).
+    pub fn post_as_node(
+        &self,
+        url: &str,
+        route: &str,
+        body: &[u8],
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let token = self
+            .config
+            .node_token
+            .as_deref()
+            .ok_or("this is not a node of the cluster (no node_token)")?;
+        let request = self
+            .agent
+            .post(format!("{url}/api/v1/{route}"))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json");
+        answer_with(request.send(body), "this node's own token")
+    }
+
     /// Which nodes may hold rows of `tables` in `time` with an address in
     /// `ranges`: the first index node that answers says; if none does, every
     /// node (and the notes say why).
@@ -461,6 +482,15 @@ pub fn window_params(time: TimeRange) -> Vec<(&'static str, String)> {
 fn answer_of(
     result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> Result<ureq::http::Response<ureq::Body>, String> {
+    answer_with(result, "the cluster's token")
+}
+
+/// The response if it is 200, else why not, in words (`token`: what a 401
+/// refused).
+fn answer_with(
+    result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    token: &str,
+) -> Result<ureq::http::Response<ureq::Body>, String> {
     let mut response = match result {
         Ok(response) => response,
         Err(ureq::Error::Timeout(_)) => {
@@ -483,6 +513,7 @@ fn answer_of(
         status.as_u16(),
         &status.to_string(),
         body,
+        token,
     ))
 }
 

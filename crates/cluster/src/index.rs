@@ -7,6 +7,12 @@
 //! (expired, repaired away) and answers the ids it lacks, and the node sends
 //! those summaries. A node that was down, or an index node that restarted
 //! empty, is whole again after one round, with nothing to replay.
+//!
+//! Only a node may speak for itself (its own token, checked by the route),
+//! and what it says is checked against itself: a sync carries the digest of
+//! the node's catalog, and summaries that do not add up to it are dropped
+//! and asked for again (see [`crate::summary::Digest`]). Until the index's
+//! summaries of a node are whole and match, every question asks that node.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -15,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hindsight_model::Addr16;
 use serde::{Deserialize, Serialize};
 
-use crate::summary::{SegmentSummary, in_ranges};
+use crate::summary::{Digest, SegmentSummary, in_ranges};
 
 /// What a node tells its index nodes every `sync_secs`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -29,6 +35,9 @@ pub struct SyncRequest {
     pub capturing: bool,
     /// Its clock, ns since the epoch (for the summary lag).
     pub now_ns: i64,
+    /// The digest of its catalog's entries, hex (see
+    /// [`crate::summary::Digest`]).
+    pub digest: String,
 }
 
 /// The index node's answer: the ids whose summaries it lacks.
@@ -78,8 +87,11 @@ struct NodeState {
     /// The summaries by their last timestamp (and id): a window's are those
     /// from its start on whose first timestamp is not past its end.
     by_end: std::collections::BTreeSet<(i64, u64)>,
-    /// The ids of its last sync.
+    /// The ids of its last sync, and the digest of its catalog then.
     ids: Vec<(u64, u64)>,
+    digest: Digest,
+    /// The digest of the summaries held (kept as they come and go).
+    held: Digest,
     /// When it last synced (the index node's clock) and its own clock then.
     last_sync: Option<SystemTime>,
     capturing: bool,
@@ -88,12 +100,33 @@ struct NodeState {
     syncs: u64,
     /// Rejected summaries (invalid), counted.
     rejected: u64,
+    /// Times its summaries did not match its catalog and were dropped.
+    mismatches: u64,
 }
 
 impl NodeState {
     /// Whether the index holds a summary of every id of the node's last sync.
     fn is_complete(&self) -> bool {
         id_count(&self.ids) == self.summaries.len() as u64
+    }
+
+    /// Whether its summaries are whole and describe its catalog.
+    fn is_current(&self) -> bool {
+        self.is_complete() && self.held == self.digest
+    }
+
+    fn insert(&mut self, summary: SegmentSummary) {
+        self.remove(summary.id);
+        self.held.toggle(summary.digest());
+        self.by_end.insert((summary.max_ts, summary.id));
+        self.summaries.insert(summary.id, summary);
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(old) = self.summaries.remove(&id) {
+            self.held.toggle(old.digest());
+            self.by_end.remove(&(old.max_ts, old.id));
+        }
     }
 }
 
@@ -122,8 +155,12 @@ pub struct NodeStatus {
     pub capturing: bool,
     /// Summary bytes received since the index node started.
     pub summary_bytes: u64,
-    /// `ok`, `behind` (summaries missing), `stale` (no sync within three
-    /// periods) or `never` (no sync since the index node started).
+    /// Times its summaries did not match its catalog and were dropped.
+    #[serde(default)]
+    pub mismatches: u64,
+    /// `ok`, `behind` (summaries missing, or not matching its catalog),
+    /// `stale` (no sync within three periods) or `never` (no sync since the
+    /// index node started).
     pub health: String,
 }
 
@@ -145,6 +182,26 @@ pub enum IndexError {
     /// A sync that names ids out of order or too many.
     #[error("{0}")]
     BadSync(String),
+    /// A node speaking for another.
+    #[error("the token is node {token}'s, and a node speaks only for itself (this names {named})")]
+    NotItself {
+        /// The node whose token it is.
+        token: String,
+        /// The node named.
+        named: String,
+    },
+}
+
+/// Refuses what the node `from` says for the node `named`.
+fn itself(from: &str, named: &str) -> Result<(), IndexError> {
+    if from == named {
+        Ok(())
+    } else {
+        Err(IndexError::NotItself {
+            token: from.to_owned(),
+            named: named.to_owned(),
+        })
+    }
 }
 
 /// Most segment ids one node's sync may name.
@@ -183,10 +240,12 @@ impl ClusterIndex {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A node's sync: drops the summaries of ids it no longer holds and
-    /// answers the ids whose summaries are missing.
-    pub fn sync(&self, request: &SyncRequest) -> Result<SyncAnswer, IndexError> {
+    /// A node's sync, sent by the node `from` (whose token the request
+    /// carried): drops the summaries of ids it no longer holds and answers the
+    /// ids whose summaries are missing.
+    pub fn sync(&self, from: &str, request: &SyncRequest) -> Result<SyncAnswer, IndexError> {
         self.url(&request.node)?;
+        itself(from, &request.node)?;
         let mut ids = request.ids.clone();
         ids.sort_unstable();
         if ids.iter().any(|&(low, high)| low > high)
@@ -201,24 +260,40 @@ impl ClusterIndex {
                 "a sync may name at most {MAX_SYNC_IDS} segments"
             )));
         }
+        let digest = Digest::from_hex(&request.digest).ok_or_else(|| {
+            IndexError::BadSync("a sync's digest must be 64 hex digits".to_owned())
+        })?;
         let mut state = self.lock();
         let node = state.entry(request.node.clone()).or_default();
-        let gone: Vec<(i64, u64)> = node
+        let gone: Vec<u64> = node
             .summaries
-            .values()
-            .filter(|s| !in_ranges(&ids, s.id))
-            .map(|s| (s.max_ts, s.id))
+            .keys()
+            .copied()
+            .filter(|id| !in_ranges(&ids, *id))
             .collect();
-        for key in gone {
-            node.by_end.remove(&key);
-            node.summaries.remove(&key.1);
+        for id in gone {
+            node.remove(id);
         }
         let mut missing: Vec<u64> = Vec::new();
         for &(low, high) in &ids {
             // Ranges are few; ids in them are checked against what is held.
             missing.extend((low..=high).filter(|id| !node.summaries.contains_key(id)));
         }
+        if missing.is_empty() && node.held != digest {
+            // Every id is summarised, yet not as the node's catalog is now:
+            // which summaries are stale cannot be told, so none is kept.
+            node.mismatches += 1;
+            eprintln!(
+                "cluster: node {}'s summaries do not match its catalog (replaced archive, replayed upload?): dropped, asked again",
+                request.node
+            );
+            node.summaries.clear();
+            node.by_end.clear();
+            node.held = Digest::default();
+            missing = ids.iter().flat_map(|&(low, high)| low..=high).collect();
+        }
         node.ids = ids;
+        node.digest = digest;
         node.capturing = request.capturing;
         node.last_sync = Some(SystemTime::now());
         node.syncs += 1;
@@ -227,9 +302,10 @@ impl ClusterIndex {
         })
     }
 
-    /// Summaries a node sent (`bytes`: the size of the upload).
-    pub fn add(&self, upload: SummaryUpload, bytes: u64) -> Result<(), IndexError> {
+    /// Summaries the node `from` sent (`bytes`: the size of the upload).
+    pub fn add(&self, from: &str, upload: SummaryUpload, bytes: u64) -> Result<(), IndexError> {
         self.url(&upload.node)?;
+        itself(from, &upload.node)?;
         let mut state = self.lock();
         let node = state.entry(upload.node).or_default();
         node.bytes_received += bytes;
@@ -241,11 +317,7 @@ impl ClusterIndex {
             // Only ids the node said it holds (an upload racing a sync that
             // dropped them is not kept).
             if in_ranges(&node.ids, summary.id) {
-                let key = (summary.max_ts, summary.id);
-                if let Some(old) = node.summaries.insert(summary.id, summary) {
-                    node.by_end.remove(&(old.max_ts, old.id));
-                }
-                node.by_end.insert(key);
+                node.insert(summary);
             }
         }
         Ok(())
@@ -303,6 +375,13 @@ impl ClusterIndex {
                     .push(choice("its summaries are still arriving".to_owned(), 0));
                 continue;
             }
+            if !known.is_current() {
+                route.ask.push(choice(
+                    "its summaries do not match its catalog".to_owned(),
+                    0,
+                ));
+                continue;
+            }
             // Only the summaries that end at or after the window's start.
             let matching = known
                 .by_end
@@ -353,7 +432,7 @@ impl ClusterIndex {
                 let health = match (known, age) {
                     (None, _) | (_, None) => "never",
                     (_, Some(age)) if age > stale_after => "stale",
-                    (Some(k), _) if !k.is_complete() => "behind",
+                    (Some(k), _) if !k.is_current() => "behind",
                     _ => "ok",
                 };
                 NodeStatus {
@@ -368,6 +447,7 @@ impl ClusterIndex {
                     missing: held.saturating_sub(count),
                     capturing: known.is_some_and(|k| k.capturing),
                     summary_bytes: known.map_or(0, |k| k.bytes_received),
+                    mismatches: known.map_or(0, |k| k.mismatches),
                     health: health.to_owned(),
                 }
             })

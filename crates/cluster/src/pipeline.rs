@@ -182,18 +182,20 @@ fn answered<R: Source>(
         head.status,
         &status,
         String::from_utf8_lossy(&text).into_owned(),
+        "the cluster's token",
     ))
 }
 
 /// A node's answer of status `code` (shown as `status`) other than 200, in
-/// words: the message of its JSON error, else its `body`.
-pub(crate) fn refusal(code: u16, status: &str, body: String) -> String {
+/// words: the message of its JSON error, else its `body` (`token`: what a
+/// 401 refused).
+pub(crate) fn refusal(code: u16, status: &str, body: String, token: &str) -> String {
     let message = serde_json::from_str::<serde_json::Value>(&body)
         .ok()
         .and_then(|v| v["error"].as_str().map(str::to_owned))
         .unwrap_or(body);
     match code {
-        401 => format!("it refused the cluster's token (401): {message}"),
+        401 => format!("it refused {token} (401): {message}"),
         _ => format!("it answered {status}: {message}"),
     }
 }

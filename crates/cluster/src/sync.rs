@@ -13,7 +13,7 @@ use hindsight_store::CatalogEntry;
 
 use crate::client::ClusterClient;
 use crate::index::{SummaryUpload, SyncAnswer, SyncRequest, now_ns};
-use crate::summary::{SegmentSummary, id_ranges, in_ranges};
+use crate::summary::{Digest, SegmentSummary, id_ranges, in_ranges};
 
 /// Builds (or finds built) the summaries of the ids in some ranges.
 type Summarise<'a> = dyn FnMut(&[(u64, u64)]) -> Vec<Arc<SegmentSummary>> + 'a;
@@ -65,6 +65,7 @@ pub fn run(
                 ids,
                 capturing,
                 now_ns: now_ns(),
+                digest: Digest::of_catalog(&entries).to_hex(),
             };
             let mut summarise = |wanted: &[(u64, u64)]| -> Vec<Arc<SegmentSummary>> {
                 entries
@@ -92,10 +93,11 @@ pub fn run(
                     .collect()
             };
             if let Some(index) = local
-                && let Ok(answer) = index.sync(&request)
+                && let Ok(answer) = index.sync(node, &request)
             {
                 let summaries = summarise(&answer.missing);
                 let _ = index.add(
+                    node,
                     SummaryUpload {
                         node: node.to_owned(),
                         summaries: summaries.iter().map(|s| (**s).clone()).collect(),
@@ -139,7 +141,7 @@ fn sync_with(
         .bytes_sent
         .fetch_add(body.len() as u64, Ordering::Relaxed);
     let answer: SyncAnswer = client
-        .post_json(url, "cluster/sync", &body)?
+        .post_as_node(url, "cluster/sync", &body)?
         .body_mut()
         .with_config()
         .limit(16 << 20)
@@ -167,7 +169,7 @@ fn sync_with(
         counters
             .summaries_sent
             .fetch_add(upload.summaries.len() as u64, Ordering::Relaxed);
-        client.post_json(url, "cluster/summaries", &body)?;
+        client.post_as_node(url, "cluster/summaries", &body)?;
         Ok(())
     };
     for summary in summaries {

@@ -304,6 +304,7 @@ pub fn router(state: Shared) -> Router {
             get(|| async { ([(header::CONTENT_TYPE, "application/yaml")], OPENAPI) }),
         )
         .merge(api)
+        .merge(super::cluster::node_routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -102,8 +102,10 @@ impl ClusterState {
 
 type Shared = Arc<AppState>;
 
-/// The cluster's routes (behind the token check).
-pub fn routes() -> Router<Shared> {
+/// The routes a node uses to tell an index node what it holds: each takes
+/// the node's own token alone (checked here, not by the API's token check),
+/// and a node speaks only for itself.
+pub fn node_routes() -> Router<Shared> {
     Router::new()
         .route("/api/v1/cluster/sync", post(sync))
         // A busy segment's signature is megabytes: summaries have their own
@@ -114,6 +116,11 @@ pub fn routes() -> Router<Shared> {
                 hindsight_cluster::sync::MAX_UPLOAD_BODY_BYTES,
             )),
         )
+}
+
+/// The cluster's routes for questions (behind the token check).
+pub fn routes() -> Router<Shared> {
+    Router::new()
         .route("/api/v1/cluster/route", get(route))
         .route("/api/v1/cluster/status", get(status))
         .route("/api/v1/cluster/fragment", post(fragment))
@@ -152,18 +159,40 @@ fn require_cluster_token(state: &AppState, headers: &HeaderMap) -> ApiResult<()>
     }
 }
 
+/// The node whose own token the request carries.
+fn require_node_token<'a>(state: &'a AppState, headers: &HeaderMap) -> ApiResult<&'a str> {
+    let config = cluster(state)?.client.config();
+    crate::api::bearer(headers)
+        .and_then(|given| config.node_of_token(given))
+        .map(|node| node.name.as_str())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this route takes a node's own token (node_token; token_sha256 of its [[cluster.node]] is its SHA-256)",
+            )
+        })
+}
+
 fn index_error(error: hindsight_cluster::index::IndexError) -> ApiError {
-    ApiError::bad_request(error.to_string())
+    match error {
+        hindsight_cluster::index::IndexError::NotItself { .. } => {
+            ApiError::new(StatusCode::FORBIDDEN, error.to_string())
+        }
+        _ => ApiError::bad_request(error.to_string()),
+    }
 }
 
 /// `POST /api/v1/cluster/sync`: a node names the segments it holds.
 async fn sync(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> ApiResult<Response> {
-    require_cluster_token(&state, &headers)?;
+    let from = require_node_token(&state, &headers)?;
     let index = index(&state)?;
     let request: SyncRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("bad sync: {e}")))?;
-    let answer = index.sync(&request).map_err(|e| {
-        eprintln!("cluster: refused a sync from {:?}: {e}", request.node);
+    let answer = index.sync(from, &request).map_err(|e| {
+        eprintln!(
+            "cluster: refused a sync from {from} as {:?}: {e}",
+            request.node
+        );
         index_error(e)
     })?;
     Ok(axum::Json(answer).into_response())
@@ -175,12 +204,16 @@ async fn summaries(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    require_cluster_token(&state, &headers)?;
+    let from = require_node_token(&state, &headers)?;
     let index = index(&state)?;
     let upload: SummaryUpload = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("bad summaries: {e}")))?;
     let count = upload.summaries.len();
-    index.add(upload, body.len() as u64).map_err(index_error)?;
+    let named = upload.node.clone();
+    index.add(from, upload, body.len() as u64).map_err(|e| {
+        eprintln!("cluster: refused summaries from {from} as {named:?}: {e}");
+        index_error(e)
+    })?;
     Ok(axum::Json(json!({"taken": count})).into_response())
 }
 

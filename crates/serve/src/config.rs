@@ -61,11 +61,13 @@
 //!
 //! [cluster]                        # optional: this server is a node of a cluster
 //! name = "gateway"                 # docs/cluster.md
-//! token = "..."                    # shared by the nodes; required on every route
+//! token = "..."                    # shared by the nodes and clients: asks questions
+//! node_token_file = "node.token"   # this node's own secret (`hindsight cluster token`)
 //! index = ["gateway"]
 //! [[cluster.node]]
 //! name = "gateway"
 //! url = "http://127.0.0.1:8080"
+//! token_sha256 = "..."             # SHA-256 of the node's own token
 //! ```
 //!
 //! The archive's own bounds (connection-index expiration, packet retention) are
