@@ -492,6 +492,11 @@ fn three_nodes_answer_as_one_archive_and_say_who_is_missing() {
         "SELECT ip_str(dst_addr) AS dst, count(DISTINCT src_addr) AS sources FROM packets \
          WHERE tcp_flags = 2 GROUP BY dst_addr HAVING count(DISTINCT src_addr) > 1 \
          ORDER BY sources DESC, dst LIMIT 10",
+        // One partition above the cut stays one (a global limit, the left
+        // side of a nested loop join), however many nodes answer.
+        "SELECT count(*) AS n FROM (SELECT 1 AS c FROM packets LIMIT 749) AS t",
+        "SELECT count(*) AS n FROM (SELECT src_port FROM packets \
+         WHERE EXISTS (SELECT 1 FROM flows WHERE dst_port = 53) GROUP BY src_port) AS t",
     ];
     for statement in statements {
         let one = ok(&sql(statement, ["--archive", single.to_str().unwrap()]));

@@ -18,7 +18,7 @@ use std::io::Read;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::config::ConfigOptions;
@@ -346,8 +346,15 @@ fn stream_answer(
         }
         // The answer's batches carry the node's field metadata; the plan's
         // schema is the one the statement's operators expect.
-        let batch = RecordBatch::try_new(Arc::clone(expected), batch.columns().to_vec())
-            .map_err(|e| format!("its answer does not fit the statement: {e}"))?;
+        // A batch of no columns (a count over a fragment that reads none)
+        // carries its rows as a count.
+        let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        let batch = RecordBatch::try_new_with_options(
+            Arc::clone(expected),
+            batch.columns().to_vec(),
+            &options,
+        )
+        .map_err(|e| format!("its answer does not fit the statement: {e}"))?;
         rows += batch.num_rows();
         if futures::executor::block_on(tx.send(batch)).is_err() {
             // The statement has what it wanted.
@@ -379,14 +386,23 @@ impl Federate {
         if let Some(nodes) = shippable(&plan, true) {
             let bytes = encode_fragment(&plan)?;
             let partitions = nodes.len().max(1);
-            return Ok(Arc::new(NodesExec {
+            // The operator above was planned for the subtree's partitions: one
+            // stays one (a global limit, a nested loop join's left side take
+            // no more), however many nodes answer.
+            let single = plan.properties().partitioning.partition_count() == 1 && partitions > 1;
+            let nodes: Arc<dyn ExecutionPlan> = Arc::new(NodesExec {
                 properties: Arc::new(properties(plan.schema(), partitions)),
                 fragment: plan,
                 bytes: Arc::new(bytes),
                 nodes,
                 cluster: Arc::clone(&self.cluster),
                 max_answer_bytes: self.max_answer_bytes,
-            }));
+            });
+            return Ok(if single {
+                Arc::new(CoalescePartitionsExec::new(nodes))
+            } else {
+                nodes
+            });
         }
         let children = plan
             .children()
