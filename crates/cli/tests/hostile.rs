@@ -270,6 +270,21 @@ fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
         let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
         answer.error(400, "one call may make at most");
     }
+    // A body past max_body_bytes is refused unread, and the answer closes the
+    // connection (a client that keeps connections would send its next
+    // request down one the server has closed).
+    let big = format!("{{\"sql\": \"SELECT '{}'\"}}", "x".repeat(70_000));
+    let answer = raw(
+        server.base.trim_start_matches("http://"),
+        &format!(
+            "POST /api/v1/sql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{big}",
+            big.len()
+        ),
+    )
+    .to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 413"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
     let body = json!({"sql": "SELECT length(repeat('ab', 1000)) AS n", "format": "csv"});
     let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
     assert_eq!(answer.text(), "n\n2000\n");

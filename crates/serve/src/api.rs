@@ -394,9 +394,17 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *requests.entry(path.as_str().to_owned()).or_default() += 1;
     }
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     let class = usize::from(response.status().as_u16() / 100).clamp(1, 5) - 1;
     state.responses[class].fetch_add(1, Ordering::Relaxed);
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        // The body was not read to its end, so the connection cannot carry
+        // another request: say so, or a client that keeps connections sends
+        // its next request down one the server has closed.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 
