@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_store::parquet::file::reader::{FileReader, SerializedFileReader};
 
+pub mod netns;
 pub mod slow_disk;
 
 const NANOS: i64 = 1_000_000_000;

@@ -26,75 +26,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use hindsight_bench::netns::{Link, must};
 use hindsight_bench::{Flags, default_source, hindsight_binary};
 
 const RX: &str = "hs-loss-rx";
 const TX: &str = "hs-loss-tx";
-
-/// Two namespaces joined by a veth pair (`la` receives, `lb` sends), offloads
-/// off so that the capture sees the frames as sent; removed when dropped.
-struct Link;
-
-impl Link {
-    fn new() -> Self {
-        Self::remove();
-        for ns in [RX, TX] {
-            must(Command::new("ip").args(["netns", "add", ns]));
-        }
-        must(Command::new("ip").args([
-            "link", "add", "la", "netns", RX, "type", "veth", "peer", "name", "lb", "netns", TX,
-        ]));
-        // Stenographer's server listens on the receiving side's loopback.
-        must(Command::new("ip").args(["-n", RX, "link", "set", "lo", "up"]));
-        for (ns, dev) in [(RX, "la"), (TX, "lb")] {
-            must(
-                Command::new("ip")
-                    .args(["netns", "exec", ns, "sysctl", "-q"])
-                    .arg(format!("net.ipv6.conf.{dev}.disable_ipv6=1")),
-            );
-            must(Command::new("ip").args(["-n", ns, "link", "set", dev, "up", "mtu", "9000"]));
-            let _ = Command::new("ip")
-                .args(["netns", "exec", ns, "ethtool", "-K", dev])
-                .args([
-                    "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        Self
-    }
-
-    fn remove() {
-        for ns in [RX, TX] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-
-    fn exec(ns: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", ns]).arg(program);
-        command
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        Self::remove();
-    }
-}
-
-fn must(command: &mut Command) {
-    let output = command.output().expect("run a setup command");
-    assert!(
-        output.status.success(),
-        "{command:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// A capturing tool under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -480,30 +416,7 @@ fn replay(sender: Sender, capture: &Path, pps: u64, loops: u64) -> (u64, f64) {
             .zip(rate)
             .unwrap_or_else(|| panic!("no count in the sender's output: {text}"));
     }
-    let mut command = Link::exec(TX, "tcpreplay");
-    command.args(["-i", "lb", "--loop"]).arg(loops.to_string());
-    if pps == 0 {
-        command.arg("--topspeed");
-    } else {
-        command.arg("--pps").arg(pps.to_string());
-    }
-    let output = command.arg(capture).output().expect("run tcpreplay");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "tcpreplay: {text}");
-    // "Successful packets:        N" and "Rated: B Bps, M Mbps, P pps"
-    let sent = text
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("Successful packets:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no packet count in tcpreplay's output: {text}"));
-    let rate = text
-        .lines()
-        .find(|line| line.trim().starts_with("Rated:"))
-        .and_then(|line| line.split(',').nth(2))
-        .and_then(|pps| pps.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0.0);
-    (sent, rate)
+    hindsight_bench::netns::tcpreplay(TX, "lb", capture, pps, loops)
 }
 
 /// The sender, run inside the sending namespace as
@@ -704,7 +617,7 @@ fn main() {
         "CPU s",
         "CPU ns/pkt"
     );
-    let _link = Link::new();
+    let _link = Link::new(RX, TX);
     // Dropped after `work`, which lies on it.
     let slow_disk = disk_mbps.map(|mbps| {
         hindsight_bench::slow_disk::SlowDisk::new(

@@ -12,7 +12,14 @@
 //! (numbers and quoted text folded), and the servers' peak RSS against their
 //! memory bound.
 //!
-//! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--cli-every K] [--work DIR]`
+//! Statements are typed (an expression of each type is built from the
+//! columns and functions of that type, so most plan and run: about two thirds
+//! answer rows), with one expression in ten drawn without regard to types.
+//! `--threads` clients send at once (each its own generator, seeded
+//! `seed + thread`); each distinct error is printed with the first statement
+//! that got it.
+//!
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--threads T] [--cli-every K] [--work DIR]`
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,7 +33,7 @@ use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, run_quiet};
 /// The servers' bound on one statement's memory, MiB.
 const MEMORY_MIB: u64 = 256;
 
-const USAGE: &str = "[--statements N] [--seed S] [--cli-every K] [--work DIR]";
+const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--work DIR]";
 
 /// The columns of a table, by name and a coarse type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +42,7 @@ enum Kind {
     Float,
     Text,
     Bytes,
+    Addr,
     Time,
     Bool,
     Other,
@@ -57,6 +65,7 @@ fn columns(schema: &hindsight_store::arrow::datatypes::Schema) -> Vec<(String, K
                 | T::UInt64 => Kind::Int,
                 T::Float32 | T::Float64 => Kind::Float,
                 T::Utf8 | T::LargeUtf8 | T::Utf8View => Kind::Text,
+                T::FixedSizeBinary(16) => Kind::Addr,
                 T::Binary | T::LargeBinary | T::FixedSizeBinary(_) | T::BinaryView => Kind::Bytes,
                 T::Timestamp(..) => Kind::Time,
                 T::Boolean => Kind::Bool,
@@ -312,6 +321,254 @@ impl Grammar {
         }
     }
 
+    /// A column of `kind` of `table`, if it has one.
+    fn column_of(&mut self, table: &str, kind: Kind) -> Option<String> {
+        let columns = if table == "flows" {
+            &self.flows
+        } else {
+            &self.packets
+        };
+        let of: Vec<&String> = columns
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .map(|(name, _)| name)
+            .collect();
+        if of.is_empty() {
+            return None;
+        }
+        Some(of[self.rng.below(of.len() as u64) as usize].clone())
+    }
+
+    /// A literal of `kind`.
+    fn literal_of(&mut self, kind: Kind) -> String {
+        match kind {
+            Kind::Int => match self.rng.below(6) {
+                0 => "NULL".to_owned(),
+                1 => "2147483647".to_owned(),
+                2 => "-1".to_owned(),
+                _ => self.rng.below(70_000).to_string(),
+            },
+            Kind::Float => format!("{}.{}", self.rng.below(1000), self.rng.below(1000)),
+            Kind::Text => self.text(),
+            Kind::Bool => ["TRUE", "FALSE", "NULL"][self.rng.below(3) as usize].to_owned(),
+            Kind::Time => format!(
+                "TIMESTAMP '2012-11-23T{:02}:{:02}:00Z'",
+                16 + self.rng.below(3),
+                self.rng.below(60)
+            ),
+            Kind::Addr => match self.rng.below(4) {
+                0 => "ip('2001:db8::1')".to_owned(),
+                _ => format!(
+                    "ip('10.{}.{}.{}')",
+                    self.rng.below(256),
+                    self.rng.below(256),
+                    self.rng.below(256)
+                ),
+            },
+            Kind::Bytes | Kind::Other => "NULL".to_owned(),
+        }
+    }
+
+    /// An expression of `kind` over `table`, nested `depth` deep: the
+    /// statements a user writes, which mostly plan and run.
+    fn value(&mut self, kind: Kind, table: &str, depth: u32) -> String {
+        if depth == 0 || self.chance(30) {
+            return match self.column_of(table, kind) {
+                Some(column) if self.chance(70) => column,
+                _ => self.literal_of(kind),
+            };
+        }
+        let d = depth - 1;
+        let (int, text, time, addr) = (Kind::Int, Kind::Text, Kind::Time, Kind::Addr);
+        match kind {
+            Kind::Int => match self.rng.below(10) {
+                0 => {
+                    let op = self.pick(&["+", "-", "*", "/", "%", "&", "|"]);
+                    format!(
+                        "({} {op} {})",
+                        self.value(int, table, d),
+                        self.value(int, table, d)
+                    )
+                }
+                1 => {
+                    let f = self.pick(&["length", "octet_length", "ascii", "character_length"]);
+                    format!("{f}({})", self.value(text, table, d))
+                }
+                2 => format!("strpos({}, {})", self.value(text, table, d), self.text()),
+                3 => format!("abs({})", self.value(int, table, d)),
+                4 => format!(
+                    "gcd({}, {})",
+                    self.value(int, table, d),
+                    self.value(int, table, d)
+                ),
+                5 => format!(
+                    "CASE WHEN {} THEN {} ELSE {} END",
+                    self.value(Kind::Bool, table, d),
+                    self.value(int, table, d),
+                    self.value(int, table, d)
+                ),
+                6 => format!(
+                    "coalesce({}, {})",
+                    self.value(int, table, d),
+                    self.literal_of(int)
+                ),
+                7 => format!("date_part('minute', {})", self.value(time, table, d)),
+                8 => format!("CAST({} AS BIGINT)", self.value(Kind::Float, table, d)),
+                _ => format!(
+                    "(SELECT count(*) FROM {table} WHERE {})",
+                    self.value(Kind::Bool, table, d)
+                ),
+            },
+            Kind::Float => match self.rng.below(5) {
+                0 => format!("sqrt(abs({}))", self.value(int, table, d)),
+                1 => format!("round({}, 2)", self.value(Kind::Float, table, d)),
+                2 => format!("ln(1 + abs({}))", self.value(int, table, d)),
+                3 => format!("power({}, 2)", self.value(Kind::Float, table, d)),
+                _ => format!("({} / 3.0)", self.value(int, table, d)),
+            },
+            Kind::Text => match self.rng.below(12) {
+                0 => {
+                    let f = self.pick(&[
+                        "upper", "lower", "trim", "reverse", "initcap", "btrim", "md5",
+                    ]);
+                    format!("{f}({})", self.value(text, table, d))
+                }
+                1 => format!("ip_str({})", self.value(addr, table, d)),
+                2 => format!(
+                    "({} || {})",
+                    self.value(text, table, d),
+                    self.value(text, table, d)
+                ),
+                3 => format!(
+                    "concat({}, {})",
+                    self.value(text, table, d),
+                    self.value(int, table, d)
+                ),
+                4 => format!(
+                    "repeat({}, {})",
+                    self.value(text, table, d),
+                    self.rng.below(50)
+                ),
+                5 => format!(
+                    "lpad({}, {}, '.')",
+                    self.value(text, table, d),
+                    self.rng.below(80)
+                ),
+                6 => format!(
+                    "left({}, {})",
+                    self.value(text, table, d),
+                    self.rng.below(10)
+                ),
+                7 => format!("split_part({}, '.', 2)", self.value(text, table, d)),
+                8 => format!("to_hex({})", self.value(int, table, d)),
+                9 => format!("CAST({} AS VARCHAR)", self.value(int, table, d)),
+                10 => format!("substr({}, 2, 5)", self.value(text, table, d)),
+                _ => format!("coalesce({}, 'none')", self.value(text, table, d)),
+            },
+            Kind::Bool => match self.rng.below(12) {
+                0 | 1 => {
+                    let op = self.pick(&["=", "<>", "<", ">", "<=", ">="]);
+                    format!(
+                        "({} {op} {})",
+                        self.value(int, table, d),
+                        self.value(int, table, d)
+                    )
+                }
+                2 => format!(
+                    "({} = {})",
+                    self.value(addr, table, d),
+                    self.value(addr, table, d)
+                ),
+                3 => {
+                    let op = self.pick(&["AND", "OR"]);
+                    format!(
+                        "({} {op} {})",
+                        self.value(Kind::Bool, table, d),
+                        self.value(Kind::Bool, table, d)
+                    )
+                }
+                4 => format!("NOT ({})", self.value(Kind::Bool, table, d)),
+                5 => format!(
+                    "({} LIKE '%{}%')",
+                    self.value(text, table, d),
+                    char::from(b'a' + self.rng.below(26) as u8)
+                ),
+                6 => format!(
+                    "ip_in({}, '10.{}.0.0/{}')",
+                    self.value(addr, table, d),
+                    self.rng.below(256),
+                    8 + self.rng.below(25)
+                ),
+                7 => {
+                    let n = self.rng.below(8) + 1;
+                    let items: Vec<String> = (0..n).map(|_| self.literal_of(int)).collect();
+                    format!("({} IN ({}))", self.value(int, table, d), items.join(", "))
+                }
+                8 => format!(
+                    "({} BETWEEN {} AND {})",
+                    self.value(time, table, d),
+                    self.literal_of(time),
+                    self.literal_of(time)
+                ),
+                9 => format!("({} IS NULL)", self.value(int, table, d)),
+                10 => format!("regexp_like({}, '^[a-z]+\\.')", self.value(text, table, d)),
+                _ => format!(
+                    "EXISTS (SELECT 1 FROM {table} WHERE {} LIMIT 1)",
+                    self.value(Kind::Bool, table, d)
+                ),
+            },
+            Kind::Time => match self.rng.below(3) {
+                0 => format!("date_trunc('minute', {})", self.value(time, table, d)),
+                1 => format!(
+                    "time_bucket(INTERVAL '{} seconds', {})",
+                    1 + self.rng.below(600),
+                    self.value(time, table, d)
+                ),
+                _ => format!(
+                    "({} + INTERVAL '{} seconds')",
+                    self.value(time, table, d),
+                    self.rng.below(3600)
+                ),
+            },
+            Kind::Addr => match self.rng.below(2) {
+                0 => format!(
+                    "ip_prefix({}, {})",
+                    self.value(addr, table, d),
+                    8 + self.rng.below(25)
+                ),
+                _ => format!("coalesce({}, ip('0.0.0.0'))", self.value(addr, table, d)),
+            },
+            Kind::Bytes | Kind::Other => self.literal_of(kind),
+        }
+    }
+
+    /// Any expression: typed (most), or free-form (which often does not plan).
+    fn any(&mut self, table: &str, depth: u32) -> String {
+        if self.chance(10) {
+            return self.expr(table, depth);
+        }
+        let kinds = [
+            Kind::Int,
+            Kind::Int,
+            Kind::Text,
+            Kind::Bool,
+            Kind::Time,
+            Kind::Addr,
+            Kind::Float,
+        ];
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        self.value(kind, table, depth)
+    }
+
+    /// A condition: typed (most), or free-form.
+    fn condition(&mut self, table: &str, depth: u32) -> String {
+        if self.chance(10) {
+            self.expr(table, depth)
+        } else {
+            self.value(Kind::Bool, table, depth)
+        }
+    }
+
     /// A chain of `terms` terms joined by one operator, or a list of
     /// `terms` values: what a generated indicator list looks like.
     fn long(&mut self, table: &str) -> String {
@@ -357,7 +614,13 @@ impl Grammar {
                 sql.push_str(&column);
             } else if grouped {
                 let f = self.pick(AGGREGATES);
-                let arg = self.expr(table, 1);
+                let arg = match f {
+                    "sum" | "avg" | "stddev" | "median" if !self.chance(10) => {
+                        self.value(Kind::Int, table, 1)
+                    }
+                    "bool_and" if !self.chance(10) => self.value(Kind::Bool, table, 1),
+                    _ => self.any(table, 1),
+                };
                 match f {
                     "string_agg" => write!(sql, "string_agg(CAST({arg} AS VARCHAR), ',')"),
                     "count" if self.chance(50) => write!(sql, "count(DISTINCT {arg})"),
@@ -380,14 +643,18 @@ impl Grammar {
                 .ok();
             } else {
                 let depth = self.rng.below(5) as u32;
-                sql.push_str(&self.expr(table, depth));
+                let item = self.any(table, depth);
+                sql.push_str(&item);
             }
             write!(sql, " AS c{i}").ok();
         }
         if depth > 0 && self.chance(20) {
-            write!(sql, " FROM ({}) AS t", self.select(depth - 1)).ok();
-            // The subquery's columns are c0..; use the outer table's names no more.
-            return sql;
+            // Over a subquery, whose columns are c0 and on.
+            let inner = self.select(depth - 1);
+            let outer = ["count(*)", "count(DISTINCT c0)", "max(c0)", "min(c0)", "c0"]
+                [self.rng.below(5) as usize];
+            let tail = if outer == "c0" { " LIMIT 100" } else { "" };
+            return format!("SELECT {outer} AS c0 FROM ({inner}) AS t{tail}");
         }
         write!(sql, " FROM {table}").ok();
         if self.chance(70) {
@@ -395,7 +662,7 @@ impl Grammar {
                 self.long(table)
             } else {
                 let depth = self.rng.below(4) as u32;
-                self.expr(table, depth)
+                self.condition(table, depth)
             };
             write!(sql, " WHERE {condition}").ok();
         }
@@ -423,7 +690,8 @@ impl Grammar {
             }
             3 => format!(
                 "SELECT count(*) FROM packets p JOIN flows f ON p.src_addr = f.src_addr WHERE {} LIMIT 10",
-                self.expr("packets", 1).replace("src_addr", "p.src_addr")
+                self.condition("packets", 1)
+                    .replace("src_addr", "p.src_addr")
             ),
             _ => self.select(2),
         }
@@ -528,16 +796,123 @@ fn free_port() -> u16 {
 struct Tally {
     sent: u64,
     by_status: BTreeMap<String, u64>,
-    errors: BTreeMap<String, u64>,
+    /// By kind: the count, and the first statement that got it.
+    errors: BTreeMap<String, (u64, String)>,
 }
 
 impl Tally {
-    fn add(&mut self, status: &str, error: Option<&str>) {
+    fn merge(&mut self, other: Self) {
+        self.sent += other.sent;
+        for (status, n) in other.by_status {
+            *self.by_status.entry(status).or_default() += n;
+        }
+        for (kind, (n, sql)) in other.errors {
+            self.errors.entry(kind).or_insert((0, sql)).0 += n;
+        }
+    }
+
+    fn add(&mut self, status: &str, error: Option<&str>, sql: &str) {
         self.sent += 1;
         *self.by_status.entry(status.to_owned()).or_default() += 1;
         if let Some(error) = error {
-            *self.errors.entry(kind_of(error)).or_default() += 1;
+            self.errors
+                .entry(kind_of(error))
+                .or_insert_with(|| (0, sql.chars().take(300).collect()))
+                .0 += 1;
         }
+    }
+}
+
+/// What the fuzz threads share.
+struct Run<'a> {
+    hindsight: &'a Path,
+    archive: &'a Path,
+    base: &'a str,
+    token: &'a str,
+    cli_every: u64,
+    statements: u64,
+    done: &'a std::sync::atomic::AtomicU64,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Run<'_> {
+    /// Sends statements until `statements` are sent (by all threads) or a
+    /// server stops answering: its tallies (API, cluster, CLI) and why it
+    /// stopped early, if it did.
+    fn worker(&self, seed: u64) -> (Tally, Tally, Tally, Option<String>) {
+        use std::sync::atomic::Ordering;
+        let agent = agent();
+        let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
+        let mut grammar = Grammar {
+            rng: Rng(seed | 1),
+            packets: schema(hindsight_store::schema::packets_schema()),
+            flows: schema(hindsight_store::flows::flows_schema()),
+        };
+        let (mut api, mut federated, mut cli) =
+            (Tally::default(), Tally::default(), Tally::default());
+        while !self.stop.load(Ordering::Relaxed) {
+            let i = self.done.fetch_add(1, Ordering::Relaxed);
+            if i >= self.statements {
+                break;
+            }
+            let sql = grammar.statement();
+            match ask(&agent, self.base, &sql, false, self.token) {
+                Ok((status, error)) => api.add(&status, error.as_deref(), &sql),
+                Err(why) => {
+                    self.stop.store(true, Ordering::Relaxed);
+                    let why = format!("the server did not answer {sql:?}: {why}");
+                    return (api, federated, cli, Some(why));
+                }
+            }
+            if i % 2 == 0 {
+                match ask(&agent, self.base, &sql, true, self.token) {
+                    Ok((status, error)) => federated.add(&status, error.as_deref(), &sql),
+                    Err(why) => {
+                        self.stop.store(true, Ordering::Relaxed);
+                        let why = format!("the cluster did not answer {sql:?}: {why}");
+                        return (api, federated, cli, Some(why));
+                    }
+                }
+            }
+            if i % self.cli_every == 0 {
+                let mut child = Command::new(self.hindsight)
+                    .args([
+                        "sql",
+                        "-",
+                        "--sealed-only",
+                        "--max-rows",
+                        "1000",
+                        "--archive",
+                    ])
+                    .arg(self.archive)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("run hindsight sql");
+                let mut stdin = child.stdin.take().expect("piped");
+                let text = sql.clone();
+                let writer = std::thread::spawn(move || {
+                    let _ = stdin.write_all(text.as_bytes());
+                });
+                let output = child.wait_with_output().expect("hindsight sql");
+                let _ = writer.join();
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                match output.status.code() {
+                    Some(0) => cli.add("exit 0", None, &sql),
+                    Some(code @ (1 | 3)) => cli.add(&format!("exit {code}"), Some(&stderr), &sql),
+                    _ => {
+                        self.stop.store(true, Ordering::Relaxed);
+                        let why = format!(
+                            "hindsight sql died on {sql:?}: {:?}: {stderr}",
+                            output.status
+                        );
+                        return (api, federated, cli, Some(why));
+                    }
+                }
+            }
+        }
+        (api, federated, cli, None)
     }
 }
 
@@ -582,12 +957,14 @@ fn ask(
 fn main() {
     let mut flags = Flags::new("sql_fuzz", USAGE);
     let (mut statements, mut seed, mut cli_every) = (100_000u64, 0x5eed_u64, 100u64);
+    let mut threads = 2u64;
     let mut work: Option<PathBuf> = None;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
             "--statements" => statements = flags.value(&flag),
             "--seed" => seed = flags.value(&flag),
             "--cli-every" => cli_every = flags.value::<u64>(&flag).max(1),
+            "--threads" => threads = flags.value::<u64>(&flag).max(1),
             "--work" => work = Some(flags.value::<PathBuf>(&flag)),
             other => flags.unknown(other),
         }
@@ -627,85 +1004,64 @@ fn main() {
     };
     let (mut node_a, base) = start(&hindsight, &dir, "a", &cluster("a"), port_a);
     let (mut node_b, _) = start(&hindsight, &dir, "b", &cluster("b"), port_b);
-    let agent = agent();
-    let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
-    let mut grammar = Grammar {
-        rng: Rng(seed | 1),
-        packets: schema(hindsight_store::schema::packets_schema()),
-        flows: schema(hindsight_store::flows::flows_schema()),
-    };
-    let (mut api, mut federated, mut cli) = (Tally::default(), Tally::default(), Tally::default());
     let started = Instant::now();
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let nodes = [("a", node_a.id()), ("b", node_b.id())];
+    let run = Run {
+        hindsight: &hindsight,
+        archive: &archive,
+        base: &base,
+        token: TOKEN,
+        cli_every,
+        statements,
+        done: &done,
+        stop: &stop,
+    };
+    // Each thread its own generator (seed + thread) and tallies.
+    let results: Vec<(Tally, Tally, Tally, Option<String>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let run = &run;
+                scope.spawn(move || run.worker(seed.wrapping_add(t)))
+            })
+            .collect();
+        // Watch the servers and report progress until the workers end.
+        let mut reported = 0;
+        while !workers.iter().all(|w| w.is_finished()) {
+            std::thread::sleep(Duration::from_millis(200));
+            for (name, pid) in nodes {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                    eprintln!("sql_fuzz: node {name} is gone");
+                }
+            }
+            let n = done.load(std::sync::atomic::Ordering::Relaxed);
+            if n / 1000 > reported {
+                reported = n / 1000;
+                eprintln!(
+                    "sql_fuzz: {n} statements, {:.0} s, node a peak RSS {} MiB",
+                    started.elapsed().as_secs_f64(),
+                    peak_rss_kib(node_a.id()) >> 10
+                );
+            }
+        }
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a fuzz thread"))
+            .collect()
+    });
+    let (mut api, mut federated, mut cli) = (Tally::default(), Tally::default(), Tally::default());
     let mut failure = None;
-    for i in 0..statements {
-        let sql = grammar.statement();
-        match ask(&agent, &base, &sql, false, TOKEN) {
-            Ok((status, error)) => api.add(&status, error.as_deref()),
-            Err(why) => {
-                failure = Some(format!("the server did not answer {sql:?}: {why}"));
-                break;
-            }
-        }
-        if i % 2 == 0 {
-            match ask(&agent, &base, &sql, true, TOKEN) {
-                Ok((status, error)) => federated.add(&status, error.as_deref()),
-                Err(why) => {
-                    failure = Some(format!("the cluster did not answer {sql:?}: {why}"));
-                    break;
-                }
-            }
-        }
-        if i % cli_every == 0 {
-            let mut child = Command::new(&hindsight)
-                .args([
-                    "sql",
-                    "-",
-                    "--sealed-only",
-                    "--max-rows",
-                    "1000",
-                    "--archive",
-                ])
-                .arg(&archive)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run hindsight sql");
-            let mut stdin = child.stdin.take().expect("piped");
-            let text = sql.clone();
-            let writer = std::thread::spawn(move || {
-                let _ = stdin.write_all(text.as_bytes());
-            });
-            let output = child.wait_with_output().expect("hindsight sql");
-            let _ = writer.join();
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            match output.status.code() {
-                Some(0) => cli.add("exit 0", None),
-                Some(code @ (1 | 3)) => cli.add(&format!("exit {code}"), Some(&stderr)),
-                _ => {
-                    failure = Some(format!(
-                        "hindsight sql died on {sql:?}: {:?}: {stderr}",
-                        output.status
-                    ));
-                    break;
-                }
-            }
-        }
-        for (name, node) in [("a", &mut node_a), ("b", &mut node_b)] {
-            if let Ok(Some(status)) = node.try_wait() {
-                failure = Some(format!("node {name} exited ({status}) after {sql:?}"));
-            }
-        }
-        if failure.is_some() {
-            break;
-        }
-        if (i + 1) % 1000 == 0 {
-            eprintln!(
-                "sql_fuzz: {} statements, {:.0} s, node a peak RSS {} MiB",
-                i + 1,
-                started.elapsed().as_secs_f64(),
-                peak_rss_kib(node_a.id()) >> 10
-            );
+    for (a, f, c, why) in results {
+        api.merge(a);
+        federated.merge(f);
+        cli.merge(c);
+        failure = failure.or(why);
+    }
+    for (name, node) in [("a", &mut node_a), ("b", &mut node_b)] {
+        if let Ok(Some(status)) = node.try_wait() {
+            failure = Some(format!("node {name} exited ({status})"));
         }
     }
     let (peak_a, peak_b) = (peak_rss_kib(node_a.id()), peak_rss_kib(node_b.id()));
@@ -720,17 +1076,20 @@ fn main() {
     ] {
         println!("{path}: {} statements, {:?}", tally.sent, tally.by_status);
     }
-    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    let mut errors: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for tally in [&api, &federated, &cli] {
-        for (kind, n) in &tally.errors {
-            *errors.entry(kind.clone()).or_default() += n;
+        for (kind, (n, sql)) in &tally.errors {
+            let entry = errors
+                .entry(kind.clone())
+                .or_insert_with(|| (0, sql.clone()));
+            entry.0 += n;
         }
     }
     println!("distinct errors: {}", errors.len());
     let mut by_count: Vec<_> = errors.into_iter().collect();
-    by_count.sort_by_key(|kind| std::cmp::Reverse(kind.1));
-    for (kind, n) in by_count.iter().take(40) {
-        println!("  {n:>7}  {kind}");
+    by_count.sort_by_key(|kind| std::cmp::Reverse(kind.1.0));
+    for (kind, (n, sql)) in by_count.iter().take(40) {
+        println!("  {n:>7}  {kind}\n           e.g. {sql}");
     }
     println!(
         "peak RSS: node a {} MiB, node b {} MiB",
