@@ -70,7 +70,7 @@ fn config(name: &str, archive: &Path, capturing: bool) -> String {
         text.push_str(&format!(
             "[capture]\ninterface = \"la\"\nseal_secs = 2\nring_mib = {RING_MIB}\n\
              [[watch]]\nname = \"talkers\"\nwindow = \"5s\"\n\
-             sql = \"SELECT ip_str(src_addr) AS src, count(*) AS n FROM live_packets GROUP BY src_addr HAVING count(*) > 3000\"\n\
+             sql = \"SELECT ip_str(src_addr) AS src, count(*) AS n FROM live_packets GROUP BY src_addr HAVING count(*) > 800\"\n\
              dump = \"host $src\"\n\
              [[watch]]\nname = \"scans\"\nanalysis = \"portscan\"\nwindow = \"5s\"\n\
              params = {{ min_fanout = 50 }}\ndump = \"host $src\"\n\

@@ -270,6 +270,16 @@ fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
         let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
         answer.error(400, "one call may make at most");
     }
+    // Every statement's operators reserve from one budget, by default
+    // max_memory_mib times max_scans + 1 (2 + 1), shown in the metrics.
+    let metrics = get(&server, "/metrics", None).text();
+    assert!(
+        metrics.contains(&format!(
+            "hindsight_sql_memory_limit_bytes {}",
+            3 * 64 << 20
+        )),
+        "{metrics}"
+    );
     // A body past max_body_bytes is refused unread, and the answer closes the
     // connection (a client that keeps connections would send its next
     // request down one the server has closed).

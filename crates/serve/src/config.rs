@@ -53,6 +53,8 @@
 //! max_queued = 64                  # per class, waiting for a slot; more get 503 with Retry-After
 //! cheap_rows = 1048576             # rows a request may decode and still be cheap
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
+//! max_total_memory_mib = 3072      # of every statement at once, watches' too (default:
+//!                                  # max_memory_mib * (max_scans + 1))
 //! footer_cache_mib = 64            # parsed segment footers kept between queries (0: none)
 //! max_connections = 512            # connections open at once; past it 503 and close
 //! max_connections_per_client = 128 # from one client address
@@ -339,6 +341,10 @@ pub struct ApiSection {
     pub cheap_rows: u64,
     /// Memory of one SQL statement's operators, MiB.
     pub max_memory_mib: usize,
+    /// Memory of the operators of every statement at once (the API's, the
+    /// cluster's fragments, the watches'), MiB; by default
+    /// `max_memory_mib` times `max_scans + 1`.
+    pub max_total_memory_mib: Option<usize>,
     /// Parsed segment footers kept between queries, MiB.
     pub footer_cache_mib: usize,
     /// Connections open at once.
@@ -350,6 +356,15 @@ pub struct ApiSection {
     /// Names besides loopback's a request's `Host` may give when the API
     /// has no token (see `api::require_host`).
     pub allowed_hosts: Vec<String>,
+}
+
+impl ApiSection {
+    /// What every statement's operators may reserve at once, bytes.
+    pub fn total_memory_bytes(&self) -> usize {
+        self.max_total_memory_mib
+            .unwrap_or_else(|| self.max_memory_mib.saturating_mul(self.max_scans + 1))
+            .saturating_mul(1 << 20)
+    }
 }
 
 impl Default for ApiSection {
@@ -365,6 +380,7 @@ impl Default for ApiSection {
             max_queued: 64,
             cheap_rows: crate::admission::CHEAP_ROWS,
             max_memory_mib: 1024,
+            max_total_memory_mib: None,
             footer_cache_mib: hindsight_store::FooterCache::DEFAULT_BYTES >> 20,
             max_connections: 512,
             max_connections_per_client: 128,
@@ -477,13 +493,14 @@ impl ServeConfig {
             || api.max_concurrent == 0
             || api.max_scans == 0
             || api.max_memory_mib == 0
+            || api.max_total_memory_mib == Some(0)
             || api.max_connections == 0
             || api.max_connections_per_client == 0
             || api.header_timeout_secs == 0
         {
             bail!(
                 "[api] max_rows, timeout_secs, max_concurrent, max_scans, max_memory_mib, \
-                 max_connections, max_connections_per_client and header_timeout_secs must be \
+                 max_total_memory_mib, max_connections, max_connections_per_client and header_timeout_secs must be \
                  positive"
             );
         }

@@ -86,6 +86,9 @@ pub fn run(args: Options) -> Result<()> {
     if let Some(token) = &token {
         config::check_token("the API token", token)?;
     }
+    // Every statement's operators reserve from one budget: the API's, the
+    // cluster's fragments and the watches' windows together.
+    hindsight_sql::budget::set_process_memory(Some(config.api.total_memory_bytes()));
     let cluster_config = cluster::load(
         config.cluster.clone(),
         args.config.as_deref().and_then(std::path::Path::parent),

@@ -388,6 +388,22 @@ pub fn render(state: &AppState) -> Result<String> {
             ),
         ],
     );
+    if let Some(budget) = hindsight_sql::budget::process_memory() {
+        single(
+            &mut out,
+            "hindsight_sql_memory_reserved_bytes",
+            "gauge",
+            "Bytes the operators of every running statement reserve now (sorts, joins, aggregations).",
+            budget.used() as u64,
+        );
+        single(
+            &mut out,
+            "hindsight_sql_memory_limit_bytes",
+            "gauge",
+            "What they may reserve together ([api] max_total_memory_mib).",
+            budget.limit() as u64,
+        );
+    }
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
         counters(

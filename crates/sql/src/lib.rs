@@ -18,6 +18,7 @@
 //! `objects` copies segments to S3-compatible storage and scans read the copies
 //! once the local files are gone.
 
+pub mod budget;
 mod count;
 mod federate;
 mod filter_expr;
@@ -208,11 +209,21 @@ fn session_config() -> SessionConfig {
 }
 
 /// The runtime environment of a session: at most `memory_bytes` for the
-/// operators of each statement (sorts, joins, aggregations), if given.
+/// operators of each statement (sorts, joins, aggregations), if given, and
+/// within the process's budget ([`budget`]), if one is set.
 fn environment(memory_bytes: Option<usize>) -> RuntimeEnvBuilder {
-    match memory_bytes {
+    let builder = match memory_bytes {
         Some(bytes) => RuntimeEnvBuilder::new().with_memory_limit(bytes, 1.0),
         None => RuntimeEnvBuilder::new(),
+    };
+    match budget::process_memory() {
+        Some(budget) => {
+            let inner = builder.memory_pool.clone().unwrap_or_else(|| {
+                Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default())
+            });
+            builder.with_memory_pool(Arc::new(budget::Budgeted { inner, budget }))
+        }
+        None => builder,
     }
 }
 
