@@ -324,7 +324,8 @@ fn main() {
     println!("tcpdump: {}", tcpdump_said.trim().replace('\n', "; "));
     print!("{clients_out}");
     println!(
-        "node a: peak RSS {peak_a} MiB (ring {RING_MIB} MiB, max_memory_mib {MEMORY_MIB} per statement), SIGTERM to exit {:.2} s, {a_status}",
+        "node a: peak RSS {peak_a} MiB (ring {RING_MIB} MiB; max_memory_mib {MEMORY_MIB} per statement, {} for every statement at once), SIGTERM to exit {:.2} s, {a_status}",
+        MEMORY_MIB * 3,
         a_stop.as_secs_f64()
     );
     println!("node b: peak RSS {peak_b} MiB after its restart; SIGKILLed once ({b_status})");

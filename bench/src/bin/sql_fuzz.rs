@@ -1066,8 +1066,9 @@ fn main() {
     }
     let (peak_a, peak_b) = (peak_rss_kib(node_a.id()), peak_rss_kib(node_b.id()));
     println!(
-        "# sql_fuzz: seed {seed}, {:.0} s; servers' max_memory_mib = {MEMORY_MIB} per statement",
-        started.elapsed().as_secs_f64()
+        "# sql_fuzz: seed {seed}, {threads} threads, {:.0} s; servers' max_memory_mib = {MEMORY_MIB} per statement, {} for all at once (max_scans 2 + 1)",
+        started.elapsed().as_secs_f64(),
+        MEMORY_MIB * 3
     );
     for (path, tally) in [
         ("POST /api/v1/sql", &api),
