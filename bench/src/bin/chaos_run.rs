@@ -376,11 +376,15 @@ const CLOSED_WHILE_SENDING: u16 = 0;
 /// 503 (its queue is full, `Retry-After`) or 504 (past `timeout_secs`).
 const ANSWER_OR_BUSY: &[u16] = &[200, 503, 504];
 
+/// A probe's outcome: the status and a note (the `hindsight-partial`
+/// header, a time), or why no answer came.
+type Outcome = Result<(u16, Option<String>), String>;
+
 /// One kind of request, what it sends, and the statuses its bound promises.
 struct Probe {
     kind: &'static str,
     hostile: bool,
-    send: fn(&ureq::Agent) -> Result<(u16, Option<String>), String>,
+    send: fn(&ureq::Agent) -> Outcome,
     expect: &'static [u16],
 }
 
@@ -388,12 +392,7 @@ fn base() -> String {
     format!("http://127.0.0.1:{PORT_A}")
 }
 
-fn get(
-    agent: &ureq::Agent,
-    path: &str,
-    query: &[(&str, &str)],
-    token: &str,
-) -> Result<(u16, Option<String>), String> {
+fn get(agent: &ureq::Agent, path: &str, query: &[(&str, &str)], token: &str) -> Outcome {
     let mut request = agent
         .get(format!("{}{path}", base()))
         .header("Authorization", format!("Bearer {token}"));
@@ -403,12 +402,7 @@ fn get(
     finish(request.call())
 }
 
-fn post(
-    agent: &ureq::Agent,
-    path: &str,
-    body: &[u8],
-    token: &str,
-) -> Result<(u16, Option<String>), String> {
+fn post(agent: &ureq::Agent, path: &str, body: &[u8], token: &str) -> Outcome {
     let sent = agent
         .post(format!("{}{path}", base()))
         .header("Authorization", format!("Bearer {token}"))
@@ -429,9 +423,7 @@ fn post(
 
 /// The status, and the `hindsight-partial` header if there is one (as
 /// `partial: ...`).
-fn finish(
-    result: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-) -> Result<(u16, Option<String>), String> {
+fn finish(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Outcome {
     let mut response = result.map_err(|e| e.to_string())?;
     let partial = response
         .headers()
@@ -454,7 +446,7 @@ fn finish(
     Ok((status, partial))
 }
 
-fn sql(agent: &ureq::Agent, sql: &str, cluster: bool) -> Result<(u16, Option<String>), String> {
+fn sql(agent: &ureq::Agent, sql: &str, cluster: bool) -> Outcome {
     let body = serde_json::json!({"sql": sql, "cluster": cluster, "max_rows": 1000}).to_string();
     post(agent, "/api/v1/sql", body.as_bytes(), API_TOKEN)
 }
@@ -811,7 +803,7 @@ fn clients(args: &[String]) {
                 let probe = &probes[i % probes.len()];
                 i += 1;
                 // Even threads ask mostly normal questions, odd ones mostly hostile.
-                if probe.hostile == (t % 2 == 0) && i % 4 != 0 {
+                if probe.hostile == t.is_multiple_of(2) && !i.is_multiple_of(4) {
                     continue;
                 }
                 let outcome = (probe.send)(&agent);

@@ -864,7 +864,7 @@ impl Run<'_> {
                     return (api, federated, cli, Some(why));
                 }
             }
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 match ask(&agent, self.base, &sql, true, self.token) {
                     Ok((status, error)) => federated.add(&status, error.as_deref(), &sql),
                     Err(why) => {
@@ -874,7 +874,7 @@ impl Run<'_> {
                     }
                 }
             }
-            if i % self.cli_every == 0 {
+            if i.is_multiple_of(self.cli_every) {
                 let mut child = Command::new(self.hindsight)
                     .args([
                         "sql",

@@ -276,7 +276,7 @@ fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
     assert!(
         metrics.contains(&format!(
             "hindsight_sql_memory_limit_bytes {}",
-            3 * 64 << 20
+            (3 * 64) << 20
         )),
         "{metrics}"
     );
