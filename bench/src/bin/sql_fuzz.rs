@@ -4,8 +4,8 @@
 //! registers and many of DataFusion's, random literals, and now and then a
 //! chain of thousands of operators or a list of thousands of values) are sent
 //! to a real `hindsight serve` over lan-hour through `POST /api/v1/sql`, every
-//! second one also with `"cluster": true` to a cluster of two nodes (so its
-//! fragments are cut, sent and run), and every `--cli-every`th one through
+//! `--cluster-every`th one also with `"cluster": true` to a cluster of two
+//! nodes (so its fragments are cut, sent and run), and every `--cli-every`th one through
 //! the `hindsight sql` command. Every answer must be rows or a 4xx/5xx with a
 //! JSON message; a server that stops answering ends the run with exit code 1.
 //! At the end it prints the counts by path and status, the distinct errors
@@ -19,7 +19,10 @@
 //! `seed + thread`); each distinct error is printed with the first statement
 //! that got it.
 //!
-//! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--threads T] [--cli-every K] [--work DIR]`
+//! `--cluster-every K` sends every Kth statement to the cluster too (2: every
+//! second one), `--timeout-secs` is the servers' `timeout_secs` (10).
+//!
+//! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR]`
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -33,7 +36,7 @@ use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, run_quiet};
 /// The servers' bound on one statement's memory, MiB.
 const MEMORY_MIB: u64 = 256;
 
-const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--work DIR]";
+const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR]";
 
 /// The columns of a table, by name and a coarse type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -830,6 +833,7 @@ struct Run<'a> {
     base: &'a str,
     token: &'a str,
     cli_every: u64,
+    cluster_every: u64,
     statements: u64,
     done: &'a std::sync::atomic::AtomicU64,
     stop: &'a std::sync::atomic::AtomicBool,
@@ -864,7 +868,7 @@ impl Run<'_> {
                     return (api, federated, cli, Some(why));
                 }
             }
-            if i.is_multiple_of(2) {
+            if i.is_multiple_of(self.cluster_every) {
                 match ask(&agent, self.base, &sql, true, self.token) {
                     Ok((status, error)) => federated.add(&status, error.as_deref(), &sql),
                     Err(why) => {
@@ -957,7 +961,7 @@ fn ask(
 fn main() {
     let mut flags = Flags::new("sql_fuzz", USAGE);
     let (mut statements, mut seed, mut cli_every) = (100_000u64, 0x5eed_u64, 100u64);
-    let mut threads = 2u64;
+    let (mut threads, mut cluster_every, mut timeout_secs) = (2u64, 2u64, 10u64);
     let mut work: Option<PathBuf> = None;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
@@ -965,6 +969,8 @@ fn main() {
             "--seed" => seed = flags.value(&flag),
             "--cli-every" => cli_every = flags.value::<u64>(&flag).max(1),
             "--threads" => threads = flags.value::<u64>(&flag).max(1),
+            "--cluster-every" => cluster_every = flags.value::<u64>(&flag).max(1),
+            "--timeout-secs" => timeout_secs = flags.value::<u64>(&flag).max(1),
             "--work" => work = Some(flags.value::<PathBuf>(&flag)),
             other => flags.unknown(other),
         }
@@ -990,7 +996,7 @@ fn main() {
     let (port_a, port_b) = (free_port(), free_port());
     let cluster = |name: &str| {
         format!(
-            "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\ntimeout_secs = 10\n\
+            "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\ntimeout_secs = {timeout_secs}\n\
              max_body_bytes = 1048576\nmax_queued = 1024\n[cluster]\nname = \"{name}\"\n\
              token = \"{TOKEN}\"\nnode_token = \"{}\"\nindex = [\"a\"]\nsync_secs = 1\n\
              deadline_secs = 20\n\
@@ -1014,6 +1020,7 @@ fn main() {
         base: &base,
         token: TOKEN,
         cli_every,
+        cluster_every,
         statements,
         done: &done,
         stop: &stop,
