@@ -279,7 +279,8 @@ impl ClusterIndex {
             // Ranges are few; ids in them are checked against what is held.
             missing.extend((low..=high).filter(|id| !node.summaries.contains_key(id)));
         }
-        if missing.is_empty() && node.held != digest {
+        let stale = missing.is_empty() && node.held != digest;
+        if stale {
             // Every id is summarised, yet not as the node's catalog is now:
             // which summaries are stale cannot be told, so none is kept.
             node.mismatches += 1;
@@ -290,16 +291,18 @@ impl ClusterIndex {
             node.summaries.clear();
             node.by_end.clear();
             node.held = Digest::default();
-            missing = ids.iter().flat_map(|&(low, high)| low..=high).collect();
         }
+        let missing = if stale {
+            ids.clone()
+        } else {
+            crate::summary::id_ranges(missing)
+        };
         node.ids = ids;
         node.digest = digest;
         node.capturing = request.capturing;
         node.last_sync = Some(SystemTime::now());
         node.syncs += 1;
-        Ok(SyncAnswer {
-            missing: crate::summary::id_ranges(missing),
-        })
+        Ok(SyncAnswer { missing })
     }
 
     /// Summaries the node `from` sent (`bytes`: the size of the upload).
