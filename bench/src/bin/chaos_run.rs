@@ -216,7 +216,7 @@ fn main() {
     let in_capture = read_frames(&capture).len() as u64;
     let loops = (seconds * pps).div_ceil(in_capture).max(1);
 
-    let _link = Link::new(RX, TX);
+    let link = Link::new(RX, TX);
     let reference = dir.join("tcpdump.pcap");
     let mut tcpdump = Link::exec(RX, "tcpdump")
         .args(["-i", "la", "-n", "-s", "0", "-B", "65536", "-w"])
@@ -280,6 +280,8 @@ fn main() {
     let _ = tcpdump.wait();
     let tcpdump_said = tcpdump_log.join().unwrap_or_default();
 
+    // The namespaces go now: the exit below skips destructors.
+    drop(link);
     // What arrived (tcpdump) against what node a archived.
     let archived = dir.join("archived.pcap");
     let query = Command::new(&hindsight)
