@@ -408,6 +408,19 @@ pub fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// The peak resident set of process `pid`, KiB (VmHWM).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
 /// `hindsight serve` on a free port; killed when dropped.
 #[derive(Debug)]
 pub struct Server {

@@ -136,16 +136,7 @@ impl Node {
     }
 
     fn peak_rss_mib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|status| {
-                status.lines().find_map(|line| {
-                    line.strip_prefix("VmHWM:")
-                        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                })
-            })
-            .unwrap_or(0)
-            >> 10
+        hindsight_bench::peak_rss_kib(self.child.id()) >> 10
     }
 
     fn signal(&self, signal: i32) {

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, run_quiet};
+use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, peak_rss_kib, run_quiet};
 
 /// The servers' bound on one statement's memory, MiB.
 const MEMORY_MIB: u64 = 256;
@@ -731,19 +731,6 @@ fn kind_of(message: &str) -> String {
         last_digit = false;
     }
     out
-}
-
-/// The peak resident set of process `pid`, KiB (VmHWM).
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                line.strip_prefix("VmHWM:")
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
 }
 
 /// Serve with `config` (TOML, besides the archive) on `port`.

@@ -523,6 +523,32 @@ fn busy_capture(path: &Path, hosts: u32) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Node a (the index node) over `archive_a` in `dir_a` and node b over
+/// `archive_b` in `dir_b`, and what starts b again on its port.
+fn two_nodes<'a>(
+    dir_a: &Path,
+    archive_a: &Path,
+    dir_b: &'a Path,
+    archive_b: &'a Path,
+) -> (Server, Server, impl Fn() -> Server + 'a) {
+    let (port_a, port_b) = (free_port(), free_port());
+    let nodes = [("a", port_a), ("b", port_b)];
+    let index = Server::start_at(
+        dir_a,
+        &cluster_config(archive_a, "a", &nodes, "a"),
+        &format!("127.0.0.1:{port_a}"),
+    );
+    let start_b = move || {
+        Server::start_at(
+            dir_b,
+            &cluster_config(archive_b, "b", &nodes, "a"),
+            &format!("127.0.0.1:{port_b}"),
+        )
+    };
+    let b = start_b();
+    (index, b, start_b)
+}
+
 #[test]
 fn a_node_syncs_a_segment_of_sixty_thousand_addresses() {
     let dir = tempfile::tempdir().unwrap();
@@ -534,19 +560,7 @@ fn a_node_syncs_a_segment_of_sixty_thousand_addresses() {
     busy_capture(&capture, 60_000);
     let archive_b = dir_b.join("archive");
     common::ingest(&capture, &archive_b);
-    let (port_a, port_b) = (free_port(), free_port());
-    let nodes = [("a", port_a), ("b", port_b)];
-    let config = |archive: &Path, name: &str| cluster_config(archive, name, &nodes, "a");
-    let index = Server::start_at(
-        &dir_a,
-        &config(&archive_a, "a"),
-        &format!("127.0.0.1:{port_a}"),
-    );
-    let _b = Server::start_at(
-        &dir_b,
-        &config(&archive_b, "b"),
-        &format!("127.0.0.1:{port_b}"),
-    );
+    let (index, _b, _) = two_nodes(&dir_a, &archive_a, &dir_b, &archive_b);
     // The index node learns b's segment (its summary, about 100 kB, is more
     // than the API's body bound, within the summaries' own).
     let mut seen = serde_json::Value::Null;
@@ -642,19 +656,7 @@ fn only_a_node_speaks_for_itself_and_stale_summaries_make_the_index_ask_it() {
     let archive_a = dir_a.join("archive");
     common::ingest(&capture, &archive_a);
     let archive_b = archive_lan_hour(&dir_b);
-    let (port_a, port_b) = (free_port(), free_port());
-    let nodes = [("a", port_a), ("b", port_b)];
-    let config = |archive: &Path, name: &str| cluster_config(archive, name, &nodes, "a");
-    let index = Server::start_at(
-        &dir_a,
-        &config(&archive_a, "a"),
-        &format!("127.0.0.1:{port_a}"),
-    );
-    let b = Server::start_at(
-        &dir_b,
-        &config(&archive_b, "b"),
-        &format!("127.0.0.1:{port_b}"),
-    );
+    let (index, b, restart_b) = two_nodes(&dir_a, &archive_a, &dir_b, &archive_b);
     wait_for_node(&index, "a", |_| true);
     wait_for_node(&index, "b", |_| true);
     const LAN: &str = "10.64.94.199";
@@ -727,11 +729,7 @@ fn only_a_node_speaks_for_itself_and_stale_summaries_make_the_index_ask_it() {
     drop(b);
     std::fs::rename(&archive_b, dir_b.join("lan-hour")).unwrap();
     std::fs::rename(&archive_other, &archive_b).unwrap();
-    let _b = Server::start_at(
-        &dir_b,
-        &config(&archive_b, "b"),
-        &format!("127.0.0.1:{port_b}"),
-    );
+    let _b = restart_b();
     // 10.0.0.250-299 are b's alone now (a holds 10.0.0.0-199).
     const OTHER: &str = "10.0.1.10";
     let mut packets = 0;

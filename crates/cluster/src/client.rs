@@ -187,12 +187,14 @@ impl ClusterClient {
         content_type: &str,
         body: &[u8],
     ) -> Result<ureq::http::Response<ureq::Body>, String> {
-        let request = self
-            .agent
-            .post(format!("{url}/api/v1/{route}"))
-            .header("Authorization", self.bearer())
-            .header("Content-Type", content_type);
-        answer_of(request.send(body))
+        self.post_with(
+            url,
+            route,
+            content_type,
+            body,
+            &self.bearer(),
+            "the cluster's token",
+        )
     }
 
     /// `POST url/api/v1/route` with a JSON body and this node's own token
@@ -208,12 +210,34 @@ impl ClusterClient {
             .node_token
             .as_deref()
             .ok_or("this is not a node of the cluster (no node_token)")?;
+        let bearer = format!("Bearer {token}");
+        self.post_with(
+            url,
+            route,
+            "application/json",
+            body,
+            &bearer,
+            "this node's own token",
+        )
+    }
+
+    /// `POST url/api/v1/route` with `authorization` (`token`: what a 401
+    /// refused, in words).
+    fn post_with(
+        &self,
+        url: &str,
+        route: &str,
+        content_type: &str,
+        body: &[u8],
+        authorization: &str,
+        token: &str,
+    ) -> Result<ureq::http::Response<ureq::Body>, String> {
         let request = self
             .agent
             .post(format!("{url}/api/v1/{route}"))
-            .header("Authorization", format!("Bearer {token}"))
-            .header("Content-Type", "application/json");
-        answer_with(request.send(body), "this node's own token")
+            .header("Authorization", authorization)
+            .header("Content-Type", content_type);
+        answer_with(request.send(body), token)
     }
 
     /// Which nodes may hold rows of `tables` in `time` with an address in
