@@ -410,11 +410,22 @@ pub fn disk_bytes(dir: &Path) -> u64 {
 
 /// The peak resident set of process `pid`, KiB (VmHWM).
 pub fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// The resident pages of files of process `pid` (its binary, libraries), KiB
+/// (RssFile): what its peak holds besides the memory a bound can count.
+pub fn file_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssFile:")
+}
+
+/// A field of `/proc/PID/status` in kB (0 when it cannot be read).
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status.lines().find_map(|line| {
-                line.strip_prefix("VmHWM:")
+                line.strip_prefix(field)
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             })
         })

@@ -51,6 +51,11 @@ const CLUSTER_TOKEN: &str = "chaos-cluster-token-0123456789";
 const MEMORY_MIB: u64 = 256;
 /// The ring node a captures into, MiB.
 const RING_MIB: u64 = 64;
+/// The nodes' resident bound (`max_resident_mib`): the statements' budget
+/// (three times `MEMORY_MIB`), the ring, the default 256 MiB tail and 448 MiB
+/// for the caches, writers and watches. A peak RSS past it (less the pages of
+/// the binary and libraries, which it does not count) fails the run.
+const RESIDENT_MIB: u64 = 1536;
 /// The bytes of each packet an archive keeps (`ingest`'s and `serve`'s
 /// default; the ring and its dumps keep whole packets).
 const KEPT: usize = 128;
@@ -80,7 +85,8 @@ fn config(name: &str, archive: &Path, capturing: bool) -> String {
     let port = if name == "a" { PORT_A } else { PORT_B };
     text.push_str(&format!(
         "[api]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"{API_TOKEN}\"\n\
-         max_memory_mib = {MEMORY_MIB}\ntimeout_secs = 10\nmax_body_bytes = 1048576\n\
+         max_memory_mib = {MEMORY_MIB}\nmax_resident_mib = {RESIDENT_MIB}\ntimeout_secs = 10\n\
+         max_body_bytes = 1048576\n\
          [cluster]\nname = \"{name}\"\ntoken = \"{CLUSTER_TOKEN}\"\nnode_token = \"{}\"\n\
          index = [\"a\"]\nsync_secs = 1\ndeadline_secs = 10\n",
         node_token(name)
@@ -135,8 +141,13 @@ impl Node {
         Self { child, log }
     }
 
-    fn peak_rss_mib(&self) -> u64 {
-        hindsight_bench::peak_rss_kib(self.child.id()) >> 10
+    /// The peak RSS and the pages of files in it (the binary, libraries), MiB.
+    fn peak_rss_mib(&self) -> (u64, u64) {
+        let pid = self.child.id();
+        (
+            hindsight_bench::peak_rss_kib(pid) >> 10,
+            hindsight_bench::file_rss_kib(pid) >> 10,
+        )
     }
 
     fn signal(&self, signal: i32) {
@@ -317,11 +328,16 @@ fn main() {
     println!("tcpdump: {}", tcpdump_said.trim().replace('\n', "; "));
     print!("{clients_out}");
     println!(
-        "node a: peak RSS {peak_a} MiB (ring {RING_MIB} MiB; max_memory_mib {MEMORY_MIB} per statement, {} for every statement at once), SIGTERM to exit {:.2} s, {a_status}",
+        "node a: peak RSS {} MiB, {} of them file pages (ring {RING_MIB} MiB; max_memory_mib {MEMORY_MIB} per statement, {} for every statement at once; max_resident_mib {RESIDENT_MIB}), SIGTERM to exit {:.2} s, {a_status}",
+        peak_a.0,
+        peak_a.1,
         MEMORY_MIB * 3,
         a_stop.as_secs_f64()
     );
-    println!("node b: peak RSS {peak_b} MiB after its restart; SIGKILLed once ({b_status})");
+    println!(
+        "node b: peak RSS {} MiB, {} of them file pages, after its restart; SIGKILLed once ({b_status})",
+        peak_b.0, peak_b.1
+    );
     println!("run: {run_secs:.0} s");
     let crashed = |log: &str| {
         log.lines()
@@ -347,6 +363,13 @@ fn main() {
     }
     if lost != 0 || extra != 0 {
         failures.push(format!("{lost} frames tcpdump saw are not in the archive, {extra} are there that it did not see"));
+    }
+    for (name, (peak, file)) in [("a", peak_a), ("b", peak_b)] {
+        if peak.saturating_sub(file) > RESIDENT_MIB {
+            failures.push(format!(
+                "node {name}'s peak RSS {peak} MiB less {file} MiB of file pages passed max_resident_mib {RESIDENT_MIB}"
+            ));
+        }
     }
     if !clients_ok {
         failures.push("a bound did not hold (see the clients' report)".to_owned());

@@ -31,10 +31,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hindsight_bench::{Flags, Rng, default_source, hindsight_binary, peak_rss_kib, run_quiet};
+use hindsight_bench::{
+    Flags, Rng, default_source, file_rss_kib, hindsight_binary, peak_rss_kib, run_quiet,
+};
 
 /// The servers' bound on one statement's memory, MiB.
 const MEMORY_MIB: u64 = 256;
+/// The servers' resident bound (`max_resident_mib`): the three statements'
+/// budget plus 256 MiB for the caches and the rest. A peak RSS past it (less
+/// the pages of the binary and libraries, which it does not count) fails
+/// the run.
+const RESIDENT_MIB: u64 = 1024;
 
 const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR]";
 
@@ -775,6 +782,20 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
+/// The value of a counter or gauge of `base`'s `/metrics`, if it has it.
+fn metric(base: &str, token: &str, name: &str) -> Option<u64> {
+    let text = agent()
+        .get(format!("{base}/metrics"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .ok()?
+        .body_mut()
+        .read_to_string()
+        .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -983,7 +1004,8 @@ fn main() {
     let (port_a, port_b) = (free_port(), free_port());
     let cluster = |name: &str| {
         format!(
-            "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\ntimeout_secs = {timeout_secs}\n\
+            "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\nmax_resident_mib = {RESIDENT_MIB}\n\
+             timeout_secs = {timeout_secs}\n\
              max_body_bytes = 1048576\nmax_queued = 1024\n[cluster]\nname = \"{name}\"\n\
              token = \"{TOKEN}\"\nnode_token = \"{}\"\nindex = [\"a\"]\nsync_secs = 1\n\
              deadline_secs = 20\n\
@@ -1058,7 +1080,21 @@ fn main() {
             failure = Some(format!("node {name} exited ({status})"));
         }
     }
+    // The bound counts anonymous memory; the peak holds the pages of the
+    // binary and its libraries as well, which only grow as more code runs.
     let (peak_a, peak_b) = (peak_rss_kib(node_a.id()), peak_rss_kib(node_b.id()));
+    let (file_a, file_b) = (file_rss_kib(node_a.id()), file_rss_kib(node_b.id()));
+    for (name, peak, file) in [("a", peak_a, file_a), ("b", peak_b, file_b)] {
+        if peak.saturating_sub(file) >> 10 > RESIDENT_MIB {
+            failure.get_or_insert(format!(
+                "node {name}'s peak RSS {} MiB less its {} MiB of file pages passed its \
+                 max_resident_mib {RESIDENT_MIB}",
+                peak >> 10,
+                file >> 10
+            ));
+        }
+    }
+    let cancelled = metric(&base, TOKEN, "hindsight_sql_cancelled_for_memory_total");
     println!(
         "# sql_fuzz: seed {seed}, {threads} threads, {:.0} s; servers' max_memory_mib = {MEMORY_MIB} per statement, {} for all at once (max_scans 2 + 1)",
         started.elapsed().as_secs_f64(),
@@ -1087,9 +1123,13 @@ fn main() {
         println!("  {n:>7}  {kind}\n           e.g. {sql}");
     }
     println!(
-        "peak RSS: node a {} MiB, node b {} MiB",
+        "peak RSS: node a {} MiB ({} MiB of them file pages), node b {} MiB ({}), against \
+         max_resident_mib {RESIDENT_MIB}; node a cancelled {} statements for memory",
         peak_a >> 10,
-        peak_b >> 10
+        file_a >> 10,
+        peak_b >> 10,
+        file_b >> 10,
+        cancelled.map_or_else(|| "?".to_owned(), |n| n.to_string())
     );
     let _ = node_a.kill();
     let _ = node_b.kill();

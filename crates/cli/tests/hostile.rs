@@ -300,6 +300,53 @@ fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
     assert_eq!(answer.text(), "n\n2000\n");
 }
 
+#[test]
+fn a_server_past_its_resident_bound_cancels_its_statements_and_answers_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    // The operators may reserve gigabytes, the process may hold 256 MiB: a
+    // sort of 50 million values passes the second bound alone.
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_memory_mib = 4096\nmax_resident_mib = 256\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let body = json!({"sql": "SELECT v FROM generate_series(1, 50000000) t(v) ORDER BY v DESC"});
+    let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
+    answer.error(503, "max_resident_mib");
+    let metrics = get(&server, "/metrics", None).text();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    assert_eq!(value("hindsight_resident_limit_bytes "), 256 << 20);
+    assert!(value("hindsight_sql_cancelled_for_memory_total ") >= 1);
+    assert!(value("hindsight_resident_peak_bytes ") > (224 << 20));
+    // Once what the cancelled statement held is given back (its sort ends at
+    // its next yield), questions are answered again; until then they get 503
+    // with Retry-After, as the first did.
+    let body = json!({"sql": "SELECT count(*) AS n FROM packets", "format": "csv"});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
+        if answer.status == 200 {
+            assert_eq!(answer.text(), "n\n62781\n");
+            break;
+        }
+        answer.error(503, "max_resident_mib");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still past the bound after 120 s: {}",
+            get(&server, "/metrics", None).text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 const CLUSTER_TOKEN: &str = "hostile-cluster-token-0123456789";
 
 fn free_port() -> u16 {

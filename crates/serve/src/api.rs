@@ -204,6 +204,8 @@ impl ApiError {
             ) => StatusCode::BAD_REQUEST,
             ReaderError::Sql(SqlError::ReadOnly { .. }) => StatusCode::FORBIDDEN,
             ReaderError::Sql(SqlError::TimedOut { .. }) => StatusCode::GATEWAY_TIMEOUT,
+            // The server's state, not the statement's fault alone: again later.
+            ReaderError::Sql(SqlError::OverMemory(_)) => StatusCode::SERVICE_UNAVAILABLE,
             // Nobody reads it: nginx's "client closed request".
             ReaderError::Limit(hindsight_reader::LimitExceeded::Cancelled)
             | ReaderError::Sql(SqlError::Cancelled) => {
@@ -215,7 +217,12 @@ impl ApiError {
         if status == StatusCode::GATEWAY_TIMEOUT {
             message.push_str(" (the server's timeout_secs)");
         }
-        Self::new(status, message)
+        let error = Self::new(status, message);
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            error.retry_after(1)
+        } else {
+            error
+        }
     }
 }
 

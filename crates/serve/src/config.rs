@@ -55,6 +55,9 @@
 //! max_memory_mib = 1024            # memory of one SQL statement's sorts, joins, aggregations
 //! max_total_memory_mib = 3072      # of every statement at once, watches' too (default:
 //!                                  # max_memory_mib * (max_scans + 1))
+//! max_resident_mib = 4608          # the server's anonymous resident memory: past it the
+//!                                  # statements running are cancelled (default:
+//!                                  # max_total_memory_mib + ring_mib + tail_mib + 1024)
 //! footer_cache_mib = 64            # parsed segment footers kept between queries (0: none)
 //! max_connections = 512            # connections open at once; past it 503 and close
 //! max_connections_per_client = 128 # from one client address
@@ -345,6 +348,12 @@ pub struct ApiSection {
     /// cluster's fragments, the watches'), MiB; by default
     /// `max_memory_mib` times `max_scans + 1`.
     pub max_total_memory_mib: Option<usize>,
+    /// The server's anonymous resident memory, MiB: past it the statements
+    /// running are cancelled and reservations refused until it is back
+    /// under; by default `max_total_memory_mib` plus the capture's
+    /// `ring_mib` and `tail_mib` plus 1024 (caches, writers, batches between
+    /// operators).
+    pub max_resident_mib: Option<usize>,
     /// Parsed segment footers kept between queries, MiB.
     pub footer_cache_mib: usize,
     /// Connections open at once.
@@ -367,6 +376,15 @@ impl ApiSection {
     }
 }
 
+/// What a server holds besides its statements' reservations and its ring,
+/// by default: the footer and statistics caches, the writers, the batches
+/// between operators.
+const RESIDENT_HEADROOM_MIB: usize = 1024;
+
+/// The least `max_resident_mib` taken above the capture's memory: below it
+/// the caches and writers alone would keep every statement cancelled.
+const MIN_RESIDENT_ABOVE_CAPTURE_MIB: usize = 256;
+
 impl Default for ApiSection {
     fn default() -> Self {
         Self {
@@ -381,6 +399,7 @@ impl Default for ApiSection {
             cheap_rows: crate::admission::CHEAP_ROWS,
             max_memory_mib: 1024,
             max_total_memory_mib: None,
+            max_resident_mib: None,
             footer_cache_mib: hindsight_store::FooterCache::DEFAULT_BYTES >> 20,
             max_connections: 512,
             max_connections_per_client: 128,
@@ -419,6 +438,26 @@ fn default_after() -> f64 {
 }
 
 impl ServeConfig {
+    /// The capture's own memory, MiB: its ring and the unsealed tail (0
+    /// without capture).
+    fn capture_mib(&self) -> usize {
+        self.capture
+            .as_ref()
+            .map_or(0, |capture| capture.ring_mib.saturating_add(capture.tail_mib))
+    }
+
+    /// The server's resident bound, bytes ([`ApiSection::max_resident_mib`]).
+    pub fn resident_bytes(&self) -> usize {
+        self.api
+            .max_resident_mib
+            .unwrap_or_else(|| {
+                (self.api.total_memory_bytes() >> 20)
+                    .saturating_add(self.capture_mib())
+                    .saturating_add(RESIDENT_HEADROOM_MIB)
+            })
+            .saturating_mul(1 << 20)
+    }
+
     /// Reads `path`; relative paths in it are made relative to its directory.
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -507,6 +546,17 @@ impl ServeConfig {
         if let Some(token) = &api.token {
             check_token("[api] token", token)?;
         }
+        if let Some(resident) = api.max_resident_mib
+            && resident < self.capture_mib() + MIN_RESIDENT_ABOVE_CAPTURE_MIB
+        {
+            bail!(
+                "[api] max_resident_mib = {resident} leaves the server no room: it must be at \
+                 least the capture's ring_mib + tail_mib ({} MiB) plus \
+                 {MIN_RESIDENT_ABOVE_CAPTURE_MIB} (caches and writers), or every statement would \
+                 be cancelled",
+                self.capture_mib()
+            );
+        }
         Ok(())
     }
 }
@@ -560,5 +610,25 @@ mod tests {
         std::fs::write(&path, "[trigger]\nfilter = \"tcp\"\n").unwrap();
         let error = ServeConfig::load(&path).unwrap().validate().unwrap_err();
         assert!(error.to_string().contains("needs a [capture]"), "{error}");
+    }
+
+    #[test]
+    fn the_resident_bound_defaults_to_what_the_server_holds_and_leaves_it_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hindsight.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            ServeConfig::load(&path).unwrap()
+        };
+        // The statements' budget (1024 × 3), the ring and tail (256 + 256), 1024.
+        let capture = "[capture]\ninterface = \"lo\"\n";
+        assert_eq!(load(capture).resident_bytes(), 4608 << 20);
+        assert_eq!(load("").resident_bytes(), 4096 << 20);
+        let config = load("[api]\nmax_resident_mib = 300\n");
+        config.validate().unwrap();
+        assert_eq!(config.resident_bytes(), 300 << 20);
+        let config = load(&format!("{capture}[api]\nmax_resident_mib = 700\n"));
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("ring_mib + tail_mib (512 MiB)"), "{error}");
     }
 }

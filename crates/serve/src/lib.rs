@@ -89,6 +89,9 @@ pub fn run(args: Options) -> Result<()> {
     // Every statement's operators reserve from one budget: the API's, the
     // cluster's fragments and the watches' windows together.
     hindsight_sql::budget::set_process_memory(Some(config.api.total_memory_bytes()));
+    // And the process as a whole: past its resident bound, the statements
+    // running are cancelled, never the capture.
+    hindsight_sql::budget::set_process_resident(Some(config.resident_bytes()));
     let cluster_config = cluster::load(
         config.cluster.clone(),
         args.config.as_deref().and_then(std::path::Path::parent),

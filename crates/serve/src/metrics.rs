@@ -404,6 +404,36 @@ pub fn render(state: &AppState) -> Result<String> {
             budget.limit() as u64,
         );
     }
+    if let Some(resident) = hindsight_sql::budget::process_resident() {
+        single(
+            &mut out,
+            "hindsight_resident_bytes",
+            "gauge",
+            "The server's anonymous resident memory at the watchdog's last look.",
+            resident.now() as u64,
+        );
+        single(
+            &mut out,
+            "hindsight_resident_peak_bytes",
+            "gauge",
+            "The most the watchdog has seen.",
+            resident.peak() as u64,
+        );
+        single(
+            &mut out,
+            "hindsight_resident_limit_bytes",
+            "gauge",
+            "Past it the statements running are cancelled ([api] max_resident_mib).",
+            resident.limit() as u64,
+        );
+        single(
+            &mut out,
+            "hindsight_sql_cancelled_for_memory_total",
+            "counter",
+            "Statements cancelled because the server passed its resident bound.",
+            resident.cancelled(),
+        );
+    }
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
         counters(

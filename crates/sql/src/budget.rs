@@ -10,7 +10,7 @@
 //! statements (`serve`'s `[api] max_total_memory_mib`); without one, each
 //! statement has only its own pool.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use datafusion::common::{DataFusionError, Result};
@@ -103,6 +103,13 @@ impl MemoryPool for Budgeted {
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        if let Some(resident) = process_resident()
+            && resident.is_over()
+        {
+            return Err(DataFusionError::External(Box::new(OverResident(
+                resident.refusal(),
+            ))));
+        }
         let budget = &self.budget;
         let taken = budget
             .used
@@ -132,6 +139,258 @@ impl MemoryPool for Budgeted {
 
     fn memory_limit(&self) -> MemoryLimit {
         self.inner.memory_limit()
+    }
+}
+
+/// The process's resident memory bound: what the operators reserve is one
+/// part of what a server holds; the batches between operators, a peer's
+/// answer being read, scan buffers and the allocator's free pages are not
+/// reserved. So a watchdog thread reads the process's anonymous resident
+/// memory (`RssAnon`) every [`RESIDENT_POLL`]; past seven eighths of the
+/// bound it first gives the allocator's free pages back to the kernel, and
+/// if the process is still past them, cancels every statement running
+/// (their tasks are aborted, which frees what they hold) and refuses
+/// reservations until it is back under. The last eighth is for what the
+/// statements allocate between two looks. What is not a statement (the capture ring, the writers,
+/// the caches) is bounded by its own configuration and never cancelled.
+#[derive(Debug)]
+pub struct Resident {
+    limit: usize,
+    /// Anonymous resident bytes at the last look.
+    now: AtomicUsize,
+    /// The most seen at a look.
+    peak: AtomicUsize,
+    /// Statements cancelled because the process was past the bound.
+    cancelled: AtomicU64,
+    over: AtomicBool,
+}
+
+impl Resident {
+    /// The bound, bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Anonymous resident bytes at the last look.
+    pub fn now(&self) -> usize {
+        self.now.load(Ordering::Relaxed)
+    }
+
+    /// The most anonymous resident bytes seen at a look.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Statements cancelled because the process was past the bound.
+    pub fn cancelled(&self) -> u64 {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Whether the process was past the bound at the last look.
+    pub fn is_over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    /// Where the watchdog cancels: seven eighths of the bound.
+    pub fn cancel_at(&self) -> usize {
+        self.limit - self.limit / 8
+    }
+
+    /// Why a statement was cancelled or a reservation refused.
+    fn refusal(&self) -> String {
+        format!(
+            "the server holds {} MiB, past 7/8 of its bound of {} MiB ([api] max_resident_mib): \
+             the statements running were cancelled; ask again when fewer run",
+            self.now() >> 20,
+            self.limit >> 20
+        )
+    }
+}
+
+/// A reservation refused while the process is past its resident bound: the
+/// statement's error, found again under DataFusion's wrapping to answer as
+/// the server's state rather than the statement's fault.
+#[derive(Debug)]
+pub struct OverResident(pub String);
+
+impl std::fmt::Display for OverResident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OverResident {}
+
+/// The refusal of the resident bound `error` carries, if it does.
+pub(crate) fn over_resident(error: &DataFusionError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if let Some(over) = error.downcast_ref::<OverResident>() {
+            return Some(over.0.clone());
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// How often the watchdog reads the process's resident memory.
+pub const RESIDENT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// At most how often the watchdog gives the allocator's free pages back.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+static RESIDENT: RwLock<Option<Arc<Resident>>> = RwLock::new(None);
+
+/// A statement running under the resident bound: the watchdog aborts its
+/// task and marks it when the process passes the bound.
+struct Entry {
+    abort: tokio::task::AbortHandle,
+    hit: Arc<AtomicBool>,
+}
+
+static RUNNING: std::sync::Mutex<Vec<(u64, Entry)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the process's resident bound to `bytes` (`None`: none) and starts
+/// its watchdog, once.
+pub fn set_process_resident(bytes: Option<usize>) {
+    let resident = bytes.map(|limit| {
+        Arc::new(Resident {
+            limit,
+            now: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            cancelled: AtomicU64::new(0),
+            over: AtomicBool::new(false),
+        })
+    });
+    *RESIDENT
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = resident;
+    static WATCHDOG: std::sync::Once = std::sync::Once::new();
+    if bytes.is_some() {
+        WATCHDOG.call_once(|| {
+            // A server without its watchdog would have no resident bound:
+            // better to say so than to run unbounded.
+            std::thread::Builder::new()
+                .name("memory".to_owned())
+                .spawn(watchdog)
+                .expect("cannot start the memory watchdog thread");
+        });
+    }
+}
+
+/// The process's resident bound, if one is set.
+pub fn process_resident() -> Option<Arc<Resident>> {
+    RESIDENT
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// Watches the running statements of `abort` while the guard lives.
+pub(crate) struct Watched {
+    id: u64,
+    hit: Arc<AtomicBool>,
+}
+
+impl Watched {
+    /// Why the statement was cancelled, if the watchdog cancelled it.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        if !self.hit.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(process_resident().map_or_else(
+            || "the server passed its resident memory bound".to_owned(),
+            |resident| resident.refusal(),
+        ))
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        running().retain(|(id, _)| *id != self.id);
+    }
+}
+
+fn running() -> std::sync::MutexGuard<'static, Vec<(u64, Entry)>> {
+    RUNNING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Puts a statement's task under the watchdog (a no-op without a bound).
+pub(crate) fn watch(abort: tokio::task::AbortHandle) -> Watched {
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let hit = Arc::new(AtomicBool::new(false));
+    if process_resident().is_some() {
+        running().push((
+            id,
+            Entry {
+                abort,
+                hit: Arc::clone(&hit),
+            },
+        ));
+    }
+    Watched { id, hit }
+}
+
+fn watchdog() {
+    let mut last_trim = std::time::Instant::now() - TRIM_EVERY;
+    loop {
+        std::thread::sleep(RESIDENT_POLL);
+        let Some(resident) = process_resident() else {
+            continue;
+        };
+        let Some(mut now) = anonymous_resident() else {
+            continue;
+        };
+        if now > resident.cancel_at() && last_trim.elapsed() >= TRIM_EVERY {
+            trim();
+            last_trim = std::time::Instant::now();
+            now = anonymous_resident().unwrap_or(now);
+        }
+        resident.now.store(now, Ordering::Relaxed);
+        resident.peak.fetch_max(now, Ordering::Relaxed);
+        let over = now > resident.cancel_at();
+        resident.over.store(over, Ordering::Relaxed);
+        if over {
+            for (_, entry) in running().drain(..) {
+                entry.hit.store(true, Ordering::Release);
+                entry.abort.abort();
+                resident.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The process's anonymous resident bytes (`RssAnon` of `/proc/self/status`):
+/// what it holds in memory less the pages of files (its binary, libraries).
+pub fn anonymous_resident() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: usize = status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// Gives the allocator's free pages back to the kernel (glibc keeps a
+/// freed chunk's pages in its arena, one arena a thread or so).
+fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: glibc's malloc_trim takes the padding to keep and only
+        // releases free pages of its arenas; it is thread-safe.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 

@@ -99,6 +99,10 @@ pub enum SqlError {
     /// The statement was cancelled before it finished (its client went away).
     #[error("the statement was cancelled: its client went away, or its watch was removed")]
     Cancelled,
+    /// The process passed its resident memory bound and the statements
+    /// running were cancelled (see `budget`'s resident bound).
+    #[error("{0}")]
+    OverMemory(String),
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
     TooManyRows {
@@ -966,12 +970,23 @@ impl SqlSession {
         let task = self.runtime().spawn(async move {
             let _ = done.send(work.await);
         });
+        let watched = budget::watch(task.abort_handle());
         let deadline = timeout.map(|timeout| std::time::Instant::now() + timeout);
         loop {
             let left = deadline.map_or(CANCEL_POLL, |deadline| {
                 deadline.saturating_duration_since(std::time::Instant::now())
             });
             match result.recv_timeout(left.min(CANCEL_POLL)) {
+                Ok(Err(SqlError::DataFusion(error))) => {
+                    // Refused a reservation or cancelled: the server was past
+                    // its resident bound, which is not the statement's fault.
+                    if let Some(refusal) =
+                        watched.refusal().or_else(|| budget::over_resident(&error))
+                    {
+                        return Err(SqlError::OverMemory(refusal));
+                    }
+                    return Err(SqlError::DataFusion(error));
+                }
                 Ok(result) => return result,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     if cancel.is_cancelled() {
@@ -988,6 +1003,9 @@ impl SqlSession {
                     }
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    if let Some(refusal) = watched.refusal() {
+                        return Err(SqlError::OverMemory(refusal));
+                    }
                     return Err(SqlError::DataFusion(DataFusionError::Execution(
                         "the statement failed as it ran (a panic in DataFusion)".to_owned(),
                     )));
