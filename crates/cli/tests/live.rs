@@ -1113,6 +1113,108 @@ fn a_portscan_watch_reports_a_scan_and_dumps_its_packets() {
     );
 }
 
+/// A counter or gauge of a `/metrics` text (0 when it is not there).
+fn metric(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_endless_watch_is_removed_at_once_and_shutdown_does_not_wait_on_it() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let config = work.path().join("hindsight.toml");
+    // A window's own deadline is ten minutes: what ends these windows sooner
+    // is the DELETE and the stop, not the deadline.
+    std::fs::write(
+        &config,
+        format!(
+            "archive = {:?}\n[capture]\ninterface = \"hs-a\"\nseal_secs = 1\n\
+             [watches]\nwindow_timeout_secs = 600\n\
+             [[watch]]\nname = \"count\"\nwindow = \"1s\"\n\
+             sql = \"SELECT count(*) AS n FROM live_packets\"\n\
+             [api]\nlisten = \"127.0.0.1:0\"\n",
+            archive.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let ns = Namespaces::new();
+    run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
+    let reference = work.path().join("tcpdump.pcap");
+    let tcpdump = Tcpdump::start(&ns, &reference);
+    let (mut serve, serve_err, address) = start_serve(&ns, &config);
+    let mut replay = Reaped(
+        ns.exec(&ns.sender, "tcpreplay")
+            .args(["-i", "hs-b", "--pps", "5000"])
+            .arg(lan_hour())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // A statement that computes for hours over each window's packets.
+    let endless = |name: &str| {
+        serde_json::json!({
+            "name": name,
+            "window": "1s",
+            "sql": "SELECT count(*) AS n FROM live_packets, generate_series(1, 100000000000) \
+                    AS s(v) WHERE wire_len + v = 7",
+        })
+        .to_string()
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", &endless("endless"));
+    assert_eq!(got, 201, "{text}");
+    // Let its first window start and run.
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, metrics) = api(&ns, &address, "GET", "/metrics", "");
+    let counted_before = metric(&metrics, r#"hindsight_watch_windows_total{watch="count"}"#);
+    let removing = std::time::Instant::now();
+    let (got, text) = api(&ns, &address, "DELETE", "/api/v1/watches/endless", "");
+    let removed_in = removing.elapsed();
+    assert_eq!(got, 204, "{text}");
+    let (_, listed) = api(&ns, &address, "GET", "/api/v1/watches", "");
+    assert!(!listed.contains(r#""name":"endless""#), "{listed}");
+    // A second one is running when the server is told to stop.
+    let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", &endless("at_exit"));
+    assert_eq!(got, 201, "{text}");
+    assert!(replay.wait().unwrap().success());
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, metrics) = api(&ns, &address, "GET", "/metrics", "");
+    let counted_after = metric(&metrics, r#"hindsight_watch_windows_total{watch="count"}"#);
+    let stopping = std::time::Instant::now();
+    signal(&serve, "TERM");
+    let status = serve.wait().unwrap();
+    let stopped_in = stopping.elapsed();
+    let serve_err = serve_err.join().unwrap();
+    tcpdump.stop();
+    eprintln!(
+        "endless watch removed in {:.3} s; stop with an endless window running took {:.2} s",
+        removed_in.as_secs_f64(),
+        stopped_in.as_secs_f64()
+    );
+    assert!(status.success(), "{serve_err}");
+    // Stopping cancelled the running window after its grace: it did not wait
+    // for the window's ten-minute deadline, let alone its end.
+    assert!(
+        stopped_in < Duration::from_secs(600),
+        "the stop waited {stopped_in:?}: {serve_err}"
+    );
+    // The other watch answered its windows beside the endless ones.
+    assert!(
+        counted_after > counted_before && counted_before > 0,
+        "count's windows: {counted_before} then {counted_after}\n{serve_err}"
+    );
+    // And the capture kept every packet tcpdump saw.
+    assert_archive_holds(&archive, &reference, &serve_err);
+}
+
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
