@@ -1169,7 +1169,13 @@ fn an_endless_watch_is_removed_at_once_and_shutdown_does_not_wait_on_it() {
         .to_string()
     };
     std::thread::sleep(Duration::from_secs(2));
-    let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", &endless("endless"));
+    let (got, text) = api(
+        &ns,
+        &address,
+        "POST",
+        "/api/v1/watches",
+        &endless("endless"),
+    );
     assert_eq!(got, 201, "{text}");
     // Let its first window start and run.
     std::thread::sleep(Duration::from_secs(3));
@@ -1182,7 +1188,13 @@ fn an_endless_watch_is_removed_at_once_and_shutdown_does_not_wait_on_it() {
     let (_, listed) = api(&ns, &address, "GET", "/api/v1/watches", "");
     assert!(!listed.contains(r#""name":"endless""#), "{listed}");
     // A second one is running when the server is told to stop.
-    let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", &endless("at_exit"));
+    let (got, text) = api(
+        &ns,
+        &address,
+        "POST",
+        "/api/v1/watches",
+        &endless("at_exit"),
+    );
     assert_eq!(got, 201, "{text}");
     assert!(replay.wait().unwrap().success());
     std::thread::sleep(Duration::from_secs(3));

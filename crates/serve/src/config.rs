@@ -441,9 +441,9 @@ impl ServeConfig {
     /// The capture's own memory, MiB: its ring and the unsealed tail (0
     /// without capture).
     fn capture_mib(&self) -> usize {
-        self.capture
-            .as_ref()
-            .map_or(0, |capture| capture.ring_mib.saturating_add(capture.tail_mib))
+        self.capture.as_ref().map_or(0, |capture| {
+            capture.ring_mib.saturating_add(capture.tail_mib)
+        })
     }
 
     /// The server's resident bound, bytes ([`ApiSection::max_resident_mib`]).
