@@ -313,7 +313,7 @@ fn a_server_past_its_resident_bound_cancels_its_statements_and_answers_after() {
             archive.to_str().unwrap()
         ),
     );
-    let body = json!({"sql": "SELECT v FROM generate_series(1, 50000000) t(v) ORDER BY v DESC"});
+    let body = json!({"sql": "SELECT v FROM generate_series(1, 200000000) t(v) ORDER BY v DESC"});
     let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
     answer.error(503, "max_resident_mib");
     let metrics = get(&server, "/metrics", None).text();

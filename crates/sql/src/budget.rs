@@ -142,17 +142,18 @@ impl MemoryPool for Budgeted {
     }
 }
 
-/// The process's resident memory bound: what the operators reserve is one
-/// part of what a server holds; the batches between operators, a peer's
+/// The process's resident memory bound. What the operators reserve is one
+/// part of what a server holds: the batches between operators, a peer's
 /// answer being read, scan buffers and the allocator's free pages are not
 /// reserved. So a watchdog thread reads the process's anonymous resident
-/// memory (`RssAnon`) every [`RESIDENT_POLL`]; past seven eighths of the
-/// bound it first gives the allocator's free pages back to the kernel, and
-/// if the process is still past them, cancels every statement running
-/// (their tasks are aborted, which frees what they hold) and refuses
-/// reservations until it is back under. The last eighth is for what the
-/// statements allocate between two looks. What is not a statement (the capture ring, the writers,
-/// the caches) is bounded by its own configuration and never cancelled.
+/// memory every [`RESIDENT_POLL`] while statements run. Past seven eighths
+/// of the bound it first gives the allocator's free pages back to the
+/// kernel; if the process is still past them, it cancels every statement
+/// running (their tasks are aborted, which frees what they hold) and
+/// refuses reservations until the process is back under. The last eighth
+/// is for what the statements allocate between two looks. What is not a
+/// statement (the capture ring, the writers, the caches) is bounded by its
+/// own configuration and never cancelled.
 #[derive(Debug)]
 pub struct Resident {
     limit: usize,
@@ -233,8 +234,12 @@ pub(crate) fn over_resident(error: &DataFusionError) -> Option<String> {
     None
 }
 
-/// How often the watchdog reads the process's resident memory.
+/// How often the watchdog reads the process's resident memory while
+/// statements run.
 pub const RESIDENT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How often it reads it while none runs (for the metrics).
+const RESIDENT_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// At most how often the watchdog gives the allocator's free pages back.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
@@ -249,6 +254,7 @@ struct Entry {
 }
 
 static RUNNING: std::sync::Mutex<Vec<(u64, Entry)>> = std::sync::Mutex::new(Vec::new());
+static WATCHDOG_THREAD: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Sets the process's resident bound to `bytes` (`None`: none) and starts
@@ -271,10 +277,11 @@ pub fn set_process_resident(bytes: Option<usize>) {
         WATCHDOG.call_once(|| {
             // A server without its watchdog would have no resident bound:
             // better to say so than to run unbounded.
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("memory".to_owned())
                 .spawn(watchdog)
                 .expect("cannot start the memory watchdog thread");
+            let _ = WATCHDOG_THREAD.set(thread.thread().clone());
         });
     }
 }
@@ -287,7 +294,7 @@ pub fn process_resident() -> Option<Arc<Resident>> {
         .clone()
 }
 
-/// Watches the running statements of `abort` while the guard lives.
+/// A statement under the watchdog while this guard lives.
 pub(crate) struct Watched {
     id: u64,
     hit: Arc<AtomicBool>,
@@ -323,30 +330,41 @@ pub(crate) fn watch(abort: tokio::task::AbortHandle) -> Watched {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let hit = Arc::new(AtomicBool::new(false));
     if process_resident().is_some() {
-        running().push((
+        let mut running = running();
+        let was_idle = running.is_empty();
+        running.push((
             id,
             Entry {
                 abort,
                 hit: Arc::clone(&hit),
             },
         ));
+        drop(running);
+        if was_idle && let Some(watchdog) = WATCHDOG_THREAD.get() {
+            watchdog.unpark();
+        }
     }
     Watched { id, hit }
 }
 
 fn watchdog() {
-    let mut last_trim = std::time::Instant::now() - TRIM_EVERY;
+    let mut last_trim: Option<std::time::Instant> = None;
     loop {
-        std::thread::sleep(RESIDENT_POLL);
+        // A statement that starts wakes it (see `watch`).
+        if running().is_empty() {
+            std::thread::park_timeout(RESIDENT_IDLE_POLL);
+        } else {
+            std::thread::sleep(RESIDENT_POLL);
+        }
         let Some(resident) = process_resident() else {
             continue;
         };
         let Some(mut now) = anonymous_resident() else {
             continue;
         };
-        if now > resident.cancel_at() && last_trim.elapsed() >= TRIM_EVERY {
+        if now > resident.cancel_at() && last_trim.is_none_or(|at| at.elapsed() >= TRIM_EVERY) {
             trim();
-            last_trim = std::time::Instant::now();
+            last_trim = Some(std::time::Instant::now());
             now = anonymous_resident().unwrap_or(now);
         }
         resident.now.store(now, Ordering::Relaxed);
@@ -363,19 +381,34 @@ fn watchdog() {
     }
 }
 
-/// The process's anonymous resident bytes (`RssAnon` of `/proc/self/status`):
-/// what it holds in memory less the pages of files (its binary, libraries).
+/// The process's anonymous resident bytes: its resident pages less those
+/// shared with files (its binary, libraries) and shared memory, as
+/// `/proc/self/statm` counts them (`RssAnon`, read more cheaply than
+/// `/proc/self/status` gives it).
 pub fn anonymous_resident() -> Option<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib: usize = status
-        .lines()
-        .find_map(|line| line.strip_prefix("RssAnon:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib.saturating_mul(1024))
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut fields = statm.split_ascii_whitespace().skip(1);
+    let resident: usize = fields.next()?.parse().ok()?;
+    let shared: usize = fields.next()?.parse().ok()?;
+    Some(resident.saturating_sub(shared).saturating_mul(page_bytes()))
+}
+
+/// The kernel's page size.
+fn page_bytes() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        unsafe extern "C" {
+            fn sysconf(name: std::ffi::c_int) -> std::ffi::c_long;
+        }
+        /// `_SC_PAGESIZE` of Linux's C libraries (glibc and musl).
+        const SC_PAGESIZE: std::ffi::c_int = 30;
+        // SAFETY: sysconf reads a constant of the system; no memory is passed.
+        let page = unsafe { sysconf(SC_PAGESIZE) };
+        usize::try_from(page)
+            .ok()
+            .filter(|page| *page > 0)
+            .unwrap_or(4096)
+    })
 }
 
 /// Gives the allocator's free pages back to the kernel (glibc keeps a
