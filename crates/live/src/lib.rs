@@ -925,3 +925,70 @@ fn prune_dumps(dir: &Path, max_total: u64, newest: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dumper(dir: &Path) -> Dumper {
+        Dumper {
+            ring: Ring::new(RingConfig {
+                chunk_bytes: 64 << 10,
+                chunks: 2,
+                max_hold: Duration::from_millis(50),
+            })
+            .unwrap(),
+            link_type: LinkType(1),
+            config: DumpConfig {
+                dir: dir.to_owned(),
+                max_dump_bytes: 1 << 20,
+                max_total_bytes: 0,
+            },
+            counters: Arc::default(),
+            names: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn dump_names_are_unique_short_inside_their_directory_and_after_1970() {
+        let dir = std::env::temp_dir().join(format!("hindsight-dump-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = dumper(&dir);
+        // The rows of one window with one label (a watch's): a file each,
+        // where six dumps once made three files.
+        let names: Vec<String> = (0..6)
+            .map(|_| first.new_name(1_000, "scans-10.0.0.1").unwrap())
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+        for name in &names {
+            assert_eq!(Dumper::time_of(name), Some(1_000), "{name}");
+            assert!(name.ends_with("-scans-10_0_0_1.pcap"), "{name}");
+        }
+        // Numbers restart with the process: a file of an earlier run is not
+        // taken again.
+        std::fs::write(dir.join(&names[0]), b"").unwrap();
+        let again = dumper(&dir).new_name(1_000, "scans-10.0.0.1").unwrap();
+        assert_ne!(again, names[0]);
+        // A 300-character label is cut (it failed with "File name too long").
+        let long = first.new_name(1_000, &"x".repeat(300)).unwrap();
+        assert!(
+            long.ends_with(&format!("-{}.pcap", "x".repeat(MAX_LABEL_CHARS))),
+            "{long}"
+        );
+        assert!(!long.contains(&"x".repeat(MAX_LABEL_CHARS + 1)), "{long}");
+        // No name leaves the directory or hides behind `..`.
+        let sneaky = first.new_name(1_000, "../../etc/passwd").unwrap();
+        assert!(!sneaky.contains('/') && !sneaky.contains(".."), "{sneaky}");
+        assert_eq!(Dumper::time_of(&sneaky), Some(1_000));
+        // Before 1970 no name holds the time (it was written, never listed
+        // nor pruned): refused.
+        assert!(matches!(
+            first.new_name(-10_000_000_000, "request"),
+            Err(LiveError::DumpTime {
+                at_ns: -10_000_000_000
+            })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
