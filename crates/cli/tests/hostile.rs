@@ -129,7 +129,7 @@ fn deep_statements_are_answered_or_refused_and_the_server_lives() {
         );
         assert_eq!(cli.status.code(), Some(1), "{shape} x 100000: {cli:?}");
         assert!(
-            String::from_utf8_lossy(&cli.stderr).contains("at most 4096 are taken"),
+            String::from_utf8_lossy(&cli.stderr).contains("at most 2048 are taken"),
             "{shape} x 100000: {}",
             String::from_utf8_lossy(&cli.stderr)
         );
@@ -342,6 +342,109 @@ fn a_server_past_its_resident_bound_cancels_its_statements_and_answers_after() {
             std::time::Instant::now() < deadline,
             "still past the bound after 120 s: {}",
             get(&server, "/metrics", None).text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn statements_given_up_on_that_still_plan_are_bounded_and_refuse_new_ones_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\ntimeout_secs = 1\nmax_body_bytes = 1048576\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    // Planning is quadratic in a chain's length and cannot be interrupted: a
+    // thousand arms plan for seconds, far past the 1 s deadline.
+    let slow = json!({"sql": format!(
+        "SELECT count(*) FROM ({})",
+        chain("", " UNION ALL ", "SELECT 1 AS x", 1000)
+    )})
+    .to_string();
+    std::thread::scope(|scope| {
+        let given_up: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| post_with(&server, "/api/v1/sql", slow.as_bytes(), None)))
+            .collect();
+        for answer in given_up {
+            answer.join().unwrap().error(504, "timeout_secs");
+        }
+    });
+    let metric = |name: &str| -> u64 {
+        let metrics = get(&server, "/metrics", None).text();
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {metrics}"))
+    };
+    // Both still plan: a third statement is refused, not piled on them.
+    assert_eq!(metric("hindsight_sql_abandoned "), 2);
+    let quick = json!({"sql": "SELECT count(*) AS n FROM packets", "format": "csv"}).to_string();
+    post_with(&server, "/api/v1/sql", quick.as_bytes(), None).error(503, "given up on");
+    assert!(metric("hindsight_sql_refused_busy_total ") >= 1);
+    // Once they are done, statements are answered again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        let answer = post_with(&server, "/api/v1/sql", quick.as_bytes(), None);
+        if answer.status == 200 {
+            assert_eq!(answer.text(), "n\n62781\n");
+            break;
+        }
+        answer.error(503, "given up on");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "statements given up on still compute after 600 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(metric("hindsight_sql_abandoned "), 0);
+}
+
+#[test]
+fn what_a_statement_freed_is_given_back_to_the_system_at_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_memory_mib = 512\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    // A sort that holds hundreds of MiB, then frees them (refused by its
+    // own pool or answered, either way it ends).
+    let body = json!({"sql": "SELECT max(x) FROM (SELECT v AS x FROM generate_series(1, 30000000) \
+                              t(v) ORDER BY v DESC LIMIT 20000000)"});
+    let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
+    assert!(matches!(answer.status, 200 | 400), "{}", answer.text());
+    let resident = || -> u64 {
+        get(&server, "/metrics", None)
+            .text()
+            .lines()
+            .find_map(|line| line.strip_prefix("hindsight_resident_bytes ")?.parse().ok())
+            .unwrap()
+    };
+    let peak: u64 = get(&server, "/metrics", None)
+        .text()
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("hindsight_resident_peak_bytes ")?
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    assert!(peak > 200 << 20, "the sort held {peak} bytes at most");
+    // glibc keeps what was freed in its arenas; the watchdog gives it back
+    // once no statement runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while resident() > 128 << 20 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes still resident at rest after 60 s",
+            resident()
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }

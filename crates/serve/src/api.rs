@@ -205,7 +205,9 @@ impl ApiError {
             ReaderError::Sql(SqlError::ReadOnly { .. }) => StatusCode::FORBIDDEN,
             ReaderError::Sql(SqlError::TimedOut { .. }) => StatusCode::GATEWAY_TIMEOUT,
             // The server's state, not the statement's fault alone: again later.
-            ReaderError::Sql(SqlError::OverMemory(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            ReaderError::Sql(SqlError::OverMemory(_) | SqlError::Busy { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             // Nobody reads it: nginx's "client closed request".
             ReaderError::Limit(hindsight_reader::LimitExceeded::Cancelled)
             | ReaderError::Sql(SqlError::Cancelled) => {

@@ -434,6 +434,20 @@ pub fn render(state: &AppState) -> Result<String> {
             resident.cancelled(),
         );
     }
+    single(
+        &mut out,
+        "hindsight_sql_abandoned",
+        "gauge",
+        "Statements given up on (deadline, client gone) that still compute until they yield.",
+        hindsight_sql::abandoned::abandoned() as u64,
+    );
+    single(
+        &mut out,
+        "hindsight_sql_refused_busy_total",
+        "counter",
+        "Statements refused because as many given up on as the server lets still computed.",
+        hindsight_sql::abandoned::refused(),
+    );
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
         counters(

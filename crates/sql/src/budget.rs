@@ -241,8 +241,16 @@ pub const RESIDENT_POLL: std::time::Duration = std::time::Duration::from_millis(
 /// How often it reads it while none runs (for the metrics).
 const RESIDENT_IDLE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// At most how often the watchdog gives the allocator's free pages back.
+/// At most how often the watchdog gives the allocator's free pages back
+/// when the process is past the bound.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// At most how often it gives them back when no statement runs.
+const IDLE_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How much the process must have grown since the last trim for one when no
+/// statement runs.
+const IDLE_TRIM_GROWTH: usize = 64 << 20;
 
 static RESIDENT: RwLock<Option<Arc<Resident>>> = RwLock::new(None);
 
@@ -349,9 +357,14 @@ pub(crate) fn watch(abort: tokio::task::AbortHandle) -> Watched {
 
 fn watchdog() {
     let mut last_trim: Option<std::time::Instant> = None;
+    // What the process held after the last trim: at rest, glibc keeps what a
+    // statement freed (hundreds of MiB after a large sort), and a trim gives
+    // it back once the process has grown past this by IDLE_TRIM_GROWTH.
+    let mut after_trim = 0usize;
     loop {
         // A statement that starts wakes it (see `watch`).
-        if running().is_empty() {
+        let idle = running().is_empty();
+        if idle {
             std::thread::park_timeout(RESIDENT_IDLE_POLL);
         } else {
             std::thread::sleep(RESIDENT_POLL);
@@ -362,10 +375,18 @@ fn watchdog() {
         let Some(mut now) = anonymous_resident() else {
             continue;
         };
-        if now > resident.cancel_at() && last_trim.is_none_or(|at| at.elapsed() >= TRIM_EVERY) {
+        let since_trim = last_trim.map(|at| at.elapsed());
+        let trim_now = if now > resident.cancel_at() {
+            since_trim.is_none_or(|since| since >= TRIM_EVERY)
+        } else {
+            idle && now > after_trim.saturating_add(IDLE_TRIM_GROWTH)
+                && since_trim.is_none_or(|since| since >= IDLE_TRIM_EVERY)
+        };
+        if trim_now {
             trim();
             last_trim = Some(std::time::Instant::now());
             now = anonymous_resident().unwrap_or(now);
+            after_trim = now;
         }
         resident.now.store(now, Ordering::Relaxed);
         resident.peak.fetch_max(now, Ordering::Relaxed);

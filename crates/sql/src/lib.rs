@@ -18,6 +18,7 @@
 //! `objects` copies segments to S3-compatible storage and scans read the copies
 //! once the local files are gone.
 
+pub mod abandoned;
 pub mod budget;
 mod count;
 mod federate;
@@ -103,6 +104,16 @@ pub enum SqlError {
     /// running were cancelled (see `budget`'s resident bound).
     #[error("{0}")]
     OverMemory(String),
+    /// Statements given up on still compute, as many as the server lets
+    /// (see `abandoned`).
+    #[error(
+        "{abandoned} statements given up on (past their deadline or their client gone) still \
+         compute, as many as the server lets; try again when they are done"
+    )]
+    Busy {
+        /// How many.
+        abandoned: usize,
+    },
     /// The result is longer than the configured limit.
     #[error("the result has more than {max_rows} rows (raise --max-rows, or add LIMIT)")]
     TooManyRows {
@@ -959,15 +970,22 @@ impl SqlSession {
     /// a heavy statement keeps busy), cancelled after `timeout` or once `cancel`
     /// is set (looked at every [`CANCEL_POLL`]): the task is aborted, which
     /// drops its streams and with them DataFusion's tasks. A panic in
-    /// DataFusion ends the task, not this thread.
+    /// DataFusion ends the task, not this thread. Work that does not yield
+    /// (planning, one large batch) computes on after the abort; it counts as
+    /// given up on until it does, and while [`abandoned::MAX_ABANDONED`] do a
+    /// new statement is refused.
     fn within<T: Send + 'static>(
         &self,
         timeout: Option<std::time::Duration>,
         cancel: &Cancel,
         work: impl std::future::Future<Output = Result<T, SqlError>> + Send + 'static,
     ) -> Result<T, SqlError> {
+        let (running, waiter) = abandoned::LEDGER.admit()?;
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
+            // Dropped with the task: at its end, or at the first yield after
+            // it was aborted.
+            let _running = running;
             let _ = done.send(work.await);
         });
         let watched = budget::watch(task.abort_handle());
@@ -991,12 +1009,14 @@ impl SqlSession {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     if cancel.is_cancelled() {
                         task.abort();
+                        waiter.give_up();
                         return Err(SqlError::Cancelled);
                     }
                     if let (Some(deadline), Some(timeout)) = (deadline, timeout)
                         && std::time::Instant::now() >= deadline
                     {
                         task.abort();
+                        waiter.give_up();
                         return Err(SqlError::TimedOut {
                             seconds: timeout.as_secs(),
                         });
