@@ -8,6 +8,9 @@
 //! nodes (so its fragments are cut, sent and run), and every `--cli-every`th one through
 //! the `hindsight sql` command. Every answer must be rows or a 4xx/5xx with a
 //! JSON message; a server that stops answering ends the run with exit code 1.
+//! A 503 with `Retry-After` is waited out and the statement sent again, as a
+//! client does (at most 120 times), so that the statements refused while
+//! others given up on still compute are run after all.
 //! At the end it prints the counts by path and status, the distinct errors
 //! (numbers and quoted text folded), and the servers' peak RSS against their
 //! memory bound.
@@ -806,6 +809,8 @@ fn free_port() -> u16 {
 #[derive(Default)]
 struct Tally {
     sent: u64,
+    /// 503s with `Retry-After` waited out and the statement sent again.
+    waited: u64,
     by_status: BTreeMap<String, u64>,
     /// By kind: the count, and the first statement that got it.
     errors: BTreeMap<String, (u64, String)>,
@@ -814,6 +819,7 @@ struct Tally {
 impl Tally {
     fn merge(&mut self, other: Self) {
         self.sent += other.sent;
+        self.waited += other.waited;
         for (status, n) in other.by_status {
             *self.by_status.entry(status).or_default() += n;
         }
@@ -824,6 +830,7 @@ impl Tally {
 
     fn add(&mut self, status: &str, error: Option<&str>, sql: &str) {
         self.sent += 1;
+
         *self.by_status.entry(status.to_owned()).or_default() += 1;
         if let Some(error) = error {
             self.errors
@@ -869,7 +876,10 @@ impl Run<'_> {
             }
             let sql = grammar.statement();
             match ask(&agent, self.base, &sql, false, self.token) {
-                Ok((status, error)) => api.add(&status, error.as_deref(), &sql),
+                Ok((status, error, waited)) => {
+                    api.add(&status, error.as_deref(), &sql);
+                    api.waited += waited;
+                }
                 Err(why) => {
                     self.stop.store(true, Ordering::Relaxed);
                     let why = format!("the server did not answer {sql:?}: {why}");
@@ -878,7 +888,10 @@ impl Run<'_> {
             }
             if i.is_multiple_of(self.cluster_every) {
                 match ask(&agent, self.base, &sql, true, self.token) {
-                    Ok((status, error)) => federated.add(&status, error.as_deref(), &sql),
+                    Ok((status, error, waited)) => {
+                        federated.add(&status, error.as_deref(), &sql);
+                        federated.waited += waited;
+                    }
                     Err(why) => {
                         self.stop.store(true, Ordering::Relaxed);
                         let why = format!("the cluster did not answer {sql:?}: {why}");
@@ -928,42 +941,63 @@ impl Run<'_> {
     }
 }
 
-/// Sends `sql` to `base`; the status and error, or why the server did not answer.
+/// At most how often one statement is sent again after a 503 with
+/// `Retry-After`.
+const MAX_WAITS: u64 = 120;
+
+/// Sends `sql` to `base`, as a client does: after a 503 with `Retry-After`
+/// (statements given up on still compute, the server is past its resident
+/// bound, the queue is full) it waits as told, up to 5 s, and sends it again,
+/// at most [`MAX_WAITS`] times. The status and error of the last answer and
+/// how many times it waited, or why the server did not answer.
 fn ask(
     agent: &ureq::Agent,
     base: &str,
     sql: &str,
     cluster: bool,
     token: &str,
-) -> Result<(String, Option<String>), String> {
+) -> Result<(String, Option<String>, u64), String> {
     let body = serde_json::json!({"sql": sql, "cluster": cluster, "max_rows": 1000}).to_string();
-    let mut request = agent
-        .post(format!("{base}/api/v1/sql"))
-        .header("Content-Type", "application/json");
-    if !token.is_empty() {
-        request = request.header("Authorization", format!("Bearer {token}"));
+    let mut waited = 0;
+    loop {
+        let mut request = agent
+            .post(format!("{base}/api/v1/sql"))
+            .header("Content-Type", "application/json");
+        if !token.is_empty() {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        let mut response = request.send(body.as_bytes()).map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .map_err(|e| e.to_string())?;
+        if status == 200 {
+            return Ok(("200".to_owned(), None, waited));
+        }
+        let error = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned))
+            .ok_or_else(|| {
+                format!(
+                    "{status} without a JSON error: {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?;
+        match retry_after {
+            Some(seconds) if status == 503 && waited < MAX_WAITS => {
+                waited += 1;
+                std::thread::sleep(Duration::from_secs(seconds.clamp(1, 5)));
+            }
+            _ => return Ok((status.to_string(), Some(error), waited)),
+        }
     }
-    let mut response = request.send(body.as_bytes()).map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let bytes = response
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_vec()
-        .map_err(|e| e.to_string())?;
-    if status == 200 {
-        return Ok(("200".to_owned(), None));
-    }
-    let error = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_owned))
-        .ok_or_else(|| {
-            format!(
-                "{status} without a JSON error: {}",
-                String::from_utf8_lossy(&bytes)
-            )
-        })?;
-    Ok((status.to_string(), Some(error)))
 }
 
 fn main() {
@@ -1105,7 +1139,10 @@ fn main() {
         ("POST /api/v1/sql cluster", &federated),
         ("hindsight sql", &cli),
     ] {
-        println!("{path}: {} statements, {:?}", tally.sent, tally.by_status);
+        println!(
+            "{path}: {} statements, {:?}; {} waits on a 503's Retry-After",
+            tally.sent, tally.by_status, tally.waited
+        );
     }
     let mut errors: BTreeMap<String, (u64, String)> = BTreeMap::new();
     for tally in [&api, &federated, &cli] {
