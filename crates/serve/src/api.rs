@@ -1086,6 +1086,8 @@ async fn sql(
         Format::Jsonl,
         hindsight_output::Answer::Rows,
     )?;
+    // Not while statements given up on still compute, as many as it lets.
+    hindsight_sql::abandoned::check().map_err(|e| ApiError::of_reader(e.into()))?;
     if body.cluster {
         return super::cluster::federated_sql(state, body.sql, format, max_rows).await;
     }

@@ -490,6 +490,7 @@ async fn fragment(
             hindsight_sql::MAX_FRAGMENT_BYTES
         )));
     }
+    hindsight_sql::abandoned::check().map_err(|e| ApiError::of_reader(e.into()))?;
     let mut limits = state.limits.sql(state.limits.max_rows);
     let reader = Arc::clone(&state.reader);
     let bytes = crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {

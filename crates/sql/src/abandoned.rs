@@ -13,10 +13,10 @@
 //!
 //! So the statements given up on that still compute are counted (a guard the
 //! statement's task owns ends the count when the task is dropped, which the
-//! runtime does at the next yield or once the work is done), and a new
-//! statement is refused while [`MAX_ABANDONED`] do: the server answers `503`
-//! with `Retry-After`, and its other questions (which do not pass here) go
-//! on.
+//! runtime does at the next yield or once the work is done), and the
+//! question service refuses a client's statement or a peer's fragment while
+//! [`MAX_ABANDONED`] do ([`check`]): the server answers `503` with
+//! `Retry-After`, and its other questions go on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -41,6 +41,14 @@ pub(crate) static LEDGER: Ledger = Ledger::new(MAX_ABANDONED);
 /// How many statements given up on still compute.
 pub fn abandoned() -> usize {
     LEDGER.abandoned.load(Ordering::Relaxed)
+}
+
+/// Refuses a new statement while [`MAX_ABANDONED`] given up on still compute.
+/// The question service asks it before a client's statement or a peer's
+/// fragment; a watch's window does not (the watches are bounded by
+/// `max_watches`, and each runs one window at a time).
+pub fn check() -> Result<(), SqlError> {
+    LEDGER.check()
 }
 
 /// How many statements were refused because [`MAX_ABANDONED`] computed.
@@ -68,9 +76,8 @@ impl Ledger {
         }
     }
 
-    /// A new statement's pair, or the refusal while `max` given up on still
-    /// compute.
-    pub(crate) fn admit(&'static self) -> Result<(Work, Waiter), SqlError> {
+    /// The refusal of a new statement while `max` given up on still compute.
+    fn check(&self) -> Result<(), SqlError> {
         let computing = self.abandoned.load(Ordering::Relaxed);
         if computing >= self.max {
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -78,8 +85,14 @@ impl Ledger {
                 abandoned: computing,
             });
         }
+        Ok(())
+    }
+
+    /// A statement's pair: every statement run under a deadline or a cancel
+    /// flag is counted once given up on.
+    pub(crate) fn start(&'static self) -> (Work, Waiter) {
         let state = Arc::new(AtomicU8::new(RUNNING));
-        Ok((Work(Arc::clone(&state), self), Waiter(state, self)))
+        (Work(Arc::clone(&state), self), Waiter(state, self))
     }
 }
 
@@ -117,24 +130,25 @@ mod tests {
         let ledger: &'static Ledger = Box::leak(Box::new(Ledger::new(2)));
         let count = || ledger.abandoned.load(Ordering::Relaxed);
         // Given up on after it ended: not counted.
-        let (work, waiter) = ledger.admit().unwrap();
+        ledger.check().unwrap();
+        let (work, waiter) = ledger.start();
         drop(work);
         waiter.give_up();
         assert_eq!(count(), 0);
         // Given up on while it computes: counted until its task drops it.
-        let (first, first_waiter) = ledger.admit().unwrap();
+        let (first, first_waiter) = ledger.start();
         first_waiter.give_up();
         assert_eq!(count(), 1);
-        let (second, second_waiter) = ledger.admit().unwrap();
+        let (second, second_waiter) = ledger.start();
         second_waiter.give_up();
         assert_eq!(count(), 2);
-        let Err(SqlError::Busy { abandoned: 2 }) = ledger.admit() else {
+        let Err(SqlError::Busy { abandoned: 2 }) = ledger.check() else {
             panic!("a third statement is admitted while two given up on compute");
         };
         assert_eq!(ledger.refused.load(Ordering::Relaxed), 1);
         drop(first);
         assert_eq!(count(), 1);
-        assert!(ledger.admit().is_ok());
+        assert!(ledger.check().is_ok());
         drop(second);
         assert_eq!(count(), 0);
     }

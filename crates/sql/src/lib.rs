@@ -972,15 +972,14 @@ impl SqlSession {
     /// drops its streams and with them DataFusion's tasks. A panic in
     /// DataFusion ends the task, not this thread. Work that does not yield
     /// (planning, one large batch) computes on after the abort; it counts as
-    /// given up on until it does, and while [`abandoned::MAX_ABANDONED`] do a
-    /// new statement is refused.
+    /// given up on until it does (see [`abandoned::check`]).
     fn within<T: Send + 'static>(
         &self,
         timeout: Option<std::time::Duration>,
         cancel: &Cancel,
         work: impl std::future::Future<Output = Result<T, SqlError>> + Send + 'static,
     ) -> Result<T, SqlError> {
-        let (running, waiter) = abandoned::LEDGER.admit()?;
+        let (running, waiter) = abandoned::LEDGER.start();
         let (done, result) = std::sync::mpsc::sync_channel(1);
         let task = self.runtime().spawn(async move {
             // Dropped with the task: at its end, or at the first yield after
