@@ -316,16 +316,9 @@ fn a_server_past_its_resident_bound_cancels_its_statements_and_answers_after() {
     let body = json!({"sql": "SELECT v FROM generate_series(1, 200000000) t(v) ORDER BY v DESC"});
     let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
     answer.error(503, "max_resident_mib");
-    let metrics = get(&server, "/metrics", None).text();
-    let value = |name: &str| -> u64 {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {metrics}"))
-    };
-    assert_eq!(value("hindsight_resident_limit_bytes "), 256 << 20);
-    assert!(value("hindsight_sql_cancelled_for_memory_total ") >= 1);
-    assert!(value("hindsight_resident_peak_bytes ") > (224 << 20));
+    assert_eq!(metric(&server, "hindsight_resident_limit_bytes"), 256 << 20);
+    assert!(metric(&server, "hindsight_sql_cancelled_for_memory_total") >= 1);
+    assert!(metric(&server, "hindsight_resident_peak_bytes") > (224 << 20));
     // Once what the cancelled statement held is given back (its sort ends at
     // its next yield), questions are answered again; until then they get 503
     // with Retry-After, as the first did.
@@ -373,21 +366,14 @@ fn statements_given_up_on_that_still_plan_are_bounded_and_refuse_new_ones_meanwh
             answer.join().unwrap().error(504, "timeout_secs");
         }
     });
-    let metric = |name: &str| -> u64 {
-        let metrics = get(&server, "/metrics", None).text();
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {metrics}"))
-    };
     // Both still plan: a third statement is refused, not piled on them.
-    assert_eq!(metric("hindsight_sql_abandoned "), 2);
+    assert_eq!(metric(&server, "hindsight_sql_abandoned"), 2);
     let quick = json!({"sql": "SELECT count(*) AS n FROM packets", "format": "csv"}).to_string();
     post_with(&server, "/api/v1/sql", quick.as_bytes(), None).error(503, "given up on");
-    assert!(metric("hindsight_sql_refused_busy_total ") >= 1);
+    assert!(metric(&server, "hindsight_sql_refused_busy_total") >= 1);
     // Once they are done, none is counted and statements are answered again.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
-    while metric("hindsight_sql_abandoned ") > 0 {
+    while metric(&server, "hindsight_sql_abandoned") > 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "statements given up on still compute after 600 s"
@@ -416,22 +402,8 @@ fn what_a_statement_freed_is_given_back_to_the_system_at_rest() {
                               t(v) ORDER BY v DESC LIMIT 20000000)"});
     let answer = post_with(&server, "/api/v1/sql", body.to_string().as_bytes(), None);
     assert!(matches!(answer.status, 200 | 400), "{}", answer.text());
-    let resident = || -> u64 {
-        get(&server, "/metrics", None)
-            .text()
-            .lines()
-            .find_map(|line| line.strip_prefix("hindsight_resident_bytes ")?.parse().ok())
-            .unwrap()
-    };
-    let peak: u64 = get(&server, "/metrics", None)
-        .text()
-        .lines()
-        .find_map(|line| {
-            line.strip_prefix("hindsight_resident_peak_bytes ")?
-                .parse()
-                .ok()
-        })
-        .unwrap();
+    let resident = || metric(&server, "hindsight_resident_bytes");
+    let peak = metric(&server, "hindsight_resident_peak_bytes");
     assert!(peak > 200 << 20, "the sort held {peak} bytes at most");
     // glibc keeps what was freed in its arenas; the watchdog gives it back
     // once no statement runs.
@@ -444,6 +416,15 @@ fn what_a_statement_freed_is_given_back_to_the_system_at_rest() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// A counter or gauge of `server`'s `/metrics`, which must have it.
+fn metric(server: &Server, name: &str) -> u64 {
+    let metrics = get(server, "/metrics", None).text();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
 }
 
 const CLUSTER_TOKEN: &str = "hostile-cluster-token-0123456789";
