@@ -24,6 +24,10 @@
 //!
 //! `--cluster-every K` sends every Kth statement to the cluster too (2: every
 //! second one), `--timeout-secs` is the servers' `timeout_secs` (10).
+//! `--print FROM..TO` sends nothing and prints, as JSON lines, the statements
+//! each thread sends as its FROM-th to TO-th: a thread's statements depend
+//! only on its seed, so what a run sent about when a server misbehaved can be
+//! replayed one by one.
 //!
 //! `cargo build --release -p hindsight -p hindsight-bench && target/release/sql_fuzz [--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR]`
 
@@ -46,7 +50,7 @@ const MEMORY_MIB: u64 = 256;
 /// the run.
 const RESIDENT_MIB: u64 = 1024;
 
-const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR]";
+const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR] [--print FROM..TO]";
 
 /// The columns of a table, by name and a coarse type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -841,6 +845,36 @@ impl Tally {
     }
 }
 
+impl Grammar {
+    /// The generator a thread seeded `seed` uses.
+    fn seeded(seed: u64) -> Self {
+        let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
+        Grammar {
+            rng: Rng(seed | 1),
+            packets: schema(hindsight_store::schema::packets_schema()),
+            flows: schema(hindsight_store::flows::flows_schema()),
+        }
+    }
+}
+
+/// Prints, as JSON lines, the statements each of `threads` threads seeded
+/// from `seed` sends as its `from`th to its `to`th (from 0): to replay
+/// statements a run sent about when a server misbehaved. A thread's
+/// statements do not depend on the answers, only on its seed.
+fn print_statements(seed: u64, threads: u64, from: u64, to: u64) {
+    let mut out = std::io::stdout().lock();
+    for thread in 0..threads {
+        let mut grammar = Grammar::seeded(seed.wrapping_add(thread));
+        for n in 0..to {
+            let sql = grammar.statement();
+            if n >= from {
+                let line = serde_json::json!({"thread": thread, "n": n, "sql": sql});
+                writeln!(out, "{line}").expect("stdout");
+            }
+        }
+    }
+}
+
 /// What the fuzz threads share.
 struct Run<'a> {
     hindsight: &'a Path,
@@ -861,12 +895,7 @@ impl Run<'_> {
     fn worker(&self, seed: u64) -> (Tally, Tally, Tally, Option<String>) {
         use std::sync::atomic::Ordering;
         let agent = agent();
-        let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
-        let mut grammar = Grammar {
-            rng: Rng(seed | 1),
-            packets: schema(hindsight_store::schema::packets_schema()),
-            flows: schema(hindsight_store::flows::flows_schema()),
-        };
+        let mut grammar = Grammar::seeded(seed);
         let (mut api, mut federated, mut cli) =
             (Tally::default(), Tally::default(), Tally::default());
         while !self.stop.load(Ordering::Relaxed) {
@@ -1005,6 +1034,7 @@ fn main() {
     let (mut statements, mut seed, mut cli_every) = (100_000u64, 0x5eed_u64, 100u64);
     let (mut threads, mut cluster_every, mut timeout_secs) = (2u64, 2u64, 10u64);
     let mut work: Option<PathBuf> = None;
+    let mut print: Option<String> = None;
     while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
             "--statements" => statements = flags.value(&flag),
@@ -1014,8 +1044,20 @@ fn main() {
             "--cluster-every" => cluster_every = flags.value::<u64>(&flag).max(1),
             "--timeout-secs" => timeout_secs = flags.value::<u64>(&flag).max(1),
             "--work" => work = Some(flags.value::<PathBuf>(&flag)),
+            "--print" => print = Some(flags.value::<String>(&flag)),
             other => flags.unknown(other),
         }
+    }
+    if let Some(range) = print {
+        let bounds = range
+            .split_once("..")
+            .and_then(|(from, to)| Some((from.parse().ok()?, to.parse().ok()?)));
+        let Some((from, to)) = bounds else {
+            eprintln!("sql_fuzz: --print takes FROM..TO, statement numbers of each thread");
+            std::process::exit(2);
+        };
+        print_statements(seed, threads, from, to);
+        return;
     }
     let hindsight = hindsight_binary();
     let temp = tempfile::tempdir().expect("a work directory");

@@ -236,13 +236,7 @@ fn slow_connections_are_capped_and_timed_out_and_the_server_answers_after() {
     // The server still answers, and counted what it refused (a refused
     // connection may be reset before its client reads the 503).
     assert_eq!(get(&server, "/api/v1/health", None).status, 200);
-    let metrics = get(&server, "/metrics", None).text();
-    let refused_metric: u64 = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("hindsight_http_connections_refused_client_total "))
-        .unwrap_or_else(|| panic!("{metrics}"))
-        .parse()
-        .unwrap();
+    let refused_metric = metric(&server, "hindsight_http_connections_refused_client_total");
     assert!(
         refused_metric >= 200 - 32,
         "{refused_metric} refused, {closed} closed"
@@ -272,13 +266,9 @@ fn a_function_that_would_make_gigabytes_is_refused_under_the_memory_bound() {
     }
     // Every statement's operators reserve from one budget, by default
     // max_memory_mib times max_scans + 1 (2 + 1), shown in the metrics.
-    let metrics = get(&server, "/metrics", None).text();
-    assert!(
-        metrics.contains(&format!(
-            "hindsight_sql_memory_limit_bytes {}",
-            (3 * 64) << 20
-        )),
-        "{metrics}"
+    assert_eq!(
+        metric(&server, "hindsight_sql_memory_limit_bytes"),
+        (3 * 64) << 20
     );
     // A body past max_body_bytes is refused unread, and the answer closes the
     // connection (a client that keeps connections would send its next
