@@ -35,14 +35,17 @@ pub fn scalar_functions() -> Vec<ScalarUDF> {
 
 /// Registers `ip`, `ip_str`, `ip_prefix`, `ip_in`, `ip_home` (no home network
 /// yet: see [`register_home`]) and `time_bucket` with `context`, and
-/// `repeat`, `lpad` and `rpad` bounded in what they make
-/// (`output_bound`) over DataFusion's own.
+/// `repeat`, `lpad` and `rpad` bounded in what they make and
+/// `approx_distinct` in what it holds (`output_bound`) over DataFusion's own.
 pub fn register(context: &SessionContext) {
     for function in address_functions()
         .into_iter()
         .chain(crate::output_bound::functions())
     {
         context.register_udf(function);
+    }
+    for function in crate::output_bound::aggregate_functions() {
+        context.register_udaf(function);
     }
     register_home(context, None);
 }
