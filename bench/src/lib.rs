@@ -76,6 +76,15 @@ pub fn default_source() -> PathBuf {
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// A generator from any seed: distinct seeds give distinct generators
+    /// (SplitMix64's finalizer spreads them; a xorshift state is never 0).
+    pub fn seeded(seed: u64) -> Self {
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)).max(1))
+    }
+
     /// A number below `n`.
     pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 << 13;

@@ -850,7 +850,7 @@ impl Grammar {
     fn seeded(seed: u64) -> Self {
         let schema = |s: hindsight_store::arrow::datatypes::SchemaRef| columns(&s);
         Grammar {
-            rng: Rng(seed | 1),
+            rng: Rng::seeded(seed),
             packets: schema(hindsight_store::schema::packets_schema()),
             flows: schema(hindsight_store::flows::flows_schema()),
         }
