@@ -288,9 +288,10 @@ mod tests {
         runtime.block_on(narrow_widened());
     }
 
-    /// 20,000 groups of one 8-bit value each, which DataFusion's own counts
-    /// with a 16 KiB sketch a group (312 MiB, 659 MiB at the peak over
-    /// lan-hour's 62,781 packets, measured with a release build): the widened
+    /// 20,000 groups of one value each, of an 8-bit, a 16-bit and a boolean
+    /// column, which DataFusion's own counts with a 16 KiB sketch a group
+    /// (312 MiB; 659 MiB at the peak over lan-hour's 62,781 packets,
+    /// measured with a release build): the widened
     /// function is planned with the cast (so DataFusion's groups accumulator,
     /// which keeps a group's few values as a list, counts it) and answers as
     /// DataFusion's own with the cast written.
