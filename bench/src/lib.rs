@@ -428,6 +428,84 @@ pub fn file_rss_kib(pid: u32) -> u64 {
     status_kib(pid, "RssFile:")
 }
 
+/// The processes whose parent is `pid` (a server's statement workers).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            // The field after the parenthesised name: state, then the parent.
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// The highest peak resident set, less its file pages, of any child of the
+/// processes it is given, sampled every 200 ms by a thread of its own until
+/// it is dropped: what a server's statement workers held (a worker that
+/// dies between two samples is seen at its last one).
+#[derive(Debug)]
+pub struct ChildrenPeak {
+    parents: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+    peak_kib: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ChildrenPeak {
+    /// Samples the children of `parents`.
+    pub fn start(parents: &[u32]) -> Self {
+        use std::sync::atomic::Ordering;
+        let this = Self {
+            parents: std::sync::Arc::new(std::sync::Mutex::new(parents.to_vec())),
+            peak_kib: std::sync::Arc::default(),
+            stop: std::sync::Arc::default(),
+        };
+        let (parents, peak, stop) = (
+            std::sync::Arc::clone(&this.parents),
+            std::sync::Arc::clone(&this.peak_kib),
+            std::sync::Arc::clone(&this.stop),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let pids = parents.lock().map(|p| p.clone()).unwrap_or_default();
+                for child in pids.into_iter().flat_map(children) {
+                    let anonymous = peak_rss_kib(child).saturating_sub(file_rss_kib(child));
+                    peak.fetch_max(anonymous, Ordering::Relaxed);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        });
+        this
+    }
+
+    /// Samples the children of `pid` too (a server started again).
+    pub fn add(&self, pid: u32) {
+        if let Ok(mut parents) = self.parents.lock() {
+            parents.push(pid);
+        }
+    }
+
+    /// The highest seen, MiB.
+    pub fn peak_mib(&self) -> u64 {
+        self.peak_kib.load(std::sync::atomic::Ordering::Relaxed) >> 10
+    }
+}
+
+impl Drop for ChildrenPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A field of `/proc/PID/status` in kB (0 when it cannot be read).
 fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -56,6 +56,8 @@ const RING_MIB: u64 = 64;
 /// for the caches, writers and watches. A peak RSS past it (less the pages of
 /// the binary and libraries, which it does not count) fails the run.
 const RESIDENT_MIB: u64 = 1536;
+/// The nodes' statement workers' memory limit (`worker_memory_mib`).
+const WORKER_MIB: u64 = 1024;
 /// The bytes of each packet an archive keeps (`ingest`'s and `serve`'s
 /// default; the ring and its dumps keep whole packets).
 const KEPT: usize = 128;
@@ -86,6 +88,7 @@ fn config(name: &str, archive: &Path, capturing: bool) -> String {
     text.push_str(&format!(
         "[api]\nlisten = \"127.0.0.1:{port}\"\ntoken = \"{API_TOKEN}\"\n\
          max_memory_mib = {MEMORY_MIB}\nmax_resident_mib = {RESIDENT_MIB}\ntimeout_secs = 10\n\
+         worker_memory_mib = {WORKER_MIB}\n\
          max_body_bytes = 1048576\n\
          [cluster]\nname = \"{name}\"\ntoken = \"{CLUSTER_TOKEN}\"\nnode_token = \"{}\"\n\
          index = [\"a\"]\nsync_secs = 1\ndeadline_secs = 10\n",
@@ -240,6 +243,8 @@ fn main() {
     });
     let node_a = Node::start(&hindsight, &config_a);
     let mut node_b = Node::start(&hindsight, &config_b);
+    let workers_peak =
+        hindsight_bench::ChildrenPeak::start(&[node_a.child.id(), node_b.child.id()]);
 
     let started = Instant::now();
     let mut client_run = Link::exec(RX, std::env::current_exe().expect("this program"))
@@ -259,6 +264,7 @@ fn main() {
     let (b_status, _, b_log) = node_b.stop(libc::SIGKILL);
     std::thread::sleep(Duration::from_secs(3));
     node_b = Node::start(&hindsight, &config_b);
+    workers_peak.add(node_b.child.id());
     let mut clients_out = String::new();
     client_run
         .stdout
@@ -272,6 +278,7 @@ fn main() {
     // The last packets seal within seal_secs; then node a is stopped.
     std::thread::sleep(Duration::from_secs(3));
     let (peak_a, peak_b) = (node_a.peak_rss_mib(), node_b.peak_rss_mib());
+    let worker_peak = workers_peak.peak_mib();
     let a_alive = node_a.child.id();
     let (a_status, a_stop, a_log) = node_a.stop(libc::SIGTERM);
     let (_, _, b_log_2) = node_b.stop(libc::SIGTERM);
@@ -338,6 +345,9 @@ fn main() {
         "node b: peak RSS {} MiB, {} of them file pages, after its restart; SIGKILLed once ({b_status})",
         peak_b.0, peak_b.1
     );
+    println!(
+        "statement workers: highest peak RSS {worker_peak} MiB less file pages (worker_memory_mib {WORKER_MIB})"
+    );
     println!("run: {run_secs:.0} s");
     let crashed = |log: &str| {
         log.lines()
@@ -346,6 +356,8 @@ fn main() {
                     || l.contains("fatal runtime error")
                     || l.contains("overflowed")
             })
+            // A statement worker refused memory past its bound: the bound held.
+            .filter(|l| !(l.contains("statement worker") && l.contains("memory allocation of")))
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
@@ -370,6 +382,11 @@ fn main() {
                 "node {name}'s peak RSS {peak} MiB less {file} MiB of file pages passed max_resident_mib {RESIDENT_MIB}"
             ));
         }
+    }
+    if worker_peak > WORKER_MIB {
+        failures.push(format!(
+            "a statement worker's peak RSS less its file pages, {worker_peak} MiB, passed worker_memory_mib {WORKER_MIB}"
+        ));
     }
     if !clients_ok {
         failures.push("a bound did not hold (see the clients' report)".to_owned());

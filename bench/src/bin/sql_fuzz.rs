@@ -13,7 +13,9 @@
 //! others given up on still compute are run after all.
 //! At the end it prints the counts by path and status, the distinct errors
 //! (numbers and quoted text folded), and the servers' peak RSS against their
-//! memory bound.
+//! memory bound: each server's own process against `max_resident_mib`, and
+//! the statement workers it starts (each sampled every 200 ms, the
+//! highest) against `worker_memory_mib`.
 //!
 //! Statements are typed (an expression of each type is built from the
 //! columns and functions of that type, so most plan and run: about two thirds
@@ -39,7 +41,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hindsight_bench::{
-    Flags, Rng, default_source, file_rss_kib, hindsight_binary, peak_rss_kib, run_quiet,
+    ChildrenPeak, Flags, Rng, default_source, file_rss_kib, hindsight_binary, peak_rss_kib,
+    run_quiet,
 };
 
 /// The servers' bound on one statement's memory, MiB.
@@ -49,6 +52,9 @@ const MEMORY_MIB: u64 = 256;
 /// the pages of the binary and libraries, which it does not count) fails
 /// the run.
 const RESIDENT_MIB: u64 = 1024;
+/// The servers' statement workers' memory limit (`worker_memory_mib`): the
+/// kernel refuses a worker's allocation past it.
+const WORKER_MIB: u64 = 1024;
 
 const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR] [--print FROM..TO]";
 
@@ -1081,6 +1087,7 @@ fn main() {
     let cluster = |name: &str| {
         format!(
             "archive = {:?}\n[api]\nmax_memory_mib = {MEMORY_MIB}\nmax_resident_mib = {RESIDENT_MIB}\n\
+             worker_memory_mib = {WORKER_MIB}\n\
              timeout_secs = {timeout_secs}\n\
              max_body_bytes = 1048576\nmax_queued = 1024\n[cluster]\nname = \"{name}\"\n\
              token = \"{TOKEN}\"\nnode_token = \"{}\"\nindex = [\"a\"]\nsync_secs = 1\n\
@@ -1094,7 +1101,7 @@ fn main() {
         )
     };
     let (mut node_a, base) = start(&hindsight, &dir, "a", &cluster("a"), port_a);
-    let (mut node_b, _) = start(&hindsight, &dir, "b", &cluster("b"), port_b);
+    let (mut node_b, base_b) = start(&hindsight, &dir, "b", &cluster("b"), port_b);
     let started = Instant::now();
     let done = std::sync::atomic::AtomicU64::new(0);
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -1110,6 +1117,8 @@ fn main() {
         done: &done,
         stop: &stop,
     };
+    // The highest peak of a statement worker seen, less its file pages.
+    let workers_peak = ChildrenPeak::start(&[node_a.id(), node_b.id()]);
     // Each thread its own generator (seed + thread) and tallies.
     let results: Vec<(Tally, Tally, Tally, Option<String>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
@@ -1170,7 +1179,24 @@ fn main() {
             ));
         }
     }
+    let worker_peak = workers_peak.peak_mib();
+    if worker_peak > WORKER_MIB {
+        failure.get_or_insert(format!(
+            "a statement worker's peak RSS less its file pages, {worker_peak} MiB, passed its \
+             worker_memory_mib {WORKER_MIB}"
+        ));
+    }
     let cancelled = metric(&base, TOKEN, "hindsight_sql_cancelled_for_memory_total");
+    let worker_count = |name| {
+        [&base, &base_b]
+            .iter()
+            .map(|base| metric(base, TOKEN, name).unwrap_or(0))
+            .sum::<u64>()
+    };
+    let (started_workers, died_workers) = (
+        worker_count("hindsight_statement_workers_started_total"),
+        worker_count("hindsight_statement_workers_died_total"),
+    );
     println!(
         "# sql_fuzz: seed {seed}, {threads} threads, {:.0} s; servers' max_memory_mib = {MEMORY_MIB} per statement, {} for all at once (max_scans 2 + 1)",
         started.elapsed().as_secs_f64(),
@@ -1209,6 +1235,11 @@ fn main() {
         peak_b >> 10,
         file_b >> 10,
         cancelled.map_or_else(|| "?".to_owned(), |n| n.to_string())
+    );
+    println!(
+        "statement workers: {started_workers} started, {died_workers} died running a statement; \
+         highest peak RSS seen {worker_peak} MiB less file pages, against worker_memory_mib \
+         {WORKER_MIB}"
     );
     let _ = node_a.kill();
     let _ = node_b.kill();

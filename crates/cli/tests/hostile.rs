@@ -295,11 +295,14 @@ fn a_server_past_its_resident_bound_cancels_its_statements_and_answers_after() {
     let dir = tempfile::tempdir().unwrap();
     let archive = archive_lan_hour(dir.path());
     // The operators may reserve gigabytes, the process may hold 256 MiB: a
-    // sort of 50 million values passes the second bound alone.
+    // sort of 50 million values passes the second bound alone. The bound of
+    // what runs in the server's own process: statements there (without
+    // workers, as here) and watches' windows.
     let server = Server::start(
         dir.path(),
         &format!(
-            "archive = {:?}\n[api]\nmax_memory_mib = 4096\nmax_resident_mib = 256\n",
+            "archive = {:?}\n[api]\nmax_memory_mib = 4096\nmax_resident_mib = 256\n\
+             statement_workers = false\n",
             archive.to_str().unwrap()
         ),
     );
@@ -337,11 +340,13 @@ fn statements_given_up_on_that_still_plan_are_bounded_and_refuse_new_ones_meanwh
     let server = Server::start(
         dir.path(),
         &format!(
-            "archive = {:?}\n[api]\ntimeout_secs = 1\nmax_body_bytes = 1048576\n",
+            "archive = {:?}\n[api]\ntimeout_secs = 1\nmax_body_bytes = 1048576\n\
+             statement_workers = false\n",
             archive.to_str().unwrap()
         ),
     );
-    // Planning is quadratic in a chain's length and cannot be interrupted: a
+    // In the server's own process (statements in workers end with their
+    // worker, see the next test). Planning is quadratic in a chain's length and cannot be interrupted: a
     // thousand arms plan for seconds, far past the 1 s deadline.
     let slow = json!({"sql": format!(
         "SELECT count(*) FROM ({})",
@@ -376,17 +381,82 @@ fn statements_given_up_on_that_still_plan_are_bounded_and_refuse_new_ones_meanwh
 }
 
 #[test]
+fn a_statement_past_its_workers_memory_is_refused_and_the_server_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\nmax_memory_mib = 64\nworker_memory_mib = 600\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    // Each call stays under its 64 MiB, no operator reserves anything, and
+    // one projection makes twenty of them before it yields: 1.2 GB in one
+    // step, which no cancel can stop. In the server's process it grew the
+    // server by as much; in a worker the kernel refuses it.
+    let columns: Vec<String> = (0..20)
+        .map(|i| format!("repeat('{}', 60000000) AS c{i}", char::from(b'a' + i)))
+        .collect();
+    let joined: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    let sql = format!(
+        "SELECT length({}) FROM (SELECT {})",
+        joined.join(" || "),
+        columns.join(", ")
+    );
+    let body = json!({ "sql": sql }).to_string();
+    let answer = post_with(&server, "/api/v1/sql", body.as_bytes(), None);
+    answer.error(400, "worker_memory_mib = 600");
+    assert!(metric(&server, "hindsight_statement_workers_died_total") >= 1);
+    assert_eq!(
+        metric(&server, "hindsight_statement_worker_limit_bytes"),
+        600 << 20
+    );
+    // The server's own memory never held it.
+    let peak = metric(&server, "hindsight_resident_peak_bytes");
+    assert!(peak < 400 << 20, "the server's resident peak {peak}");
+    // The next statement gets a new worker.
+    let quick = json!({"sql": "SELECT count(*) AS n FROM packets", "format": "csv"}).to_string();
+    let answer = post_with(&server, "/api/v1/sql", quick.as_bytes(), None);
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.text(), "n\n62781\n");
+    drop(server);
+    // A statement past its deadline ends with its worker: planning a
+    // thousand arms takes seconds and cannot be interrupted, yet nothing
+    // computes on, and the next statement is answered at once.
+    let server = Server::start(
+        dir.path(),
+        &format!(
+            "archive = {:?}\n[api]\ntimeout_secs = 1\nmax_body_bytes = 1048576\n",
+            archive.to_str().unwrap()
+        ),
+    );
+    let slow = json!({"sql": format!(
+        "SELECT count(*) FROM ({})",
+        chain("", " UNION ALL ", "SELECT 1 AS x", 1000)
+    )})
+    .to_string();
+    for _ in 0..3 {
+        post_with(&server, "/api/v1/sql", slow.as_bytes(), None).error(504, "timeout_secs");
+        let answer = post_with(&server, "/api/v1/sql", quick.as_bytes(), None);
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    assert_eq!(metric(&server, "hindsight_sql_abandoned"), 0);
+    assert_eq!(metric(&server, "hindsight_sql_refused_busy_total"), 0);
+}
+
+#[test]
 fn what_a_statement_freed_is_given_back_to_the_system_at_rest() {
     let dir = tempfile::tempdir().unwrap();
     let archive = archive_lan_hour(dir.path());
     let server = Server::start(
         dir.path(),
         &format!(
-            "archive = {:?}\n[api]\nmax_memory_mib = 512\n",
+            "archive = {:?}\n[api]\nmax_memory_mib = 512\nstatement_workers = false\n",
             archive.to_str().unwrap()
         ),
     );
-    // A sort that holds hundreds of MiB, then frees them (refused by its
+    // In the server's own process. A sort that holds hundreds of MiB, then frees them (refused by its
     // own pool or answered, either way it ends).
     let body = json!({"sql": "SELECT max(x) FROM (SELECT v AS x FROM generate_series(1, 30000000) \
                               t(v) ORDER BY v DESC LIMIT 20000000)"});

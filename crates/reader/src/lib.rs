@@ -779,7 +779,20 @@ impl Reader {
     pub fn snapshot(&self) -> Result<Arc<Snapshot>, ReaderError> {
         // The tail first, the disk after: a piece that left the tail meanwhile
         // is on disk by then (see `hindsight_store::tail`).
-        let tail = self.tail.as_ref().map(|tail| tail.view());
+        self.snapshot_with(self.tail_view())
+    }
+
+    /// What the tail of this process's writer holds now, if it shares one:
+    /// what a reader in another process needs besides the disk (a statement
+    /// worker's, see `hindsight_serve`), taken before that reader looks at
+    /// the disk.
+    pub fn tail_view(&self) -> Option<TailView> {
+        self.tail.as_ref().map(|tail| tail.view())
+    }
+
+    /// As [`Self::snapshot`], with `tail` (taken before this call) as the
+    /// unsealed rows: the pieces of it not on disk by now.
+    pub fn snapshot_with(&self, tail: Option<TailView>) -> Result<Arc<Snapshot>, ReaderError> {
         let mut current = self
             .current
             .lock()

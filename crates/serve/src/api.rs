@@ -38,6 +38,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::admission::{Admission, Cost, Ticket};
 use super::metrics;
+use super::worker::{Answer, Statement};
 
 /// The web UI: a search page and a live page, no external resources.
 const UI: &str = include_str!("ui.html");
@@ -125,6 +126,9 @@ pub struct AppState {
     pub window_timeout: Duration,
     /// The cluster this server is a node of, if any.
     pub cluster: Option<crate::cluster::ClusterState>,
+    /// The processes statements run in, unless they run in this one
+    /// (`[api] statement_workers`).
+    pub workers: Option<Arc<crate::worker::Workers>>,
     /// Requests by route (the matched path), for the metrics.
     pub requests: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Connections accepted and refused (see `listen`).
@@ -169,6 +173,11 @@ impl ApiError {
     /// Its status.
     pub fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// What went wrong, for the client.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 
     /// Its `Retry-After`, seconds.
@@ -432,7 +441,7 @@ pub(crate) fn incomplete_header(
 }
 
 /// `parts` joined into one header value, `None` if there are none.
-fn header_text(parts: &[String]) -> Option<String> {
+pub(crate) fn header_text(parts: &[String]) -> Option<String> {
     if parts.is_empty() {
         return None;
     }
@@ -1070,6 +1079,30 @@ fn answer_format(
         })
 }
 
+/// Runs `statement` under a scan slot: in a statement worker, or here if the
+/// server has none.
+pub(crate) async fn run_statement(
+    state: &Shared,
+    statement: Statement,
+    mut limits: Limits,
+) -> ApiResult<Answer> {
+    let shared = Arc::clone(state);
+    blocking(state, Cost::Scan, move |cancel| {
+        limits.cancel = cancel;
+        match &shared.workers {
+            Some(workers) => workers.run(&shared.reader, &statement, &limits),
+            None => {
+                let here = crate::worker::Here {
+                    reader: &shared.reader,
+                    cluster: shared.cluster.as_ref().map(|cluster| &cluster.client),
+                };
+                crate::worker::run_here(here, None, &statement, &limits)
+            }
+        }
+    })
+    .await
+}
+
 /// Response header of a page of connections that has a next page: its cursor.
 pub const NEXT_HEADER: &str = "hindsight-next";
 
@@ -1088,25 +1121,28 @@ async fn sql(
     )?;
     // Not while statements given up on still compute, as many as it lets.
     hindsight_sql::abandoned::check().map_err(|e| ApiError::of_reader(e.into()))?;
-    if body.cluster {
-        return super::cluster::federated_sql(state, body.sql, format, max_rows).await;
-    }
-    let mut limits = state.limits.sql(max_rows);
-    let reader = Arc::clone(&state.reader);
-    let output = blocking(&state, Cost::Scan, move |cancel| {
-        limits.cancel = cancel;
-        let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
-        let mut out = Vec::new();
-        session
-            .run(&body.sql, format, &mut out, &limits.statement())
-            .map_err(|e| ApiError::of_reader(e.into()))?;
-        Ok((out, session.skipped()))
-    })
-    .await?;
-    let (output, skipped) = output;
-    let mut response = ([(header::CONTENT_TYPE, format.media_type())], output).into_response();
-    if let Some(value) = header_text(&skipped).and_then(|text| HeaderValue::from_str(&text).ok()) {
-        response.headers_mut().insert(INCOMPLETE_HEADER, value);
+    let statement = if body.cluster {
+        // Here, so that a server that is no node says so before queueing.
+        super::cluster::cluster(&state)?;
+        Statement::Cluster {
+            text: body.sql,
+            format,
+        }
+    } else {
+        Statement::Sql {
+            text: body.sql,
+            format,
+        }
+    };
+    let answer = run_statement(&state, statement, state.limits.sql(max_rows)).await?;
+    let mut response = ([(header::CONTENT_TYPE, format.media_type())], answer.body).into_response();
+    for (name, value) in &answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::try_from(name.as_str()),
+            HeaderValue::from_str(&ascii(value)),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
     }
     Ok(response)
 }

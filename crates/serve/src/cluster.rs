@@ -126,7 +126,7 @@ pub fn routes() -> Router<Shared> {
         .route("/api/v1/cluster/fragment", post(fragment))
 }
 
-fn cluster(state: &AppState) -> ApiResult<&ClusterState> {
+pub(crate) fn cluster(state: &AppState) -> ApiResult<&ClusterState> {
     state.cluster.as_ref().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -375,40 +375,6 @@ fn federated_answer(bytes: Vec<u8>, format: Format, outcome: &Outcome) -> Respon
     response
 }
 
-/// `POST /api/v1/sql` with `"cluster": true`: the statement planned here and
-/// cut into fragments that the nodes that may hold its rows run (filters,
-/// projections, partial aggregations), finished here over their answers.
-pub(crate) async fn federated_sql(
-    state: Shared,
-    sql: String,
-    format: Format,
-    max_rows: u64,
-) -> ApiResult<Response> {
-    let client = cluster(&state)?.client.clone();
-    let (timeout, memory) = (state.limits.timeout, state.limits.max_memory_bytes);
-    let (bytes, outcome) =
-        crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {
-            let mut bytes = Vec::new();
-            let limits = hindsight_sql::Limits {
-                max_rows: Some(max_rows),
-                timeout: Some(timeout),
-                cancel,
-            };
-            let (_, outcome) = hindsight_cluster::sql::run(
-                client,
-                &sql,
-                format,
-                &mut bytes,
-                &limits,
-                Some(memory),
-            )
-            .map_err(|e| ApiError::of_reader(e.into()))?;
-            Ok((bytes, outcome))
-        })
-        .await?;
-    Ok(federated_answer(bytes, format, &outcome))
-}
-
 /// This node's own archive, read for its share of a federated answer without
 /// a request to itself (and without a second of the API's slots).
 #[derive(Debug)]
@@ -491,21 +457,15 @@ async fn fragment(
         )));
     }
     hindsight_sql::abandoned::check().map_err(|e| ApiError::of_reader(e.into()))?;
-    let mut limits = state.limits.sql(state.limits.max_rows);
-    let reader = Arc::clone(&state.reader);
-    let bytes = crate::api::blocking(&state, crate::admission::Cost::Scan, move |cancel| {
-        limits.cancel = cancel;
-        let session = reader.sql(&limits).map_err(ApiError::of_reader)?;
-        let mut out = Vec::new();
-        session
-            .run_fragment(&body, &mut out, &limits.statement())
-            .map_err(|e| ApiError::of_reader(e.into()))?;
-        Ok(out)
-    })
+    let answer = crate::api::run_statement(
+        &state,
+        crate::worker::Statement::Fragment(body.to_vec()),
+        state.limits.sql(state.limits.max_rows),
+    )
     .await?;
     Ok((
         [(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")],
-        bytes,
+        answer.body,
     )
         .into_response())
 }

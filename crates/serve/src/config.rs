@@ -59,6 +59,10 @@
 //!                                  # statements running are cancelled (default:
 //!                                  # max_total_memory_mib + ring_mib + tail_mib + 1024)
 //! footer_cache_mib = 64            # parsed segment footers kept between queries (0: none)
+//! statement_workers = true         # statements, peers' fragments and watches' windows run in
+//!                                  # worker processes, each under a kernel memory limit
+//! worker_memory_mib = 3136         # that limit (default: max_memory_mib + 2 * tail_mib
+//!                                  # + footer_cache_mib + 1536)
 //! max_connections = 512            # connections open at once; past it 503 and close
 //! max_connections_per_client = 128 # from one client address
 //! header_timeout_secs = 10         # a request head must arrive within this
@@ -356,6 +360,14 @@ pub struct ApiSection {
     pub max_resident_mib: Option<usize>,
     /// Parsed segment footers kept between queries, MiB.
     pub footer_cache_mib: usize,
+    /// Run a client's statements, peers' fragments and watches' windows in
+    /// worker processes, each under a kernel memory limit (see `worker`).
+    pub statement_workers: bool,
+    /// The memory limit of each statement worker, MiB (the kernel's
+    /// `RLIMIT_DATA`: its heap, anonymous mappings and thread stacks); by
+    /// default `max_memory_mib` plus twice the capture's `tail_mib` plus
+    /// `footer_cache_mib` plus 1536.
+    pub worker_memory_mib: Option<usize>,
     /// Connections open at once.
     pub max_connections: usize,
     /// Connections open at once from one client address.
@@ -381,6 +393,15 @@ impl ApiSection {
 /// between operators.
 const RESIDENT_HEADROOM_MIB: usize = 1024;
 
+/// What a statement worker holds besides its statement's reservations, the
+/// tail and the footers, by default: the statistics and metadata caches
+/// (160 MiB), its threads' stacks (64 MiB each, reserved as they start),
+/// the batches between operators and the answer.
+const WORKER_HEADROOM_MIB: usize = 1536;
+
+/// The least `worker_memory_mib`: the worker's own start takes about this.
+pub const MIN_WORKER_MEMORY_MIB: usize = 512;
+
 /// The least `max_resident_mib` taken above the capture's memory: below it
 /// the caches and writers alone would keep every statement cancelled.
 const MIN_RESIDENT_ABOVE_CAPTURE_MIB: usize = 256;
@@ -401,6 +422,8 @@ impl Default for ApiSection {
             max_total_memory_mib: None,
             max_resident_mib: None,
             footer_cache_mib: hindsight_store::FooterCache::DEFAULT_BYTES >> 20,
+            statement_workers: true,
+            worker_memory_mib: None,
             max_connections: 512,
             max_connections_per_client: 128,
             header_timeout_secs: 10,
@@ -443,6 +466,19 @@ impl ServeConfig {
     fn capture_mib(&self) -> usize {
         self.capture.as_ref().map_or(0, |capture| {
             capture.ring_mib.saturating_add(capture.tail_mib)
+        })
+    }
+
+    /// The memory limit of each statement worker, MiB
+    /// ([`ApiSection::worker_memory_mib`]).
+    pub fn worker_memory_mib(&self) -> usize {
+        self.api.worker_memory_mib.unwrap_or_else(|| {
+            let tail = self.capture.as_ref().map_or(0, |capture| capture.tail_mib);
+            self.api
+                .max_memory_mib
+                .saturating_add(tail.saturating_mul(2))
+                .saturating_add(self.api.footer_cache_mib)
+                .saturating_add(WORKER_HEADROOM_MIB)
         })
     }
 
@@ -493,6 +529,13 @@ impl ServeConfig {
             if !(1..=64).contains(&capture.fanout) {
                 bail!("[capture] fanout must be between 1 and 64");
             }
+        }
+        if self.api.statement_workers && self.worker_memory_mib() < MIN_WORKER_MEMORY_MIB {
+            bail!(
+                "[api] worker_memory_mib = {}: a statement worker needs at least {} MiB to start",
+                self.worker_memory_mib(),
+                MIN_WORKER_MEMORY_MIB
+            );
         }
         if !self.watch.is_empty() && self.capture.is_none() {
             bail!("[[watch]] needs a [capture] section: watches run on live traffic");

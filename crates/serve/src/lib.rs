@@ -16,6 +16,7 @@ mod config;
 pub mod listen;
 mod metrics;
 mod watches;
+pub mod worker;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,8 @@ pub struct Options {
     pub listen: Option<std::net::SocketAddr>,
     /// Listen beyond loopback without a token.
     pub insecure_no_token: bool,
+    /// Run as a statement worker of a server (see [`worker`]), not as one.
+    pub statement_worker: Option<worker::WorkerOptions>,
 }
 
 /// How often the reader looks for sealed or expired segments when no request
@@ -60,6 +63,9 @@ const DRAIN_REQUESTS: Duration = Duration::from_secs(10);
 
 /// Runs `hindsight serve` until SIGTERM or SIGINT.
 pub fn run(args: Options) -> Result<()> {
+    if let Some(options) = &args.statement_worker {
+        return worker::serve_statements(options);
+    }
     let mut config = match &args.config {
         Some(path) => ServeConfig::load(path)?,
         None => ServeConfig::default(),
@@ -162,8 +168,25 @@ pub fn run(args: Options) -> Result<()> {
             );
         }
     }
+    let workers = if config.api.statement_workers {
+        let exe = std::env::current_exe().context("cannot find this program to run workers")?;
+        Some(Arc::new(worker::Workers::new(
+            exe,
+            &root,
+            args.config.as_deref(),
+            config.worker_memory_mib(),
+            config.api.footer_cache_mib,
+        )))
+    } else {
+        None
+    };
     let hub = match &recorder {
-        Some((recorder, _)) => Some(Arc::new(start_watches(&config, recorder, &reader)?)),
+        Some((recorder, _)) => Some(Arc::new(start_watches(
+            &config,
+            recorder,
+            &reader,
+            workers.as_ref(),
+        )?)),
         None => None,
     };
     let live = recorder.as_ref().map(|(recorder, interface)| Live {
@@ -218,6 +241,7 @@ pub fn run(args: Options) -> Result<()> {
         requests: std::sync::Mutex::default(),
         connections: Arc::default(),
         allowed_hosts: config.api.allowed_hosts.clone(),
+        workers,
     });
     let syncing = state
         .cluster
@@ -458,6 +482,7 @@ fn start_watches(
     config: &ServeConfig,
     recorder: &Recorder,
     reader: &Arc<Reader>,
+    workers: Option<&Arc<worker::Workers>>,
 ) -> Result<hindsight_watch::hub::Hub> {
     let limits = hindsight_reader::Limits {
         memory_bytes: Some(config.api.max_memory_mib.saturating_mul(1 << 20)),
@@ -465,8 +490,16 @@ fn start_watches(
     };
     let snapshot = reader.snapshot()?;
     let session = snapshot.sql(&limits)?;
-    let watcher =
+    let mut watcher =
         hindsight_watch::Watcher::dynamic(session, hindsight_flow::FlowTableConfig::default())?;
+    if let Some(workers) = workers {
+        // Windows run in statement workers; the session here only plans.
+        watcher = watcher.with_runner(Arc::new(worker::Windows {
+            workers: Arc::clone(workers),
+            reader: Arc::clone(reader),
+            memory_bytes: limits.memory_bytes,
+        }));
+    }
     let sessions_reader = Arc::clone(reader);
     let mut last = snapshot;
     let sessions: hindsight_watch::hub::Sessions = Box::new(move || {

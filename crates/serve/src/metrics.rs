@@ -448,6 +448,30 @@ pub fn render(state: &AppState) -> Result<String> {
         "Statements refused because as many given up on as the server lets still computed.",
         hindsight_sql::abandoned::refused(),
     );
+    if let Some(workers) = &state.workers {
+        counters(
+            &mut out,
+            [
+                (
+                    "hindsight_statement_workers_started_total",
+                    "Statement worker processes started ([api] statement_workers).",
+                    &workers.started,
+                ),
+                (
+                    "hindsight_statement_workers_died_total",
+                    "Statement workers that died running a statement (past worker_memory_mib, most often).",
+                    &workers.died,
+                ),
+            ],
+        );
+        single(
+            &mut out,
+            "hindsight_statement_worker_limit_bytes",
+            "gauge",
+            "Each statement worker's memory limit ([api] worker_memory_mib).",
+            (workers.memory_mib() as u64) << 20,
+        );
+    }
     if let Some(cluster) = &state.cluster {
         let c = &cluster.counters;
         counters(

@@ -33,6 +33,7 @@ mod shape;
 mod stages;
 mod summary;
 mod table;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -38,6 +38,7 @@ pub mod rerun;
 pub mod sources;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hindsight_flow::{FlowTable, FlowTableConfig};
@@ -245,10 +246,8 @@ impl Running {
         })
     }
 
-    /// Runs the statement on the window `[start, end)`, whose rows the
-    /// session's live tables hold.
-    fn evaluate(&self, session: &SqlSession, start: i64, end: i64, cut: u64) -> Answer {
-        let started = Instant::now();
+    /// The named parameters of the window `[start, end)`.
+    fn params(&self, start: i64, end: i64) -> Vec<(&str, ScalarValue)> {
         let mut params = vec![
             ("window_start", timestamp(start)),
             ("window_end", timestamp(end)),
@@ -260,14 +259,63 @@ impl Running {
                 .iter()
                 .map(|(name, value)| (name.as_str(), value.clone())),
         );
-        let limits = hindsight_sql::Limits {
+        params
+    }
+
+    /// The bounds of one window's statement.
+    fn limits(&self) -> hindsight_sql::Limits {
+        hindsight_sql::Limits {
             max_rows: Some(self.spec.bounds.max_answer_rows),
             timeout: Some(self.spec.bounds.window_timeout),
             cancel: self.spec.bounds.cancel.clone(),
+        }
+    }
+
+    /// Runs the statement on the window `[start, end)` of `packets` and
+    /// `flows`: with `runner`, there; else in `session`, whose live tables
+    /// then hold them.
+    fn evaluate_rows(
+        &self,
+        session: &SqlSession,
+        runner: Option<&dyn WindowRunner>,
+        window: (i64, i64, u64),
+        packets: Vec<RecordBatch>,
+        flows: Vec<RecordBatch>,
+    ) -> Answer {
+        let (start, end, cut) = window;
+        let Some(runner) = runner else {
+            return match session.set_live(packets, flows) {
+                Ok(()) => self.evaluate(session, start, end, cut),
+                Err(error) => {
+                    self.answer(start, end, Err(anyhow_chain(&error)), cut, Instant::now())
+                }
+            };
         };
+        let started = Instant::now();
+        let params = self.params(start, end);
+        let rows = runner.run(&self.spec.sql, &params, packets, flows, &self.limits());
+        self.answer(start, end, rows, cut, started)
+    }
+
+    /// Runs the statement on the window `[start, end)`, whose rows the
+    /// session's live tables hold.
+    fn evaluate(&self, session: &SqlSession, start: i64, end: i64, cut: u64) -> Answer {
+        let started = Instant::now();
+        let params = self.params(start, end);
         let rows = session
-            .run_script_within(&self.script, &params, &limits)
+            .run_script_within(&self.script, &params, &self.limits())
             .map_err(|e| anyhow_chain(&e));
+        self.answer(start, end, rows, cut, started)
+    }
+
+    fn answer(
+        &self,
+        start: i64,
+        end: i64,
+        rows: Result<Vec<RecordBatch>, String>,
+        cut: u64,
+        started: Instant,
+    ) -> Answer {
         Answer {
             watch: self.spec.name.clone(),
             start_ns: start,
@@ -279,9 +327,26 @@ impl Running {
     }
 }
 
+/// Where a watch's windows run instead of the watcher's own session: a
+/// statement worker of `serve`, under its memory limit.
+pub trait WindowRunner: Send + Sync + std::fmt::Debug {
+    /// The rows of the watch's statement `sql` with `params`, over `packets`
+    /// and `flows` as its live tables, within `limits`; or why it failed.
+    fn run(
+        &self,
+        sql: &str,
+        params: &[(&str, ScalarValue)],
+        packets: Vec<RecordBatch>,
+        flows: Vec<RecordBatch>,
+        limits: &hindsight_sql::Limits,
+    ) -> Result<Vec<RecordBatch>, String>;
+}
+
 /// Feeds the live stream to watches and answers each window as it closes.
 pub struct Watcher {
     session: SqlSession,
+    /// Where windows run, if not in `session` (which then only plans).
+    runner: Option<Arc<dyn WindowRunner>>,
     watches: Vec<Running>,
     /// The panes of the stream by index (`ts / slide`), for the smallest slide;
     /// every watch's slide is a multiple of it.
@@ -348,6 +413,7 @@ impl Watcher {
         let mut watcher = Self {
             pane_bounds: pane_bounds(&running, pane_nanos),
             session,
+            runner: None,
             watches: running,
             panes: BTreeMap::new(),
             pane_nanos,
@@ -365,6 +431,13 @@ impl Watcher {
         };
         watcher.watches_changed();
         Ok(watcher)
+    }
+
+    /// Runs the windows with `runner`; the watcher's session only plans
+    /// and checks the statements.
+    pub fn with_runner(mut self, runner: Arc<dyn WindowRunner>) -> Self {
+        self.runner = Some(runner);
+        self
     }
 
     /// Recomputes what the watches need kept.
@@ -725,18 +798,13 @@ impl Watcher {
             flows.extend(pane.flows.iter().cloned());
             cut += pane.cut;
         }
-        let watch = &self.watches[index];
-        match self.session.set_live(packets, flows) {
-            Ok(()) => watch.evaluate(&self.session, start, end, cut),
-            Err(error) => Answer {
-                watch: watch.spec.name.clone(),
-                start_ns: start,
-                end_ns: end,
-                rows: Err(anyhow_chain(&error)),
-                cut,
-                took: Duration::ZERO,
-            },
-        }
+        self.watches[index].evaluate_rows(
+            &self.session,
+            self.runner.as_deref(),
+            (start, end, cut),
+            packets,
+            flows,
+        )
     }
 }
 

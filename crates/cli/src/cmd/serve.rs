@@ -22,15 +22,32 @@ pub struct Args {
     /// read the archive. Only behind a proxy that authenticates (docs/serve.md).
     #[arg(long)]
     insecure_no_token: bool,
+    /// Run as a statement worker of a server, limited to this many MiB
+    /// (the server starts its workers so; see `hindsight_serve::worker`).
+    #[arg(long, hide = true, value_name = "MIB", requires = "archive")]
+    statement_worker: Option<usize>,
+    /// A statement worker's parsed footers kept between statements, MiB.
+    #[arg(long, hide = true, value_name = "MIB", default_value_t = 64)]
+    footer_cache_mib: usize,
 }
 
 /// Runs `hindsight serve`.
 pub fn run(args: Args) -> Result<ExitCode> {
+    let worker_archive = args.archive.clone().unwrap_or_default();
+    let worker_config = args.config.clone();
     hindsight_serve::run(hindsight_serve::Options {
         config: args.config,
         archive: args.archive,
         listen: args.listen,
         insecure_no_token: args.insecure_no_token,
+        statement_worker: args.statement_worker.map(|memory_mib| {
+            hindsight_serve::worker::WorkerOptions {
+                archive: worker_archive,
+                memory_mib,
+                footer_cache_mib: args.footer_cache_mib,
+                config: worker_config,
+            }
+        }),
     })?;
     Ok(ExitCode::SUCCESS)
 }
