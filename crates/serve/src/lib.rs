@@ -169,7 +169,12 @@ pub fn run(args: Options) -> Result<()> {
         }
     }
     let workers = if config.api.statement_workers {
-        let exe = std::env::current_exe().context("cannot find this program to run workers")?;
+        // This very binary, even once a package upgrade has replaced its
+        // file: a worker speaks the protocol of the server that starts it.
+        let exe = match std::path::Path::new("/proc/self/exe") {
+            own if own.exists() => own.to_path_buf(),
+            _ => std::env::current_exe().context("cannot find this program to run workers")?,
+        };
         Some(Arc::new(worker::Workers::new(
             exe,
             &root,
