@@ -15,7 +15,8 @@
 //! (numbers and quoted text folded), and the servers' peak RSS against their
 //! memory bound: each server's own process against `max_resident_mib`, and
 //! the statement workers it starts (each sampled every 200 ms, the
-//! highest) against `worker_memory_mib`.
+//! highest) against `worker_memory_mib`, and why any worker died (from the
+//! servers' logs, `a.log` and `b.log` in the work directory).
 //!
 //! Statements are typed (an expression of each type is built from the
 //! columns and functions of that type, so most plan and run: about two thirds
@@ -763,12 +764,14 @@ fn start(
 ) -> (std::process::Child, String) {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).expect("write the configuration");
+    // Its log, where a statement worker that died says why.
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("create the log");
     let mut child = Command::new(hindsight)
         .args(["serve", "--config"])
         .arg(&path)
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("start hindsight serve");
     let base = format!("http://127.0.0.1:{port}");
@@ -1243,6 +1246,22 @@ fn main() {
     );
     let _ = node_a.kill();
     let _ = node_b.kill();
+    // Why workers died, from the servers' logs, by kind.
+    let mut deaths: BTreeMap<String, u64> = BTreeMap::new();
+    for name in ["a", "b"] {
+        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+        for line in log.lines() {
+            if let Some((_, why)) = line.split_once("a statement worker died ") {
+                *deaths.entry(kind_of(why)).or_default() += 1;
+            }
+        }
+    }
+    for (why, n) in &deaths {
+        println!(
+            "  {n:>7}  worker died {}",
+            why.chars().take(300).collect::<String>()
+        );
+    }
     if let Some(failure) = failure {
         eprintln!("sql_fuzz: FAILED: {failure}");
         std::process::exit(1);
