@@ -1172,18 +1172,10 @@ fn an_endless_or_hungry_watch_is_removed_at_once_and_shutdown_does_not_wait_on_i
     // A window whose statement makes 1.2 GB in one projection, past its
     // worker's 600 MiB: the kernel refuses it in the worker, the window's
     // answer says so, and the recorder goes on.
-    let columns: Vec<String> = (0..20)
-        .map(|i| format!("repeat('{}', 60000000) AS c{i}", char::from(b'a' + i)))
-        .collect();
-    let joined: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
     let hungry = serde_json::json!({
         "name": "hungry",
         "window": "1s",
-        "sql": format!(
-            "SELECT length({}) AS n FROM (SELECT {} FROM live_packets LIMIT 1)",
-            joined.join(" || "),
-            columns.join(", ")
-        ),
+        "sql": common::wide_projection("FROM live_packets LIMIT 1"),
     })
     .to_string();
     let (got, text) = api(&ns, &address, "POST", "/api/v1/watches", &hungry);

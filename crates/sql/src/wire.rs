@@ -66,34 +66,27 @@ fn write_piece(out: &mut dyn Write, id: SegmentId, batch: &RecordBatch) -> Resul
 /// Reads the tail [`write_tail`] wrote from `input`, a piece at a time,
 /// refused past `max_bytes` in all.
 pub fn read_tail(input: &mut dyn Read, max_bytes: u64) -> Result<TailView, SqlError> {
-    let mut input = Stream {
+    Input {
         inner: input,
         left: max_bytes,
-    };
-    let mut view = TailView::default();
-    for _ in 0..input.count()? {
-        let (id, batches) = input.piece()?;
-        view.packets
-            .extend(batches.into_iter().map(|batch| (id, batch)));
     }
-    for _ in 0..input.count()? {
-        let (id, batches) = input.piece()?;
-        let mut records = Vec::new();
-        for batch in &batches {
-            records.extend(flow_records(batch).ok_or_else(|| malformed("a flows piece"))?);
-        }
-        view.flows.push((id, Arc::from(records)));
-    }
-    Ok(view)
+    .tail()
 }
 
-/// A tail read from a stream: what it may still hold.
-struct Stream<'a> {
+/// What a server sends its worker, read as any other input: every length
+/// within what it may still hold.
+struct Input<'a> {
     inner: &'a mut dyn Read,
     left: u64,
 }
 
-impl Stream<'_> {
+impl Input<'_> {
+    /// A length and that many bytes.
+    fn bytes(&mut self) -> Result<Vec<u8>, SqlError> {
+        let length = self.u64()?;
+        self.exactly(length)
+    }
+
     fn exactly(&mut self, length: u64) -> Result<Vec<u8>, SqlError> {
         if length > self.left {
             return Err(malformed("longer than it may be"));
@@ -125,12 +118,53 @@ impl Stream<'_> {
 
     fn piece(&mut self) -> Result<(SegmentId, Vec<RecordBatch>), SqlError> {
         let id = SegmentId(self.u64()?);
-        let length = self.u64()?;
-        let stream = self.exactly(length)?;
+        let stream = self.bytes()?;
         let reader =
             StreamReader::try_new(BoundedIpc::new(&stream[..], stream.len() as u64), None)?;
         Ok((id, reader.collect::<Result<Vec<_>, _>>()?))
     }
+
+    fn batches(&mut self) -> Result<Vec<RecordBatch>, SqlError> {
+        let mut batches = Vec::new();
+        for _ in 0..self.count()? {
+            batches.extend(self.piece()?.1);
+        }
+        Ok(batches)
+    }
+
+    fn tail(&mut self) -> Result<TailView, SqlError> {
+        let mut view = TailView::default();
+        for _ in 0..self.count()? {
+            let (id, batches) = self.piece()?;
+            view.packets
+                .extend(batches.into_iter().map(|batch| (id, batch)));
+        }
+        for _ in 0..self.count()? {
+            let (id, batches) = self.piece()?;
+            let mut records = Vec::new();
+            for batch in &batches {
+                records.extend(flow_records(batch).ok_or_else(|| malformed("a flows piece"))?);
+            }
+            view.flows.push((id, Arc::from(records)));
+        }
+        Ok(view)
+    }
+}
+
+/// What `read` takes of `bytes`, which must be all of them.
+fn whole<T>(
+    bytes: &[u8],
+    read: impl FnOnce(&mut Input<'_>) -> Result<T, SqlError>,
+) -> Result<T, SqlError> {
+    let mut rest = bytes;
+    let value = read(&mut Input {
+        inner: &mut rest,
+        left: bytes.len() as u64,
+    })?;
+    if !rest.is_empty() {
+        return Err(malformed("bytes after the last piece"));
+    }
+    Ok(value)
 }
 
 /// `batches` as bytes: their count, then each as a length and an IPC stream.
@@ -145,10 +179,7 @@ pub fn encode_batches(batches: &[RecordBatch]) -> Result<Vec<u8>, SqlError> {
 
 /// The batches [`encode_batches`] wrote.
 pub fn decode_batches(bytes: &[u8]) -> Result<Vec<RecordBatch>, SqlError> {
-    let mut input = Input(bytes);
-    let batches = input.batches()?;
-    input.end()?;
-    Ok(batches)
+    whole(bytes, |input| input.batches())
 }
 
 /// A watch's window as bytes: its named parameters (each a name and
@@ -185,94 +216,33 @@ pub type Window = (
 
 /// The window [`encode_window`] wrote.
 pub fn decode_window(bytes: &[u8]) -> Result<Window, SqlError> {
-    let mut input = Input(bytes);
-    let mut params = Vec::new();
-    for _ in 0..input.count()? {
-        let name = String::from_utf8(input.bytes()?.to_vec())
-            .map_err(|_| malformed("a parameter's name"))?;
-        let value = datafusion_proto::protobuf::ScalarValue::decode(input.bytes()?)
-            .map_err(|_| malformed("a parameter's value"))?;
-        let value = ScalarValue::try_from(&value).map_err(|_| malformed("a parameter's value"))?;
-        params.push((name, value));
-    }
-    let packets = input.batches()?;
-    let flows = input.batches()?;
-    input.end()?;
-    Ok((params, packets, flows))
+    whole(bytes, |input| {
+        let mut params = Vec::new();
+        for _ in 0..input.count()? {
+            let name =
+                String::from_utf8(input.bytes()?).map_err(|_| malformed("a parameter's name"))?;
+            let value = datafusion_proto::protobuf::ScalarValue::decode(&input.bytes()?[..])
+                .map_err(|_| malformed("a parameter's value"))?;
+            let value =
+                ScalarValue::try_from(&value).map_err(|_| malformed("a parameter's value"))?;
+            params.push((name, value));
+        }
+        let packets = input.batches()?;
+        let flows = input.batches()?;
+        Ok((params, packets, flows))
+    })
 }
 
 /// The tail [`encode_tail`] wrote.
 pub fn decode_tail(bytes: &[u8]) -> Result<TailView, SqlError> {
-    let mut input = bytes;
-    let view = read_tail(&mut input, bytes.len() as u64)?;
-    if !input.is_empty() {
-        return Err(malformed("bytes after the last piece"));
-    }
-    Ok(view)
+    whole(bytes, |input| input.tail())
 }
 
 fn malformed(what: &str) -> SqlError {
     SqlError::Output(std::io::Error::new(
         std::io::ErrorKind::InvalidData,
-        format!("the unsealed tail sent to the statement worker is malformed: {what}"),
+        format!("what the server sent its statement worker is malformed: {what}"),
     ))
-}
-
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u64(&mut self) -> Result<u64, SqlError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<8>()
-            .ok_or_else(|| malformed("it ends inside a number"))?;
-        self.0 = rest;
-        Ok(u64::from_le_bytes(*head))
-    }
-
-    /// A count of pieces, each of which takes at least 16 bytes.
-    fn count(&mut self) -> Result<u64, SqlError> {
-        let count = self.u64()?;
-        if count > (self.0.len() / 16) as u64 {
-            return Err(malformed("more pieces than bytes"));
-        }
-        Ok(count)
-    }
-
-    fn end(&self) -> Result<(), SqlError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(malformed("bytes after the last piece"))
-        }
-    }
-
-    /// A length and that many bytes.
-    fn bytes(&mut self) -> Result<&[u8], SqlError> {
-        let length = usize::try_from(self.u64()?).unwrap_or(usize::MAX);
-        if length > self.0.len() {
-            return Err(malformed("a piece longer than what is left"));
-        }
-        let (bytes, rest) = self.0.split_at(length);
-        self.0 = rest;
-        Ok(bytes)
-    }
-
-    fn batches(&mut self) -> Result<Vec<RecordBatch>, SqlError> {
-        let mut batches = Vec::new();
-        for _ in 0..self.count()? {
-            batches.extend(self.piece()?.1);
-        }
-        Ok(batches)
-    }
-
-    fn piece(&mut self) -> Result<(SegmentId, Vec<RecordBatch>), SqlError> {
-        let id = SegmentId(self.u64()?);
-        let stream = self.bytes()?;
-        let reader = StreamReader::try_new(BoundedIpc::new(stream, stream.len() as u64), None)?;
-        let batches = reader.collect::<Result<Vec<_>, _>>()?;
-        Ok((id, batches))
-    }
 }
 
 #[cfg(test)]

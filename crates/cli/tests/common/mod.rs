@@ -246,3 +246,19 @@ pub fn agent() -> ureq::Agent {
         .build()
         .into()
 }
+
+/// A statement that makes 1.2 GB in one projection, which no cancel can
+/// stop: twenty 60 MB strings joined, each call under the 64 MiB one call
+/// may make, nothing an operator reserves. `from` ends the inner `SELECT`
+/// (`"FROM live_packets LIMIT 1"`, or nothing).
+pub fn wide_projection(from: &str) -> String {
+    let columns: Vec<String> = (0..20)
+        .map(|i| format!("repeat('{}', 60000000) AS c{i}", char::from(b'a' + i)))
+        .collect();
+    let joined: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+    format!(
+        "SELECT length({}) AS n FROM (SELECT {} {from})",
+        joined.join(" || "),
+        columns.join(", ")
+    )
+}
