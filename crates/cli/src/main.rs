@@ -45,6 +45,22 @@ struct Source {
     cluster: Option<PathBuf>,
 }
 
+impl Source {
+    /// What answers this source's questions (the one place that chooses):
+    /// the cluster; else the `serve` that captures into the archive, unless
+    /// `sealed_only`; else the archive.
+    fn questions(
+        &self,
+        sealed_only: bool,
+    ) -> anyhow::Result<Box<dyn hindsight_service::Questions>> {
+        hindsight_service::open(&hindsight_service::Source {
+            archive: self.archive.clone(),
+            cluster: self.cluster.clone(),
+            sealed_only,
+        })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Read pcap/pcapng captures (plain or gzip) into the archive.

@@ -30,6 +30,7 @@ use hindsight_output::time::{format_nanos, parse_instant, time_range};
 use hindsight_query::search::SearchRequest;
 use hindsight_reader::{ConnQuery, HistogramMethod, Limits, Reader, ReaderError, Snapshot};
 use hindsight_ring::Ring;
+pub use hindsight_service::{INCOMPLETE_HEADER, NEXT_HEADER};
 use hindsight_sql::{Cancel, SqlError};
 use hindsight_store::TimeRange;
 use serde::Deserialize;
@@ -425,10 +426,6 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
     }
     response
 }
-
-/// Response header of an answer that damage made incomplete: what it went
-/// without (damaged catalog lines, segments skipped).
-pub const INCOMPLETE_HEADER: &str = "hindsight-incomplete";
 
 /// The value of [`INCOMPLETE_HEADER`], if the answer goes without something.
 pub(crate) fn incomplete_header(
@@ -1102,9 +1099,6 @@ pub(crate) async fn run_statement(
     })
     .await
 }
-
-/// Response header of a page of connections that has a next page: its cursor.
-pub const NEXT_HEADER: &str = "hindsight-next";
 
 /// `POST /api/v1/sql`: a statement over `packets` and `flows`, as JSON lines
 /// (or `format`: csv, table, parquet).

@@ -10,7 +10,6 @@
 
 pub mod admission;
 pub mod api;
-pub mod client;
 pub mod cluster;
 mod config;
 pub mod listen;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
-use hindsight_cluster::{ClusterClient, ClusterConfig, Outcome};
+use hindsight_cluster::{ClusterClient, ClusterConfig};
 
 /// Arguments of `hindsight cluster status|token`.
 #[derive(Debug, clap::Args)]
@@ -26,19 +26,6 @@ pub struct Args {
 /// A client of the cluster of `file`.
 pub fn client(file: &Path) -> Result<ClusterClient> {
     Ok(ClusterClient::new(ClusterConfig::load(file)?))
-}
-
-/// Says on stderr which nodes were asked and which did not answer; exit code
-/// 3 if the answer is partial.
-pub fn report(outcome: &Outcome) -> ExitCode {
-    for line in hindsight_cluster::client::report_lines(outcome) {
-        eprintln!("{line}");
-    }
-    ExitCode::from(if outcome.is_partial() {
-        super::query::INCOMPLETE
-    } else {
-        0
-    })
 }
 
 /// Runs `hindsight cluster status|token`.

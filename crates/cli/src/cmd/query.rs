@@ -1,17 +1,14 @@
 //! `hindsight query FILTER --archive DIR`
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
-use anyhow::{Context, Result};
-use hindsight_output::packets::packet_sink;
+use anyhow::Result;
 use hindsight_output::time::time_range;
 use hindsight_output::{Answer, Format};
 use hindsight_query::filter::Filter;
-use hindsight_query::search::{PacketSearch, SearchRequest};
-use hindsight_serve::client::Client;
+use hindsight_service::{Output, PacketQuestion};
 
 /// Arguments of `hindsight query`.
 #[derive(Debug, clap::Args)]
@@ -64,17 +61,6 @@ pub struct WindowArgs {
 }
 
 impl WindowArgs {
-    /// The window's ends as given, by the names the API takes them.
-    pub fn since_until(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        let (since, until) = match &self.between {
-            Some(both) => (both.first(), both.get(1)),
-            None => (self.since.as_ref(), self.until.as_ref()),
-        };
-        [("since", since), ("until", until)]
-            .into_iter()
-            .filter_map(|(name, time)| Some((name, time?.as_str())))
-    }
-
     /// Returns the window as a time range.
     pub fn range(&self) -> Result<hindsight_store::TimeRange> {
         time_range(
@@ -87,76 +73,26 @@ impl WindowArgs {
 
 /// Runs `hindsight query`.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let filter =
-        Filter::parse(&args.filter).map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
-    let time = args.window.range()?;
+    // Refused here, before anything is asked.
+    Filter::parse(&args.filter).map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))?;
     let format = output_format(args.format, args.output.as_deref(), Answer::Packets)?;
     if format.is_capture() && args.output.is_none() && io::stdout().is_terminal() {
         anyhow::bail!("refusing to write a capture file to a terminal: use -o FILE or a pipe");
     }
-    if let Some(cluster) = &args.source.cluster {
-        let client = super::cluster::client(cluster)?;
-        let mut out = hindsight_output::create(args.output.as_deref())?;
-        let question = hindsight_cluster::client::PacketQuestion {
-            filter: args.filter.clone(),
-            time,
-            limit: args.limit,
-            max_rows: None,
-            count: args.count,
-        };
-        let outcome =
-            hindsight_cluster::client::write_packets(&client, &question, format, &mut out)?;
-        out.flush()?;
-        return Ok(super::cluster::report(&outcome));
-    }
-    let root = args.source.archive.as_ref().context("no archive")?;
-    if !args.sealed_only
-        && !args.explain
-        && let Some(client) = Client::find(root)
-    {
-        match ask(&client, &args, format) {
-            Ok(answered) => return answered,
-            Err(error) => super::unanswered(&client, &error),
-        }
-    }
-    let search = PacketSearch::open_within(root, time)
-        .with_context(|| format!("cannot open archive {}", root.display()))?
-        .with_remote(hindsight_reader::remote_segments(root)?);
-    let request = SearchRequest {
-        filter,
-        time,
+    let question = PacketQuestion {
+        filter: args.filter,
+        time: args.window.range()?,
         limit: args.limit,
-        with_data: format.is_capture() && !args.count,
-        capture_only: format.is_capture() || args.count,
+        count: args.count,
+        explain: args.explain,
     };
-    let started = Instant::now();
-    let plan = search.plan(&request)?;
-    let out = hindsight_output::create(args.output.as_deref())?;
-    let stats = if args.count {
-        let stats = search.execute(&request, &plan, &mut |_, _| Ok(true))?;
-        let mut out = out;
-        writeln!(out, "{}", stats.rows_matched)?;
-        out.flush()?;
-        stats
-    } else {
-        let mut sink = packet_sink(format, out).map_err(anyhow::Error::msg)?;
-        let stats = search.execute(&request, &plan, &mut |record, data| {
-            sink.write(record, data).map(|()| true)
-        })?;
-        sink.finish()?;
-        stats
-    };
-    if args.explain {
-        eprintln!("{}", stats.explain(started.elapsed().as_secs_f64()));
-    }
-    let mut lines = hindsight_query::search::incomplete_lines(search.archive(), &stats.skipped);
-    lines.extend(
-        hindsight_query::search::unknown_line(&stats).map(|line| format!("warning: {line}")),
-    );
-    // The process ends here: closing the read-only index would only free memory
-    // (about a millisecond, a tenth of a query the index answers alone).
-    std::mem::forget(search);
-    Ok(super::warn_exit(&lines, args.strict))
+    let mut out = Output::to(args.output.as_deref());
+    let answered = args
+        .source
+        .questions(args.sealed_only)?
+        .packets(&question, format, &mut out)?;
+    out.finish()?;
+    Ok(super::exit(&answered, args.strict))
 }
 
 /// The format of an answer: `--format`, else the one `-o FILE`'s extension asks
@@ -170,39 +106,6 @@ pub fn output_format(
         .or_else(|| output.and_then(|path| Format::of_path(path, answer)))
         .unwrap_or(Format::Table);
     format.check(answer).map_err(anyhow::Error::msg)
-}
-
-/// Asks the `serve` that captures into the archive, which answers from its
-/// sealed segments and its unsealed tail, and writes the answer.
-fn ask(client: &Client, args: &Args, format: Format) -> Result<Result<ExitCode>> {
-    let mut params: Vec<(&str, String)> = vec![("filter", args.filter.clone())];
-    params.extend(
-        args.window
-            .since_until()
-            .map(|(name, time)| (name, time.to_owned())),
-    );
-    let answer = if args.count {
-        params.push(("buckets", "1".to_owned()));
-        client.get("histogram", &params)?
-    } else {
-        params.extend(args.limit.map(|n| ("limit", n.to_string())));
-        params.push(("format", format.name().to_owned()));
-        client.get("query", &params)?
-    };
-    Ok((|| {
-        let incomplete = answer.incomplete();
-        let mut out = hindsight_output::create(args.output.as_deref())?;
-        if args.count {
-            writeln!(out, "{}", answer.json()?["total"])?;
-        } else {
-            answer
-                .copy_to(&mut out)
-                .with_context(|| format!("the answer of {} broke off", client.url()))?;
-        }
-        out.flush()?;
-        super::answered_by(client);
-        Ok(super::incomplete_exit(incomplete, args.strict))
-    })())
 }
 
 /// Exit code of an answer that damage made incomplete, under `--strict`.

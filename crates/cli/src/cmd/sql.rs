@@ -1,13 +1,12 @@
 //! `hindsight sql 'SELECT ...' --archive DIR`
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use hindsight_output::{Answer, Format};
-use hindsight_serve::client::Client;
-use hindsight_sql::{Limits, SqlError, SqlSession};
+use hindsight_service::{Output, SqlQuestion};
+use hindsight_sql::SqlError;
 
 /// Arguments of `hindsight sql`.
 #[derive(Debug, clap::Args)]
@@ -55,72 +54,23 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     if format == Format::Parquet && args.output.is_none() && !args.explain {
         bail!("--format parquet writes a file: give -o FILE.parquet");
     }
-    let limits = Limits {
-        max_rows: Some(args.max_rows),
-        ..Limits::default()
+    let question = SqlQuestion {
+        text: args.sql,
+        max_rows: args.max_rows,
+        explain: args.explain,
+        allow_writes: args.allow_writes,
     };
-    if let Some(cluster) = &args.source.cluster {
-        let client = super::cluster::client(cluster)?;
-        let mut out = hindsight_output::create(args.output.as_deref())?;
-        let outcome = hindsight_cluster::sql::answer(
-            client,
-            &args.sql,
-            args.explain,
-            format,
-            &mut out,
-            &limits,
-        )?;
-        out.flush()?;
-        return Ok(super::cluster::report(&outcome));
-    }
-    let root = args.source.archive.as_deref().context("no archive")?;
-    if !args.sealed_only
-        && !args.allow_writes
-        && !args.explain
-        && let Some(client) = Client::find(root)
-    {
-        let body = serde_json::json!({
-            "sql": args.sql,
-            "max_rows": args.max_rows,
-            "format": format.name(),
-        });
-        match client.post("sql", &body) {
-            Ok(answer) => {
-                let incomplete = answer.incomplete();
-                let mut out = hindsight_output::create(args.output.as_deref())?;
-                answer.copy_to(&mut out)?;
-                out.flush()?;
-                super::answered_by(&client);
-                return Ok(super::incomplete_exit(incomplete, args.strict));
+    let mut out = Output::to(args.output.as_deref());
+    let answered = args
+        .source
+        .questions(args.sealed_only)?
+        .sql(&question, format, &mut out)
+        .map_err(|error| match error.downcast_ref::<SqlError>() {
+            Some(SqlError::ReadOnly { .. }) => {
+                error.context("give --allow-writes to run it with your own rights")
             }
-            Err(error) => super::unanswered(&client, &error),
-        }
-    }
-    let mut session = SqlSession::open(root)
-        .with_context(|| format!("cannot open archive {}", root.display()))?;
-    let settings = hindsight_ingest::settings::archive_settings(root, None)?;
-    if !settings.home.is_empty() {
-        session.set_home(settings.home);
-    }
-    session = session.with_objects(settings.objects.as_ref())?;
-    if args.allow_writes {
-        session = session.allow_writes();
-    }
-    // Before the output file is created: a refused statement touches no file.
-    match session.check(&args.sql) {
-        Err(error @ SqlError::ReadOnly { .. }) => {
-            return Err(anyhow::Error::from(error)
-                .context("give --allow-writes to run it with your own rights"));
-        }
-        result => result?,
-    }
-    let mut out = hindsight_output::create(args.output.as_deref())?;
-    if args.explain {
-        writeln!(out, "{}", session.explain(&args.sql)?)?;
-        out.flush()?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    session.run(&args.sql, format, &mut out, &limits)?;
-    out.flush()?;
-    Ok(super::warn_exit(&session.incomplete_lines(), args.strict))
+            _ => error,
+        })?;
+    out.finish()?;
+    Ok(super::exit(&answered, args.strict))
 }
