@@ -64,12 +64,19 @@ enum Command {
         #[arg(long)]
         region: Option<String>,
         /// Output format.
-        #[arg(long, value_enum, default_value = "table")]
+        #[arg(long, value_parser = format_arg(), default_value = "table")]
         format: Format,
         /// Prints the distributed plan instead of running the statement.
         #[arg(long)]
         explain: bool,
     },
+}
+
+/// `--format`: the formats a command line offers, by their names.
+fn format_arg() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Format::OFFERED.map(Format::name))
+        .map(|name| Format::from_name(&name).unwrap_or(Format::Table))
 }
 
 fn main() -> ExitCode {

@@ -45,6 +45,15 @@ struct Source {
     cluster: Option<PathBuf>,
 }
 
+/// `--format`: the formats a command line offers, by their names.
+fn format_arg() -> impl clap::builder::TypedValueParser<Value = hindsight_output::Format> {
+    use clap::builder::TypedValueParser;
+    let names = hindsight_output::Format::OFFERED.map(hindsight_output::Format::name);
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        hindsight_output::Format::from_name(&name).unwrap_or(hindsight_output::Format::Table)
+    })
+}
+
 impl Source {
     /// What answers this source's questions (the one place that chooses):
     /// the cluster; else the `serve` that captures into the archive, unless
@@ -193,47 +202,4 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
             .downcast_ref::<io::Error>()
             .is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chain_text;
-
-    /// An error that says its source and also names it as its source.
-    #[derive(Debug)]
-    struct Says {
-        source: std::io::Error,
-    }
-
-    impl std::fmt::Display for Says {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "cannot open archive a: {}", self.source)
-        }
-    }
-
-    impl std::error::Error for Says {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.source)
-        }
-    }
-
-    #[test]
-    fn a_cause_its_outer_message_already_says_is_printed_once() {
-        let io = || std::io::Error::other("no HINDSIGHT marker file");
-        let says = anyhow::Error::new(Says { source: io() });
-        assert_eq!(
-            chain_text(&says),
-            "cannot open archive a: no HINDSIGHT marker file"
-        );
-        let with = anyhow::Error::new(Says { source: io() }).context("stats");
-        assert_eq!(
-            chain_text(&with),
-            "stats: cannot open archive a: no HINDSIGHT marker file"
-        );
-        let plain = anyhow::Error::new(io()).context("cannot read b");
-        assert_eq!(
-            chain_text(&plain),
-            "cannot read b: no HINDSIGHT marker file"
-        );
-    }
 }

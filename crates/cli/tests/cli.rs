@@ -1394,3 +1394,27 @@ fn community_id_lookup(work: &Path, seed: u16) -> (PathBuf, String) {
     );
     (archive, id)
 }
+
+/// An error whose message already says its cause is printed without the
+/// cause again, for commands that open the archive through the question
+/// service (`query`) and through the reader (`stats`).
+#[test]
+fn an_error_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().to_str().unwrap();
+    for args in [
+        ["query", "--sealed-only", "--archive", empty],
+        ["stats", "--archive", empty, "--json"],
+    ] {
+        let output = hindsight(&args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert_eq!(
+            stderr.matches("no HINDSIGHT marker file").count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+    }
+}

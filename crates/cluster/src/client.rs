@@ -1010,7 +1010,11 @@ fn node_connections(request: crate::pipeline::Sent) -> Result<NodePage, String> 
             unhex(key).ok_or_else(bad)?,
             unhex(stored_value).ok_or_else(bad)?,
         );
-        let entry = hindsight_index::ConnEntry::from_stored(&key, &stored_value).ok_or_else(bad)?;
+        let entry = <hindsight_index::ConnEntry as hindsight_index::Stored>::from_stored(
+            &key,
+            &stored_value,
+        )
+        .ok_or_else(bad)?;
         // Its place in the node's order: its key, or for a lookup by name
         // the name key the node gives.
         let place = match connection["at"].as_str() {

@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hindsight_model::app::{NameKind, NameLookup};
+pub use hindsight_model::connection::{
+    ConnEntry, ConnSummary, DEFAULT_COMMUNITY_SEED, Expiry, scale, scale_range,
+};
 use hindsight_model::{Addr16, AppFields, FlowRecord, FlowSource, FlowState, SegmentId};
 use rocksdb::compaction_filter::{CompactionFilter, Decision};
 use rocksdb::compaction_filter_factory::{CompactionFilterContext, CompactionFilterFactory};
@@ -55,9 +58,6 @@ const COMMUNITY_KEY_LEN: usize = COMMUNITY_PREFIX + 8 + 16;
 /// Length of a Community ID key of the first layout, which held the whole
 /// connection key.
 const COMMUNITY_KEY_LEN_V1: usize = COMMUNITY_PREFIX + 8 + KEY_LEN;
-/// The Community ID seed of an index opened without one (the specification's
-/// default, and what Zeek, Suricata and Arkime use unless told otherwise).
-pub const DEFAULT_COMMUNITY_SEED: u16 = 0;
 /// Column family of the name keys: key `kind (1) | name (lowercased; a
 /// domain's labels reversed) | 0 | ts (8) | originator (16) | originator port
 /// (2) | responder (16) | responder port (2) | proto (1)`, which leads to the
@@ -91,173 +91,67 @@ const FLAG_REVERSE: u8 = 0x01;
 /// "No cutoff yet": nothing is expired.
 const NO_CUTOFF: i64 = i64::MIN;
 
-/// Count-based expiration settings (the paper's N and the three intervals that
-/// bound k, Theorem 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Expiry {
-    /// N: keep at least the N newest events; 0 turns expiration off.
-    pub keep_events: u64,
-    /// Width of a timestamp-histogram interval, in event time.
-    pub histogram_granularity: Duration,
-    /// How often the cutoff is recomputed from the histogram.
-    pub cutoff_interval: Duration,
-    /// How often every entry goes through a compaction (and so through the filter).
-    pub compaction_interval: Duration,
+/// Appends a summary as the index stores it.
+fn encode_summary(summary: &ConnSummary, out: &mut Vec<u8>) {
+    out.push(summary.source as u8);
+    out.push(summary.state as u8);
+    out.extend_from_slice(&summary.tcp_flags.to_be_bytes());
+    out.extend_from_slice(&[
+        summary.bytes_out_scale,
+        summary.bytes_in_scale,
+        summary.packets_out_scale,
+        summary.packets_in_scale,
+    ]);
+    hindsight_model::put_varint(out, u64::from(summary.duration_ms));
 }
 
-impl Expiry {
-    /// Expiration off: the index keeps everything.
-    pub const OFF: Self = Self {
-        keep_events: 0,
-        histogram_granularity: Duration::from_secs(60),
-        cutoff_interval: Duration::from_secs(60),
-        compaction_interval: Duration::from_secs(3600),
+/// The summary at the start of `bytes`, and the bytes after it.
+fn decode_summary(bytes: &[u8]) -> Option<(ConnSummary, &[u8])> {
+    let (head, mut varint) = bytes.split_at_checked(8)?;
+    let mut duration_ms = 0u32;
+    let mut shift = 0u32;
+    loop {
+        let (&byte, rest) = varint.split_first()?;
+        varint = rest;
+        if shift > 28 {
+            return None;
+        }
+        duration_ms |= u32::from(byte & 0x7f).checked_shl(shift)?;
+        shift += 7;
+        if byte & 0x80 == 0 {
+            break;
+        }
+    }
+    let decoded = ConnSummary {
+        source: FlowSource::from_code(head[0])?,
+        state: FlowState::from_code(head[1])?,
+        tcp_flags: u16::from_be_bytes([head[2], head[3]]),
+        bytes_out_scale: head[4],
+        bytes_in_scale: head[5],
+        packets_out_scale: head[6],
+        packets_in_scale: head[7],
+        duration_ms,
     };
-
-    /// Whether the index keeps the N newest events only (N above 0).
-    pub fn expires(&self) -> bool {
-        self.keep_events > 0
-    }
-
-    /// Returns k of Theorem 1 for a maximum event rate (events per second, both of
-    /// event time and of ingest): e_hist + I_update + I_compact, each the rate
-    /// times the corresponding interval.
-    pub fn excess_bound(&self, max_events_per_second: f64) -> u64 {
-        let seconds = self.histogram_granularity.as_secs_f64()
-            + self.cutoff_interval.as_secs_f64()
-            + self.compaction_interval.as_secs_f64();
-        (max_events_per_second * seconds).ceil() as u64
-    }
+    Some((decoded, varint))
 }
 
-impl Default for Expiry {
-    fn default() -> Self {
-        Self::OFF
-    }
-}
-
-/// The compact summary of a connection kept as the value of both its entries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct ConnSummary {
-    /// Where the record came from.
-    pub source: FlowSource,
-    /// Connection state.
-    pub state: FlowState,
-    /// Union of TCP flags.
-    pub tcp_flags: u16,
-    /// log2 scale of the bytes from originator to responder (see [`scale`]).
-    pub bytes_out_scale: u8,
-    /// log2 scale of the bytes from responder to originator.
-    pub bytes_in_scale: u8,
-    /// log2 scale of the packets from originator to responder.
-    pub packets_out_scale: u8,
-    /// log2 scale of the packets from responder to originator.
-    pub packets_in_scale: u8,
-    /// Duration in milliseconds (saturating).
-    pub duration_ms: u32,
-}
-
-/// Returns the scale of a count: 0 for 0, else `s` with `2^(s-1) <= n < 2^s`.
-pub fn scale(n: u64) -> u8 {
-    (64 - n.leading_zeros()) as u8
-}
-
-/// Returns the inclusive range of counts a scale stands for.
-pub fn scale_range(scale: u8) -> (u64, u64) {
-    match scale {
-        0 => (0, 0),
-        64.. => (1 << 63, u64::MAX),
-        s => (1 << (s - 1), (1u64 << s) - 1),
-    }
-}
-
-impl ConnSummary {
-    /// Summarizes a record.
-    pub fn of(record: &FlowRecord) -> Self {
-        let duration_ms = record.duration_ns() / 1_000_000;
-        Self {
-            source: record.source,
-            state: record.state,
-            tcp_flags: record.tcp_flags,
-            bytes_out_scale: scale(record.bytes_out),
-            bytes_in_scale: scale(record.bytes_in),
-            packets_out_scale: scale(record.packets_out),
-            packets_in_scale: scale(record.packets_in),
-            duration_ms: u32::try_from(duration_ms).unwrap_or(u32::MAX),
-        }
-    }
-
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.push(self.source as u8);
-        out.push(self.state as u8);
-        out.extend_from_slice(&self.tcp_flags.to_be_bytes());
-        out.extend_from_slice(&[
-            self.bytes_out_scale,
-            self.bytes_in_scale,
-            self.packets_out_scale,
-            self.packets_in_scale,
-        ]);
-        hindsight_model::put_varint(out, u64::from(self.duration_ms));
-    }
-
-    /// The summary at the start of `bytes`, and the bytes after it.
-    fn decode(bytes: &[u8]) -> Option<(Self, &[u8])> {
-        let (head, mut varint) = bytes.split_at_checked(8)?;
-        let mut duration_ms = 0u32;
-        let mut shift = 0u32;
-        loop {
-            let (&byte, rest) = varint.split_first()?;
-            varint = rest;
-            if shift > 28 {
-                return None;
-            }
-            duration_ms |= u32::from(byte & 0x7f).checked_shl(shift)?;
-            shift += 7;
-            if byte & 0x80 == 0 {
-                break;
-            }
-        }
-        let summary = Self {
-            source: FlowSource::from_code(head[0])?,
-            state: FlowState::from_code(head[1])?,
-            tcp_flags: u16::from_be_bytes([head[2], head[3]]),
-            bytes_out_scale: head[4],
-            bytes_in_scale: head[5],
-            packets_out_scale: head[6],
-            packets_in_scale: head[7],
-            duration_ms,
-        };
-        Some((summary, varint))
-    }
-}
-
-/// One entry of the index: a connection seen from one of its addresses.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnEntry {
-    /// The address the entry is keyed by.
-    pub addr: Addr16,
-    /// Start of the connection, nanoseconds since the epoch.
-    pub ts_ns: i64,
-    /// The other address.
-    pub peer: Addr16,
-    /// The port on `addr`'s side.
-    pub port: u16,
-    /// The port on `peer`'s side.
-    pub peer_port: u16,
-    /// IP protocol.
-    pub proto: u8,
-    /// True if `addr` is the responder (the entry is the reverse copy).
-    pub reverse: bool,
-    /// The compact summary.
-    pub summary: ConnSummary,
-    /// The connection's application fields, if it has any.
-    pub app: Option<Box<AppFields>>,
-}
-
-impl ConnEntry {
+/// How the index stores an entry: its key and value.
+pub trait Stored: Sized {
     /// The two entries the index holds for `record` once it is committed (under
     /// its source address, then under its destination), as a scan returns them.
-    pub fn of_record(record: &FlowRecord) -> Vec<ConnEntry> {
+    fn of_record(record: &FlowRecord) -> Vec<Self>;
+    /// The entry's key in the index: entries are ordered by it, and a page's
+    /// cursor is the key of its last entry.
+    fn key(&self) -> [u8; KEY_LEN];
+    /// The entry as the index stores it: its key and its value (how a
+    /// cluster's nodes hand entries to the node that merges them).
+    fn stored(&self) -> ([u8; KEY_LEN], Vec<u8>);
+    /// An entry from its stored key and value; `None` if they are not one.
+    fn from_stored(key: &[u8], value: &[u8]) -> Option<Self>;
+}
+
+impl Stored for ConnEntry {
+    fn of_record(record: &FlowRecord) -> Vec<ConnEntry> {
         let key = encode_key(record);
         let mut value = Vec::with_capacity(16);
         encode_value(record, &mut value);
@@ -267,9 +161,7 @@ impl ConnEntry {
             .collect()
     }
 
-    /// The entry's key in the index: entries are ordered by it, and a page's
-    /// cursor is the key of its last entry.
-    pub fn key(&self) -> [u8; KEY_LEN] {
+    fn key(&self) -> [u8; KEY_LEN] {
         let mut key = entry_key(
             self.addr,
             self.ts_ns,
@@ -284,29 +176,17 @@ impl ConnEntry {
         key
     }
 
-    /// The entry as the index stores it: its key and its value (how a
-    /// cluster's nodes hand entries to the node that merges them).
-    pub fn stored(&self) -> ([u8; KEY_LEN], Vec<u8>) {
+    fn stored(&self) -> ([u8; KEY_LEN], Vec<u8>) {
         let mut value = Vec::with_capacity(12);
-        self.summary.encode(&mut value);
+        encode_summary(&self.summary, &mut value);
         if let Some(app) = &self.app {
             app.encode(&mut value);
         }
         (self.key(), value)
     }
 
-    /// An entry from its stored key and value; `None` if they are not one.
-    pub fn from_stored(key: &[u8], value: &[u8]) -> Option<Self> {
+    fn from_stored(key: &[u8], value: &[u8]) -> Option<Self> {
         decode_entry(key, value)
-    }
-
-    /// Returns (originator, originator port, responder, responder port).
-    pub fn oriented(&self) -> (Addr16, u16, Addr16, u16) {
-        if self.reverse {
-            (self.peer, self.peer_port, self.addr, self.port)
-        } else {
-            (self.addr, self.port, self.peer, self.peer_port)
-        }
     }
 }
 
@@ -382,7 +262,7 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
     }
     let addr = Addr16(key[..16].try_into().ok()?);
     let peer = Addr16(key[24..40].try_into().ok()?);
-    let (summary, rest) = ConnSummary::decode(value)?;
+    let (summary, rest) = decode_summary(value)?;
     let app = match rest.is_empty() {
         true => None,
         false => Some(Box::new(AppFields::decode(rest)?)),
@@ -403,7 +283,7 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Option<ConnEntry> {
 /// A record's value in the index: its summary, then its application fields
 /// if it has any.
 fn encode_value(record: &FlowRecord, out: &mut Vec<u8>) {
-    ConnSummary::of(record).encode(out);
+    encode_summary(&ConnSummary::of(record), out);
     if let Some(app) = record.app.as_deref().filter(|app| !app.is_empty()) {
         app.encode(out);
     }
@@ -1835,7 +1715,7 @@ mod tests {
             ..FlowRecord::default()
         };
         let mut value = Vec::new();
-        ConnSummary::of(&record).encode(&mut value);
+        super::encode_summary(&ConnSummary::of(&record), &mut value);
         let forward = encode_key(&record);
         let source = decode_entry(&forward, &value).expect("source entry");
         let destination = decode_entry(&reversed(&forward), &value).expect("destination entry");

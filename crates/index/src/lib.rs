@@ -19,6 +19,7 @@ pub mod memory;
 
 pub use connections::{
     ConnEntry, ConnPage, ConnScan, ConnSummary, ConnectionIndex, Expiry, ExpiryClock, Maintenance,
+    Stored,
 };
 pub use histogram::TimestampHistogram;
 

@@ -18,7 +18,8 @@
 
 pub mod check;
 pub mod error;
-pub mod settings;
+pub use hindsight_store::settings;
+pub use hindsight_store::settings::{Retention, RetentionClass};
 mod sink;
 
 use std::path::{Path, PathBuf};
@@ -72,92 +73,6 @@ pub struct IngestOptions {
     /// Most connections (uids) whose Zeek dns/ssl/http/ssh fields wait in
     /// memory for their conn.log records ([`Ingestor::ingest_zeek_log`]).
     pub zeek_pending_uids: usize,
-}
-
-/// Bounds of the `packets` table on disk, applied after every seal: the segments
-/// with the oldest packets go first, and the newest segment always stays.
-/// With retention classes, expiry takes the oldest segments of the classes
-/// over their guarantee first, and each class's newest segment stays.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// Most bytes of `packets` segments (0: no bound).
-    pub max_packet_bytes: u64,
-    /// Remove the segments whose newest packet is older than this, counted back
-    /// from the newest packet archived (so that replayed captures age by their own
-    /// clock, not the wall clock).
-    pub max_age: Option<Duration>,
-    /// Free bytes to leave on the archive's filesystem (`[packets]
-    /// min_free_bytes`; 0: none). Below it, an archive with a bound above
-    /// expires its oldest segments to make room; one without stops writing.
-    pub min_free_bytes: u64,
-    /// Retention classes (`[[retention.class]]`), in order: a packet belongs to
-    /// the first whose filter and interface it matches, else to the default
-    /// class. Each class's packets are segments of their own.
-    pub classes: Vec<RetentionClass>,
-}
-
-/// One retention class: which packets, their guaranteed share of the disk and
-/// their longest age (Hyperion's per-stream guarantees).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RetentionClass {
-    /// Its name, in the catalog, `stats` and the metrics.
-    pub name: String,
-    /// Its packets match this filter (header fields: addresses, ports,
-    /// protocols), if one is set.
-    pub filter: Option<hindsight_filter::Filter>,
-    /// Its packets were captured on this interface (the pcapng interface
-    /// number, or the capture thread's), if one is set.
-    pub interface: Option<u32>,
-    /// Bytes of its segments that expiry for the `max_bytes` bound leaves
-    /// alone (the free-space floor takes them only when nothing else is left).
-    pub min_bytes: u64,
-    /// Its segments are removed once their newest packet is older than this,
-    /// counted back from the newest packet archived.
-    pub max_age: Option<Duration>,
-}
-
-impl RetentionClass {
-    /// Whether `record` belongs to this class.
-    pub fn matches(&self, record: &hindsight_model::PacketRecord) -> bool {
-        self.interface.is_none_or(|iface| record.iface == iface)
-            && self
-                .filter
-                .as_ref()
-                .is_none_or(|filter| filter.matches(record))
-    }
-}
-
-impl Retention {
-    /// Whether a bound lets the oldest segments go (the archive is a ring
-    /// rather than a store of everything).
-    pub fn expires(&self) -> bool {
-        self.max_packet_bytes > 0
-            || self.max_age.is_some()
-            || self.classes.iter().any(|c| c.max_age.is_some())
-    }
-
-    /// The class of `record`: 0 for the default class, `i + 1` for class `i`.
-    pub fn class_of(&self, record: &hindsight_model::PacketRecord) -> usize {
-        self.classes
-            .iter()
-            .position(|class| class.matches(record))
-            .map_or(0, |i| i + 1)
-    }
-
-    /// The index of the class named `name` (as a catalog line has it): 0 for
-    /// the default class and for a class no longer configured.
-    pub fn class_index(&self, name: Option<&str>) -> usize {
-        name.and_then(|name| self.classes.iter().position(|c| c.name == name))
-            .map_or(0, |i| i + 1)
-    }
-
-    /// The name of class `index` (`None`: the default class).
-    pub fn class_name(&self, index: usize) -> Option<&str> {
-        index
-            .checked_sub(1)
-            .and_then(|i| self.classes.get(i))
-            .map(|class| class.name.as_str())
-    }
 }
 
 impl Default for IngestOptions {
@@ -235,6 +150,17 @@ pub struct FileOutcome {
     pub error: Option<IngestError>,
 }
 
+/// What reading Zeek logs did ([`Ingestor::ingest_zeek_logs`]).
+#[derive(Debug, Default)]
+pub struct ZeekReport {
+    /// Connection records archived.
+    pub records: u64,
+    /// Application records read (dns, ssl, http, ssh).
+    pub fields: u64,
+    /// Files that could not be read, or had unreadable lines.
+    pub damaged: usize,
+}
+
 /// What reading one flow log did.
 #[derive(Debug, Default)]
 pub struct LogOutcome {
@@ -299,6 +225,67 @@ pub struct IngestSummary {
     pub flows: FlowTableStats,
     /// Wall-clock time from open to finish.
     pub elapsed: Duration,
+}
+
+impl IngestSummary {
+    /// What `ingest` says of the run, a line each: packets and rate from
+    /// `files` file(s), how they decoded, the segments sealed, and (`flows`)
+    /// the connection records built.
+    pub fn lines(&self, files: usize, flows: bool) -> Vec<String> {
+        use hindsight_output::{human_bytes, human_rate};
+        let (counts, seconds) = (&self.counts, self.elapsed.as_secs_f64());
+        let rate = if seconds > 0.0 {
+            counts.packets as f64 / seconds
+        } else {
+            0.0
+        };
+        let mut lines = vec![format!(
+            "ingested {} packets ({} on the wire, {} captured) from {files} file(s) in {seconds:.2} s: {}packets/s",
+            counts.packets,
+            human_bytes(counts.wire_bytes),
+            human_bytes(counts.captured_bytes),
+            human_rate(rate),
+        )];
+        let by_reason: Vec<String> = DecodeStatus::ALL
+            .iter()
+            .filter(|&&status| counts.with_status(status) > 0)
+            .map(|&status| format!("{} {}", counts.with_status(status), status.name()))
+            .collect();
+        if !by_reason.is_empty() {
+            lines.push(format!("  decoded: {}", by_reason.join(", ")));
+        }
+        let packets = Table::Packets.name();
+        let segments = self.sealed.iter().filter(|s| s.table == packets);
+        let bytes: u64 = segments.clone().map(|s| s.size_bytes).sum();
+        let per_packet = bytes as f64 / counts.packets.max(1) as f64;
+        lines.push(format!(
+            "  sealed {} packet segment(s), {} on disk, {per_packet:.1} bytes/packet",
+            segments.count(),
+            human_bytes(bytes),
+        ));
+        let f = &self.flows;
+        let mut flows_line = match flows {
+            false => "  flows: none built (--no-flows)".to_owned(),
+            true => format!(
+                "  flows: {} connection records from {} IP packets ({} not IP), {} with application fields",
+                f.records, f.packets, f.not_flows, f.app_records
+            ),
+        };
+        if flows && f.app_cut > 0 {
+            flows_line += &format!(
+                " ({} cut short at the bound of buffered first bytes)",
+                f.app_cut
+            );
+        }
+        if flows && f.evicted > 0 {
+            flows_line += &format!(
+                ", {} closed early because the flow table was full",
+                f.evicted
+            );
+        }
+        lines.push(flows_line);
+        lines
+    }
 }
 
 /// Ingests frames into an archive; see the crate documentation.
@@ -747,6 +734,81 @@ impl Ingestor {
         }
         self.flush_flows()?;
         Ok(outcome)
+    }
+
+    /// Reads Zeek logs: the application logs (dns, ssl, http, ssh) first,
+    /// whatever their order, so that their fields wait for the conn.log
+    /// records that take them by uid; logs of other kinds are skipped. What
+    /// each file gave, and what could not be joined, goes to `read`; what
+    /// could not be read, to `problems`.
+    pub fn ingest_zeek_logs(
+        &mut self,
+        paths: &[PathBuf],
+        read: &mut dyn FnMut(String),
+        problems: &mut dyn FnMut(String),
+    ) -> Result<ZeekReport, IngestError> {
+        let mut report = ZeekReport::default();
+        let mut ordered = Vec::new();
+        for path in paths {
+            match zeek_log_kind(path) {
+                Ok(kind) => ordered.push((!matches!(kind, Some(LogKind::Conn) | None), path)),
+                Err(error) => {
+                    problems(format!("cannot read Zeek log {}: {error}", path.display()));
+                    report.damaged += 1;
+                }
+            }
+        }
+        // Application logs (`true`) first.
+        ordered.sort_by_key(|(application, _)| !application);
+        for (_, path) in ordered {
+            let name = path.display();
+            let outcome = self.ingest_zeek_log(path)?;
+            for error in &outcome.first_errors {
+                problems(format!("{name}: {error}"));
+            }
+            let unlisted = outcome.bad_lines - outcome.first_errors.len() as u64;
+            if unlisted > 0 {
+                problems(format!("{name}: {unlisted} more unreadable line(s)"));
+            }
+            if let Some(error) = &outcome.error {
+                problems(error.to_string());
+            }
+            if outcome.error.is_some() || outcome.bad_lines > 0 {
+                report.damaged += 1;
+            }
+            let (records, skipped) = (outcome.records, outcome.bad_lines);
+            read(match &outcome.kind {
+                Some(LogKind::Conn) | None => {
+                    report.records += records;
+                    format!(
+                        "{name}: {records} connection record(s), {skipped} unreadable line(s) skipped"
+                    )
+                }
+                Some(LogKind::Other(kind)) => format!(
+                    "{name}: skipped, a Zeek {kind} log (hindsight reads conn, dns, ssl, http and ssh logs)"
+                ),
+                Some(kind) => {
+                    report.fields += records;
+                    format!(
+                        "{name}: {records} {} record(s), {skipped} unreadable line(s) skipped",
+                        kind.name()
+                    )
+                }
+            });
+        }
+        let (unjoined, over_limit) = self.zeek_unjoined();
+        if unjoined > 0 {
+            read(format!(
+                "{unjoined} connection(s) of the dns/ssl/http/ssh logs have no conn.log record with their uid; their fields are not kept"
+            ));
+        }
+        if over_limit > 0 {
+            problems(format!(
+                "{over_limit} dns/ssl/http/ssh record(s) dropped: more than {} connections waited for their conn.log records; ingest the logs of one rotation interval together",
+                self.options.zeek_pending_uids
+            ));
+        }
+        Ok(report)
     }
 
     /// The uids whose Zeek application fields still wait for a conn.log record,

@@ -89,6 +89,62 @@ fn set_receive_buffer(socket: &UdpSocket) {
     }
 }
 
+/// Receives export packets on `socket` into `ingestor` until `stop`, sealing
+/// what was received every `seal_every` (each seal's statistics to `notes`).
+/// The first `report_errors` malformed export packets go to `notes` one by one,
+/// the rest are only counted.
+pub fn collect(
+    socket: &UdpSocket,
+    ingestor: &mut hindsight_ingest::Ingestor,
+    stop: &std::sync::atomic::AtomicBool,
+    seal_every: Duration,
+    report_errors: u64,
+    notes: &mut dyn FnMut(String),
+) -> Result<hindsight_flow::netflow::NetflowStats, crate::LiveError> {
+    let mut decoder = hindsight_flow::netflow::NetflowDecoder::new();
+    let mut records = Vec::new();
+    let mut buffer = vec![0u8; 65_536];
+    let mut last_seal = std::time::Instant::now();
+    let mut reported = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let received = receive(socket, &mut buffer).map_err(|e| crate::LiveError::Capture {
+            interface: format!(
+                "udp://{}",
+                socket
+                    .local_addr()
+                    .map_or_else(|_| "?".into(), |a| a.to_string())
+            ),
+            message: format!("receiving export packets: {e}"),
+        })?;
+        if let Some((len, exporter)) = received {
+            let payload = buffer.get(..len).unwrap_or_default();
+            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
+                reported += 1;
+                if reported <= report_errors {
+                    notes(format!("malformed: {error}"));
+                }
+            }
+            ingestor.push_flow_records(records.drain(..))?;
+        }
+        if last_seal.elapsed() >= seal_every {
+            ingestor.seal()?;
+            last_seal = std::time::Instant::now();
+            notes(stats_line(decoder.stats()));
+        }
+    }
+    Ok(decoder.stats().clone())
+}
+
+/// What a collector has received, in a line.
+pub fn stats_line(stats: &hindsight_flow::netflow::NetflowStats) -> String {
+    let [v5, v9, ipfix] = stats.packets;
+    format!(
+        "export packets: {v5} v5, {v9} v9, {ipfix} IPFIX, {} malformed; {} flow records; \
+         {} templates; {} data sets before their template; {} lost by sequence numbers",
+        stats.malformed, stats.records, stats.templates, stats.unknown_template_sets, stats.lost
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,8 @@
 //! capture drop; a dump pins the ring where it reads (see `hindsight_ring::Pin`).
 
 pub mod collector;
+mod socket;
 
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +29,7 @@ use hindsight_ring::{Ring, RingConfig, RingError, RingStats};
 use hindsight_trigger::{
     Analyzer, DumpLimits, DumpReport, DumpRequest, DumpTemplate, TriggerError, dump,
 };
+use socket::{POLL_MS, Socket};
 
 /// What can go wrong while recording.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +53,7 @@ pub enum LiveError {
     Trigger(#[from] TriggerError),
     /// The archive's `config.toml` is not valid.
     #[error(transparent)]
-    Settings(#[from] hindsight_ingest::settings::SettingsError),
+    Settings(#[from] hindsight_store::settings::SettingsError),
     /// A dump was asked of a time before 1970, which no dump name can hold.
     #[error("a dump's time must be at or after 1970-01-01T00:00:00Z ({at_ns} ns is before)")]
     DumpTime {
@@ -190,6 +191,60 @@ pub struct RecordSummary {
     pub trigger_missed_chunks: u64,
 }
 
+impl RecordSummary {
+    /// What `record` says of the recording at its end, a line each;
+    /// `dump_template` is its `--dump`.
+    pub fn lines(&self, dump_template: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        lines.push(format!(
+            "captured {} packets ({} dropped by the kernel, {} by the interface); archived {} \
+             ({} ring chunks missed); ring: {} chunks, {} overwritten",
+            self.captured,
+            self.kernel_dropped,
+            self.interface_dropped,
+            self.archived,
+            self.archive_missed_chunks,
+            self.ring.chunks,
+            self.ring.overwritten
+        ));
+        if self.captured_per_thread.len() > 1 {
+            let shares: Vec<String> = self
+                .captured_per_thread
+                .iter()
+                .map(u64::to_string)
+                .collect();
+            lines.push(format!("capture threads (fanout): {}", shares.join(" + ")));
+        }
+        if self.trigger_missed_chunks > 0 {
+            lines.push(format!(
+                "the trigger analyzer fell behind: {} ring chunks were overwritten before \
+                 it read them (raise --ring-mib)",
+                self.trigger_missed_chunks
+            ));
+        }
+        if self.triggers_without_dump > 0 {
+            lines.push(format!(
+                "{} trigger(s) gave no dump: their packet lacks a field --dump {:?} names",
+                self.triggers_without_dump, dump_template
+            ));
+        }
+        for dump in &self.dumps {
+            lines.push(format!(
+                "dump {}: {} packets, {}{}",
+                dump.path.display(),
+                dump.packets,
+                hindsight_output::human_bytes(dump.bytes),
+                if dump.complete {
+                    ""
+                } else {
+                    " (incomplete: the capture did not reach the window's end in time)"
+                }
+            ));
+        }
+        lines
+    }
+}
+
 /// A recording in progress.
 #[derive(Debug)]
 pub struct Recorder {
@@ -216,10 +271,6 @@ struct CaptureCounts {
     kernel: KernelSeen,
 }
 
-/// How long the capture waits in the kernel before it looks at the stop flag and
-/// the ring's hold time.
-const POLL_MS: i32 = 50;
-
 /// How often the capture thread copies libpcap's counters into [`LiveCounters`].
 const KERNEL_STATS_EVERY: Duration = Duration::from_secs(1);
 
@@ -233,7 +284,7 @@ impl Recorder {
         config: RecordConfig,
         with_dumps: bool,
     ) -> Result<(Self, hindsight_ingest::OpenReport), LiveError> {
-        let settings = hindsight_ingest::settings::archive_settings(root, None)?;
+        let settings = hindsight_store::settings::archive_settings(root, None)?;
         let options = hindsight_ingest::IngestOptions {
             expiry: settings.expiry,
             community_seed: settings.community_seed,
@@ -285,7 +336,7 @@ impl Recorder {
                 join_fanout(capture, group).map_err(|e| capture_error(e.to_string()))?;
             }
         }
-        let link_type = u16::try_from(captures[0].get_datalink().0)
+        let link_type = u16::try_from(captures[0].link_type())
             .map(LinkType)
             .map_err(|_| capture_error("link type out of range".to_owned()))?;
         let ring = Ring::new(config.ring)?;
@@ -447,32 +498,14 @@ impl Drop for Running<'_> {
 
 /// Opens the interface for one capture thread: non-blocking (see [`capture_loop`]),
 /// nanosecond timestamps.
-fn open_capture(config: &RecordConfig) -> Result<pcap::Capture<pcap::Active>, String> {
-    open_interface(&config.interface, config.snaplen, config.kernel_buffer)
-}
-
-/// Opens `interface` (promiscuous, non-blocking, nanosecond timestamps).
-fn open_interface(
-    interface: &str,
-    snaplen: u32,
-    kernel_buffer: u32,
-) -> Result<pcap::Capture<pcap::Active>, String> {
-    pcap::Capture::from_device(interface)
-        .map_err(|e| e.to_string())?
-        .snaplen(i32::try_from(snaplen).unwrap_or(i32::MAX))
-        .buffer_size(i32::try_from(kernel_buffer).unwrap_or(i32::MAX))
-        .timeout(POLL_MS)
-        .promisc(true)
-        .precision(pcap::Precision::Nano)
-        .open()
-        .and_then(pcap::Capture::setnonblock)
-        .map_err(|e| e.to_string())
+fn open_capture(config: &RecordConfig) -> Result<Socket, String> {
+    Socket::open(&config.interface, config.snaplen, config.kernel_buffer)
 }
 
 /// An interface read on the caller's own thread, without the ring: for a
 /// consumer of its own (`hindsight watch -i`).
 pub struct InterfaceReader {
-    capture: pcap::Capture<pcap::Active>,
+    capture: Socket,
     interface: String,
     link_type: LinkType,
 }
@@ -494,8 +527,8 @@ impl InterfaceReader {
             message,
         };
         let snaplen = if snaplen == 0 { 262_144 } else { snaplen };
-        let capture = open_interface(interface, snaplen, kernel_buffer).map_err(error)?;
-        let link_type = u16::try_from(capture.get_datalink().0)
+        let capture = Socket::open(interface, snaplen, kernel_buffer).map_err(error)?;
+        let link_type = u16::try_from(capture.link_type())
             .map(LinkType)
             .map_err(|_| error("link type out of range".to_owned()))?;
         Ok(Self {
@@ -507,26 +540,22 @@ impl InterfaceReader {
 
     /// The next packet, or `None` after waiting up to 50 ms for one.
     pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, LiveError> {
-        let fd = self.capture.as_raw_fd();
-        match self.capture.next_packet() {
-            Ok(packet) => {
-                // With nanosecond precision, `tv_usec` holds nanoseconds.
-                let (sec, nsec) = (packet.header.ts.tv_sec, packet.header.ts.tv_usec);
-                Ok(Some(Frame {
-                    ts_nanos: sec.saturating_mul(1_000_000_000).saturating_add(nsec),
-                    wire_len: packet.header.len,
-                    data: packet.data,
-                    link_type: self.link_type,
-                    iface: 0,
-                }))
-            }
-            Err(pcap::Error::TimeoutExpired) => {
+        let fd = self.capture.fd();
+        match self.capture.next() {
+            Ok(Some((ts_nanos, wire_len, data))) => Ok(Some(Frame {
+                ts_nanos,
+                wire_len,
+                data,
+                link_type: self.link_type,
+                iface: 0,
+            })),
+            Ok(None) => {
                 wait_readable(fd, POLL_MS);
                 Ok(None)
             }
-            Err(e) => Err(LiveError::Capture {
+            Err(message) => Err(LiveError::Capture {
                 interface: self.interface.clone(),
-                message: e.to_string(),
+                message,
             }),
         }
     }
@@ -540,13 +569,13 @@ impl InterfaceReader {
 
 /// Adds the capture's AF_PACKET socket to fanout group `group`, by flow hash
 /// (fragments defragmented first, so they follow their flow).
-fn join_fanout(capture: &pcap::Capture<pcap::Active>, group: u16) -> std::io::Result<()> {
+fn join_fanout(capture: &Socket, group: u16) -> std::io::Result<()> {
     let mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG;
     let value: libc::c_int = i32::from(group) | ((mode as libc::c_int) << 16);
     // SAFETY: the capture's open socket, and a c_int option of its size.
     let status = unsafe {
         libc::setsockopt(
-            capture.as_raw_fd(),
+            capture.fd(),
             libc::SOL_PACKET,
             libc::PACKET_FANOUT,
             (&raw const value).cast(),
@@ -569,7 +598,7 @@ fn join_fanout(capture: &pcap::Capture<pcap::Active>, group: u16) -> std::io::Re
 /// One capture thread: packets from its socket into its own producer of the
 /// ring, counters into `live`, until `stop`.
 fn capture_loop(
-    mut capture: pcap::Capture<pcap::Active>,
+    mut capture: Socket,
     mut producer: hindsight_ring::Producer,
     stop: &AtomicBool,
     live: &LiveCounters,
@@ -588,20 +617,17 @@ fn capture_loop(
                 counts.kernel.update(&mut capture, live);
             }
         }
-        match capture.next_packet() {
-            Ok(packet) => {
-                // With nanosecond precision, `tv_usec` holds nanoseconds.
-                let (sec, nsec) = (packet.header.ts.tv_sec, packet.header.ts.tv_usec);
-                let ts = sec.saturating_mul(1_000_000_000).saturating_add(nsec);
-                producer.push(ts, packet.header.len, packet.data)?;
+        match capture.next() {
+            Ok(Some((ts, wire_len, data))) => {
+                producer.push(ts, wire_len, data)?;
                 counts.captured += 1;
                 packets += 1;
-                bytes += u64::from(packet.header.len);
+                bytes += u64::from(wire_len);
             }
             // Nothing to read: TPACKET_V3's poll does not time out while no packet
             // arrives, so the capture is non-blocking and waits here, with a
             // timeout, to see the stop flag.
-            Err(pcap::Error::TimeoutExpired) => {
+            Ok(None) => {
                 producer.publish_if_stale();
                 producer.caught_up(caught_up_to());
                 add(&live.captured, std::mem::take(&mut packets));
@@ -610,14 +636,9 @@ fn capture_loop(
                     stats_at = Instant::now();
                     counts.kernel.update(&mut capture, live);
                 }
-                wait_readable(capture.as_raw_fd(), POLL_MS);
+                wait_readable(capture.fd(), POLL_MS);
             }
-            Err(e) => {
-                return Err(LiveError::Capture {
-                    interface,
-                    message: e.to_string(),
-                });
-            }
+            Err(message) => return Err(LiveError::Capture { interface, message }),
         }
     }
     producer.publish();
@@ -653,24 +674,26 @@ struct KernelSeen {
 }
 
 impl KernelSeen {
-    fn update(&mut self, capture: &mut pcap::Capture<pcap::Active>, live: &LiveCounters) {
-        let Ok(stats) = capture.stats() else { return };
+    fn update(&mut self, capture: &mut Socket, live: &LiveCounters) {
+        let Some((received, dropped, if_dropped)) = capture.stats() else {
+            return;
+        };
         // The kernel's counters are 32-bit and wrap.
         add(
             &live.kernel_received,
-            u64::from(stats.received.wrapping_sub(self.received)),
+            u64::from(received.wrapping_sub(self.received)),
         );
         add(
             &live.kernel_dropped,
-            u64::from(stats.dropped.wrapping_sub(self.dropped)),
+            u64::from(dropped.wrapping_sub(self.dropped)),
         );
         add(
             &live.interface_dropped,
-            u64::from(stats.if_dropped.wrapping_sub(self.if_dropped)),
+            u64::from(if_dropped.wrapping_sub(self.if_dropped)),
         );
-        self.received = stats.received;
-        self.dropped = stats.dropped;
-        self.if_dropped = stats.if_dropped;
+        self.received = received;
+        self.dropped = dropped;
+        self.if_dropped = if_dropped;
     }
 }
 

@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub mod app;
 mod cipher_suites;
 pub mod community;
+pub mod connection;
 mod covering;
 mod flow;
 pub mod snap;

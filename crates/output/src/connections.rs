@@ -3,8 +3,7 @@
 
 use std::io::{self, Write};
 
-use hindsight_index::ConnEntry;
-use hindsight_index::connections::scale_range;
+use hindsight_model::connection::{ConnEntry, DEFAULT_COMMUNITY_SEED, scale_range};
 use hindsight_model::{AppFields, FlowState, tcp_flags};
 use serde_json::json;
 
@@ -150,12 +149,12 @@ impl ConnWriter {
             format: format.check(Answer::Connections)?,
             rows: 0,
             node: None,
-            community_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
+            community_seed: DEFAULT_COMMUNITY_SEED,
         })
     }
 
     /// The seed the next connections' Community IDs are hashed with (their
-    /// index's: [`hindsight_index::ConnectionIndex::community_seed`]).
+    /// index's: `hindsight_index::ConnectionIndex::community_seed`).
     pub fn set_community_seed(&mut self, seed: u16) {
         self.community_seed = seed;
     }

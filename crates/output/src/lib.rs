@@ -14,7 +14,7 @@ use std::path::Path;
 /// The output formats. Not every answer has every format: packets have no
 /// Parquet (`hindsight sql` exports packet columns as Parquet), connections and
 /// SQL rows no capture files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// An aligned, human-readable table.
     Table,
@@ -31,7 +31,6 @@ pub enum Format {
     /// hindsight's own stream of packets, every stored field and the packet
     /// bytes (`packets::read_rows_chunk`): what a cluster's nodes answer the
     /// node that asked, which merges them. Not offered on the command line.
-    #[value(skip)]
     Rows,
 }
 
@@ -82,6 +81,16 @@ impl Format {
         Self::Pcapng,
         Self::Parquet,
         Self::Rows,
+    ];
+
+    /// The formats a command line offers (all but `Rows`).
+    pub const OFFERED: [Self; 6] = [
+        Self::Table,
+        Self::Csv,
+        Self::Jsonl,
+        Self::Pcap,
+        Self::Pcapng,
+        Self::Parquet,
     ];
 
     /// The format's name, as `--format` and the API's `format=` take it.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use hindsight_filter::Filter;
+use hindsight_index::Stored;
 use hindsight_index::connections::DEFAULT_COMMUNITY_SEED;
 use hindsight_index::{ConnEntry, ConnScan, ConnectionIndex};
 use hindsight_model::app::NameLookup;

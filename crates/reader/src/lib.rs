@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hindsight_index::{AddressIndex, ConnectionIndex};
-use hindsight_ingest::settings::{ArchiveSettings, SettingsError, archive_settings};
 use hindsight_model::{PacketRecord, SegmentId};
 use hindsight_query::QueryError;
 use hindsight_query::filter::Filter;
@@ -37,6 +36,7 @@ use hindsight_query::search::{
     PacketSearch, RemoteSegments, SearchPlan, SearchRequest, SearchStats,
 };
 use hindsight_sql::{SqlError, SqlSession};
+use hindsight_store::settings::{ArchiveSettings, SettingsError, archive_settings};
 use hindsight_store::{Archive, CatalogEntry, FooterCache, StoreError, Table, Tail, TailView};
 
 pub use crate::connections::{
@@ -44,6 +44,9 @@ pub use crate::connections::{
 };
 pub use crate::histogram::{Histogram, HistogramMethod, ROWS_PATH_MAX_ROWS};
 pub use crate::summary::{Summary, TableTotals};
+/// How the connection index stores an entry (a node hands its entries to a
+/// cluster in that form).
+pub use hindsight_index::Stored;
 
 /// Errors of the reader.
 #[derive(Debug, thiserror::Error)]

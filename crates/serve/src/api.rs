@@ -1227,7 +1227,7 @@ async fn flows(
                 let mut json =
                     hindsight_output::connections::connection_json(entry, page.community_seed);
                 if params.stored {
-                    let (key, value) = entry.stored();
+                    let (key, value) = hindsight_reader::Stored::stored(entry);
                     json["stored"] = json!(format!(
                         "{}.{}",
                         hindsight_reader::encode_cursor(&key),

@@ -118,7 +118,7 @@ pub fn run(args: Options) -> Result<()> {
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(std::thread::available_parallelism().map_or(1, usize::from))
         .thread_name("http")
         // Its blocking threads plan and run SQL (see `hindsight_sql::MAX_LINKS`).
         .thread_stack_size(hindsight_sql::STACK_BYTES)

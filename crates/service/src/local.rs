@@ -116,7 +116,7 @@ impl Questions for Local {
         let root = &self.root;
         let mut session = SqlSession::open(root)
             .with_context(|| format!("cannot open archive {}", root.display()))?;
-        let settings = hindsight_ingest::settings::archive_settings(root, None)?;
+        let settings = hindsight_store::settings::archive_settings(root, None)?;
         if !settings.home.is_empty() {
             session.set_home(settings.home);
         }

@@ -281,24 +281,38 @@ pub const FILE_STATISTICS_CACHE_BYTES: usize = 32 << 20;
 /// The bound of the parsed segment footers the process's SQL sessions share.
 pub const FILE_METADATA_CACHE_BYTES: usize = 128 << 20;
 
-/// The runtime of a session's statements: two workers, as the machine's cores.
-fn runtime() -> Result<tokio::runtime::Runtime, SqlError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+/// The runtime every session of the process runs its statements on, made at
+/// the first: a worker per core, and one more for each statement given up on
+/// that may still compute ([`abandoned::MAX_ABANDONED`]: an abort stops a
+/// statement only where it yields), so that those never hold every worker.
+/// How many statements run at once is the admission's to bound.
+fn runtime() -> Result<tokio::runtime::Handle, SqlError> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(runtime) = RUNTIME.get() {
+        return Ok(runtime.handle().clone());
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores + abandoned::MAX_ABANDONED)
         .thread_name("sql")
         .thread_stack_size(STACK_BYTES)
         // IO for the object store's client.
         .enable_all()
         .build()
-        .map_err(SqlError::Runtime)
+        .map_err(SqlError::Runtime)?;
+    // Another thread may have made one meanwhile: the first stays, and this
+    // one (no task on it yet) is let go without waiting.
+    if let Err(unused) = RUNTIME.set(runtime) {
+        unused.shutdown_background();
+    }
+    Ok(RUNTIME.get().expect("set above").handle().clone())
 }
 
 /// An archive opened for SQL.
 pub struct SqlSession {
     context: SessionContext,
-    /// Its own, not shared: a statement cancelled at its deadline computes on
-    /// until it next yields, and must not hold up the next session's.
-    runtime: Option<tokio::runtime::Runtime>,
+    /// The process's SQL runtime (see [`runtime`]).
+    runtime: tokio::runtime::Handle,
     /// Whether statements other than queries may run ([`Self::allow_writes`]).
     writes: bool,
     /// Segments the scans read and skipped, and the catalog's unreadable lines.
@@ -317,21 +331,9 @@ impl std::fmt::Debug for SqlSession {
     }
 }
 
-impl Drop for SqlSession {
-    fn drop(&mut self) {
-        // Whatever a cancelled statement still computes finishes on its own
-        // threads; the caller goes on.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
 impl SqlSession {
-    fn runtime(&self) -> &tokio::runtime::Runtime {
-        self.runtime
-            .as_ref()
-            .expect("the runtime is taken only when the session drops")
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     /// Opens the archive at `root` read-only and registers the `packets` and
@@ -409,7 +411,7 @@ impl SqlSession {
         context.register_table("flows", table::with_uid("flows", Arc::clone(&records))?)?;
         Ok(Self {
             context,
-            runtime: Some(runtime()?),
+            runtime: runtime()?,
             writes: false,
             scans,
             catalog_damage,
@@ -434,7 +436,7 @@ impl SqlSession {
         functions::register(&context);
         Ok(Self {
             context,
-            runtime: Some(runtime()?),
+            runtime: runtime()?,
             writes: false,
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),
@@ -481,7 +483,7 @@ impl SqlSession {
         )?;
         Ok(Self {
             context,
-            runtime: Some(runtime()?),
+            runtime: runtime()?,
             writes: false,
             scans: table::Scans::default(),
             catalog_damage: Vec::new(),

@@ -15,7 +15,6 @@ use datafusion::error::{DataFusionError, Result};
 use hindsight_store::archive::checksum;
 use hindsight_store::objects::{ObjectStoreSettings, append_log, read_log};
 use hindsight_store::{Archive, CatalogEntry};
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -44,6 +43,33 @@ pub struct Copied {
     pub local_removed: u64,
 }
 
+/// The S3 client of `bucket`.
+#[cfg(feature = "object-storage")]
+fn s3(
+    bucket: &str,
+    settings: &ObjectStoreSettings,
+) -> std::result::Result<impl ObjectStore, String> {
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_region(settings.region.as_deref().unwrap_or("us-east-1"));
+    if let Some(endpoint) = &settings.endpoint {
+        builder = builder
+            .with_endpoint(endpoint)
+            .with_allow_http(endpoint.starts_with("http://"))
+            .with_virtual_hosted_style_request(false);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+/// No S3 client in this build.
+#[cfg(not(feature = "object-storage"))]
+fn s3(
+    _: &str,
+    _: &ObjectStoreSettings,
+) -> std::result::Result<object_store::memory::InMemory, String> {
+    Err("this hindsight was built without object storage (the `object-storage` feature)".to_owned())
+}
+
 impl Objects {
     /// The store `settings` names; credentials from the environment
     /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, as every S3 client).
@@ -63,16 +89,7 @@ impl Objects {
             .ok_or_else(|| bad(format!("{:?} names no bucket", settings.url)))?
             .to_owned();
         let prefix = url.path().trim_matches('/').to_owned();
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(&bucket)
-            .with_region(settings.region.as_deref().unwrap_or("us-east-1"));
-        if let Some(endpoint) = &settings.endpoint {
-            builder = builder
-                .with_endpoint(endpoint)
-                .with_allow_http(endpoint.starts_with("http://"))
-                .with_virtual_hosted_style_request(false);
-        }
-        let store = builder.build().map_err(|e| bad(e.to_string()))?;
+        let store = s3(&bucket, settings).map_err(bad)?;
         let bucket_url = url::Url::parse(&format!("s3://{bucket}"))
             .map_err(|e| bad(format!("bucket {bucket:?}: {e}")))?;
         Ok(Self {

@@ -19,6 +19,7 @@ pub mod flows;
 pub mod objects;
 pub mod schema;
 pub mod segment;
+pub mod settings;
 mod table;
 pub mod tail;
 

@@ -30,7 +30,6 @@
 //!   window that lost rows says how many ([`Answer::cut`]).
 
 pub mod analyses;
-pub mod command;
 pub mod hub;
 pub mod replay;
 pub mod request;

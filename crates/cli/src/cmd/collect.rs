@@ -3,11 +3,10 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use hindsight_flow::netflow::{NetflowDecoder, NetflowStats};
 use hindsight_ingest::{IngestOptions, Ingestor};
 
 use crate::ArchiveArg;
@@ -44,7 +43,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             .context("cannot install the signal handlers")?;
     }
     let settings =
-        hindsight_ingest::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
+        hindsight_store::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
     let options = IngestOptions {
         expiry: settings.expiry,
         community_seed: settings.community_seed,
@@ -54,42 +53,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let (mut ingestor, _opened) = Ingestor::open(root, options)
         .with_context(|| format!("cannot open archive {}", root.display()))?;
     eprintln!("listening on udp://{}", socket.local_addr()?);
-
-    let mut decoder = NetflowDecoder::new();
-    let mut records = Vec::new();
-    let mut buffer = vec![0u8; 65_536];
     let seal_every = Duration::from_secs(args.seal_secs);
-    let mut last_seal = Instant::now();
-    let mut reported = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let received = hindsight_live::collector::receive(&socket, &mut buffer)
-            .context("receiving export packets")?;
-        if let Some((len, exporter)) = received {
-            let payload = buffer.get(..len).unwrap_or_default();
-            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
-                reported += 1;
-                if reported <= args.report_errors {
-                    eprintln!("malformed: {error}");
-                }
-            }
-            ingestor.push_flow_records(records.drain(..))?;
-        }
-        if last_seal.elapsed() >= seal_every {
-            ingestor.seal()?;
-            last_seal = Instant::now();
-            eprintln!("{}", summary(decoder.stats()));
-        }
-    }
+    let stats = hindsight_live::collector::collect(
+        &socket,
+        &mut ingestor,
+        &stop,
+        seal_every,
+        args.report_errors,
+        &mut |line| eprintln!("{line}"),
+    )?;
     ingestor.finish()?;
-    eprintln!("stopped; {}", summary(decoder.stats()));
+    eprintln!("stopped; {}", hindsight_live::collector::stats_line(&stats));
     Ok(ExitCode::SUCCESS)
-}
-
-fn summary(stats: &NetflowStats) -> String {
-    let [v5, v9, ipfix] = stats.packets;
-    format!(
-        "export packets: {v5} v5, {v9} v9, {ipfix} IPFIX, {} malformed; {} flow records; \
-         {} templates; {} data sets before their template; {} lost by sequence numbers",
-        stats.malformed, stats.records, stats.templates, stats.unknown_template_sets, stats.lost
-    )
 }

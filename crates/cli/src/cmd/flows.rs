@@ -27,7 +27,7 @@ pub struct Args {
     #[command(flatten)]
     window: WindowArgs,
     /// Output format.
-    #[arg(long, short = 'F', value_enum, default_value = "table")]
+    #[arg(long, short = 'F', value_parser = crate::format_arg(), default_value = "table")]
     format: Format,
     /// Print at most N connections (one page); the command to get the next page is
     /// printed to stderr.

@@ -5,13 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use hindsight_ingest::{IngestCounts, IngestOptions, Ingestor};
-use hindsight_model::DecodeStatus;
+use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_store::{SegmentOptions, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ArchiveArg;
-use hindsight_output::{human_bytes, human_rate};
 
 /// Arguments of `hindsight ingest`.
 #[derive(Debug, clap::Args)]
@@ -75,7 +73,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "--segment-packets must be positive"
     );
     let settings =
-        hindsight_ingest::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
+        hindsight_store::settings::archive_settings(&args.archive.archive, args.keep_connections)?;
     let options = IngestOptions {
         snaplen: args.snaplen,
         partition_nanos: args.partition_secs.saturating_mul(1_000_000_000),
@@ -163,54 +161,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     let summary = ingestor.finish().context("cannot seal the last segment")?;
     copy_to_objects(&args.archive.archive, &settings)?;
-    print_summary(
-        &summary.counts,
-        summary.elapsed.as_secs_f64(),
-        args.captures.len(),
-    );
-    let packet_segments: Vec<_> = summary
-        .sealed
-        .iter()
-        .filter(|s| s.table == Table::Packets.name())
-        .collect();
-    let segment_bytes: u64 = packet_segments.iter().map(|s| s.size_bytes).sum();
-    let per_packet = if summary.counts.packets == 0 {
-        0.0
-    } else {
-        segment_bytes as f64 / summary.counts.packets as f64
-    };
-    println!(
-        "  sealed {} packet segment(s), {} on disk, {per_packet:.1} bytes/packet",
-        packet_segments.len(),
-        human_bytes(segment_bytes),
-    );
-    let flows = summary.flows;
-    if args.no_flows {
-        println!("  flows: none built (--no-flows)");
-    } else {
-        println!(
-            "  flows: {} connection records from {} IP packets ({} not IP), {} with application fields{}{}",
-            flows.records,
-            flows.packets,
-            flows.not_flows,
-            flows.app_records,
-            if flows.app_cut > 0 {
-                format!(
-                    " ({} cut short at the bound of buffered first bytes)",
-                    flows.app_cut
-                )
-            } else {
-                String::new()
-            },
-            if flows.evicted > 0 {
-                format!(
-                    ", {} closed early because the flow table was full",
-                    flows.evicted
-                )
-            } else {
-                String::new()
-            }
-        );
+    for line in summary.lines(args.captures.len(), !args.no_flows) {
+        println!("{line}");
     }
     if damaged > 0 {
         eprintln!(
@@ -222,124 +174,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_summary(counts: &IngestCounts, seconds: f64, files: usize) {
-    let rate = if seconds > 0.0 {
-        counts.packets as f64 / seconds
-    } else {
-        0.0
-    };
-    println!(
-        "ingested {} packets ({} on the wire, {} captured) from {files} file(s) in {seconds:.2} s: {}packets/s",
-        counts.packets,
-        human_bytes(counts.wire_bytes),
-        human_bytes(counts.captured_bytes),
-        human_rate(rate),
-    );
-    let by_reason: Vec<String> = DecodeStatus::ALL
-        .iter()
-        .filter(|&&status| counts.with_status(status) > 0)
-        .map(|&status| format!("{} {}", counts.with_status(status), status.name()))
-        .collect();
-    if !by_reason.is_empty() {
-        println!("  decoded: {}", by_reason.join(", "));
-    }
-}
-
 /// Whether a capture argument means standard input.
 fn is_stdin(path: &std::path::Path) -> bool {
     path.as_os_str() == "-"
 }
 
-/// Reads Zeek logs: conn.log files into the flows table and the connection
-/// index, with the fields of the dns, ssl, http and ssh logs joined by uid.
-/// Those are read first, whatever their order on the command line; other logs
-/// are skipped with a message.
+/// Reads Zeek logs into the flows table and the connection index (see
+/// `Ingestor::ingest_zeek_logs`).
 fn ingest_conn_logs(
     args: &Args,
     mut ingestor: Ingestor,
-    settings: &hindsight_ingest::settings::ArchiveSettings,
+    settings: &hindsight_store::settings::ArchiveSettings,
 ) -> Result<ExitCode> {
-    use hindsight_flow::zeek::LogKind;
     if args.captures.iter().any(|p| is_stdin(p)) {
         bail!("--format zeek reads files; standard input (-) takes packet captures");
     }
-    let mut damaged = 0usize;
-    // Application logs first, so that their fields wait for the connections.
-    let mut paths = Vec::new();
-    for path in &args.captures {
-        let kind = match hindsight_ingest::zeek_log_kind(path) {
-            Ok(kind) => kind,
-            Err(error) => {
-                eprintln!("cannot read Zeek log {}: {error}", path.display());
-                damaged += 1;
-                continue;
-            }
-        };
-        let order = match kind {
-            Some(LogKind::Conn) | None => 1,
-            Some(_) => 0,
-        };
-        paths.push((order, path));
-    }
-    paths.sort_by_key(|(order, _)| *order);
-    let (mut records, mut fields) = (0u64, 0u64);
-    for (_, path) in paths {
-        let outcome = ingestor
-            .ingest_zeek_log(path)
-            .with_context(|| format!("archive failed while ingesting {}", path.display()))?;
-        for error in &outcome.first_errors {
-            eprintln!("{}: {error}", path.display());
-        }
-        if outcome.bad_lines > outcome.first_errors.len() as u64 {
-            eprintln!(
-                "{}: {} more unreadable line(s)",
-                path.display(),
-                outcome.bad_lines - outcome.first_errors.len() as u64
-            );
-        }
-        if let Some(error) = outcome.error {
-            eprintln!("{error}");
-            damaged += 1;
-        } else if outcome.bad_lines > 0 {
-            damaged += 1;
-        }
-        let skipped = outcome.bad_lines;
-        match &outcome.kind {
-            Some(LogKind::Conn) | None => {
-                records += outcome.records;
-                println!(
-                    "{}: {} connection record(s), {skipped} unreadable line(s) skipped",
-                    path.display(),
-                    outcome.records
-                );
-            }
-            Some(LogKind::Other(name)) => println!(
-                "{}: skipped, a Zeek {name} log (hindsight reads conn, dns, ssl, http and ssh logs)",
-                path.display()
-            ),
-            Some(kind) => {
-                fields += outcome.records;
-                println!(
-                    "{}: {} {} record(s), {skipped} unreadable line(s) skipped",
-                    path.display(),
-                    outcome.records,
-                    kind.name()
-                );
-            }
-        }
-    }
-    let (unjoined, over_limit) = ingestor.zeek_unjoined();
-    if unjoined > 0 {
-        println!(
-            "{unjoined} connection(s) of the dns/ssl/http/ssh logs have no conn.log record with their uid; their fields are not kept"
-        );
-    }
-    if over_limit > 0 {
-        eprintln!(
-            "{over_limit} dns/ssl/http/ssh record(s) dropped: more than {} connections waited for their conn.log records; ingest the logs of one rotation interval together",
-            IngestOptions::default().zeek_pending_uids
-        );
-    }
+    let report = ingestor
+        .ingest_zeek_logs(
+            &args.captures,
+            &mut |line| println!("{line}"),
+            &mut |line| {
+                eprintln!("{line}");
+            },
+        )
+        .context("archive failed while ingesting Zeek logs")?;
     let summary = ingestor.finish().context("cannot seal the last segment")?;
     copy_to_objects(&args.archive.archive, settings)?;
     let flow_segments = summary
@@ -348,12 +206,15 @@ fn ingest_conn_logs(
         .filter(|s| s.table == Table::Flows.name())
         .count();
     println!(
-        "ingested {records} connection record(s) and {fields} application record(s) from {} file(s) into {flow_segments} flows segment(s)",
+        "ingested {} connection record(s) and {} application record(s) from {} file(s) into {flow_segments} flows segment(s)",
+        report.records,
+        report.fields,
         args.captures.len()
     );
-    if damaged > 0 {
+    if report.damaged > 0 {
         eprintln!(
-            "{damaged} of {} file(s) had unreadable lines or could not be read",
+            "{} of {} file(s) had unreadable lines or could not be read",
+            report.damaged,
             args.captures.len()
         );
         return Ok(ExitCode::FAILURE);
@@ -365,7 +226,7 @@ fn ingest_conn_logs(
 /// (`[archive] object_store`), if it has one.
 fn copy_to_objects(
     root: &std::path::Path,
-    settings: &hindsight_ingest::settings::ArchiveSettings,
+    settings: &hindsight_store::settings::ArchiveSettings,
 ) -> Result<()> {
     let Some(objects) = &settings.objects else {
         return Ok(());

@@ -22,7 +22,7 @@ pub struct Args {
     #[command(flatten)]
     window: WindowArgs,
     /// Output format; default: pcap or pcapng when -o names a .pcap or .pcapng file, else table.
-    #[arg(long, short = 'F', value_enum)]
+    #[arg(long, short = 'F', value_parser = crate::format_arg())]
     format: Option<Format>,
     /// Write to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]

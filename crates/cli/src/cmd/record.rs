@@ -138,51 +138,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let summary = recorder.stop()?;
-    eprintln!(
-        "captured {} packets ({} dropped by the kernel, {} by the interface); archived {} \
-         ({} ring chunks missed); ring: {} chunks, {} overwritten",
-        summary.captured,
-        summary.kernel_dropped,
-        summary.interface_dropped,
-        summary.archived,
-        summary.archive_missed_chunks,
-        summary.ring.chunks,
-        summary.ring.overwritten
-    );
-    if summary.captured_per_thread.len() > 1 {
-        let shares: Vec<String> = summary
-            .captured_per_thread
-            .iter()
-            .map(u64::to_string)
-            .collect();
-        eprintln!("capture threads (fanout): {}", shares.join(" + "));
-    }
-    if summary.trigger_missed_chunks > 0 {
-        eprintln!(
-            "the trigger analyzer fell behind: {} ring chunks were overwritten before \
-             it read them (raise --ring-mib)",
-            summary.trigger_missed_chunks
-        );
-    }
-    if summary.triggers_without_dump > 0 {
-        eprintln!(
-            "{} trigger(s) gave no dump: their packet lacks a field --dump {:?} names",
-            summary.triggers_without_dump, args.dump
-        );
-    }
-    for dump in &summary.dumps {
-        eprintln!(
-            "dump {}: {} packets, {}{}",
-            dump.path.display(),
-            dump.packets,
-            human_bytes(dump.bytes),
-            if dump.complete {
-                ""
-            } else {
-                " (incomplete: the capture did not reach the window's end in time)"
-            }
-        );
+    for line in recorder.stop()?.lines(&args.dump) {
+        eprintln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

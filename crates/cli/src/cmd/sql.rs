@@ -18,7 +18,7 @@ pub struct Args {
     #[command(flatten)]
     source: crate::Source,
     /// Output format [default: from -o FILE's extension (.csv, .jsonl, .parquet), else table].
-    #[arg(long, short = 'F', value_enum)]
+    #[arg(long, short = 'F', value_parser = crate::format_arg())]
     format: Option<Format>,
     /// Write the result to FILE instead of standard output.
     #[arg(long, short = 'o', value_name = "FILE")]

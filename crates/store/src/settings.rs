@@ -1,6 +1,6 @@
 //! The archive's own settings, `ARCHIVE/config.toml`, read by every command that
-//! writes the archive (`ingest`, `collect`), so retention is set once per archive
-//! rather than on every command line:
+//! writes the archive (`ingest`, `collect`, `record`, `serve`) and by its readers,
+//! so retention is set once per archive rather than on every command line:
 //!
 //! ```toml
 //! [connections]
@@ -46,12 +46,11 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use hindsight_index::Expiry;
-use hindsight_store::archive::CONFIG_FILE;
-use hindsight_store::segment::summary::{SummaryKind, SummarySet};
+use hindsight_model::connection::{DEFAULT_COMMUNITY_SEED, Expiry};
 use serde::Deserialize;
 
-use crate::{Retention, RetentionClass};
+use crate::archive::CONFIG_FILE;
+use crate::segment::summary::{SummaryKind, SummarySet};
 
 /// An archive's `config.toml` that cannot be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +60,92 @@ pub struct SettingsError {
     pub path: PathBuf,
     /// What is wrong with it.
     pub reason: String,
+}
+
+/// Bounds of the `packets` table on disk, applied after every seal: the segments
+/// with the oldest packets go first, and the newest segment always stays.
+/// With retention classes, expiry takes the oldest segments of the classes
+/// over their guarantee first, and each class's newest segment stays.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Most bytes of `packets` segments (0: no bound).
+    pub max_packet_bytes: u64,
+    /// Remove the segments whose newest packet is older than this, counted back
+    /// from the newest packet archived (so that replayed captures age by their own
+    /// clock, not the wall clock).
+    pub max_age: Option<Duration>,
+    /// Free bytes to leave on the archive's filesystem (`[packets]
+    /// min_free_bytes`; 0: none). Below it, an archive with a bound above
+    /// expires its oldest segments to make room; one without stops writing.
+    pub min_free_bytes: u64,
+    /// Retention classes (`[[retention.class]]`), in order: a packet belongs to
+    /// the first whose filter and interface it matches, else to the default
+    /// class. Each class's packets are segments of their own.
+    pub classes: Vec<RetentionClass>,
+}
+
+/// One retention class: which packets, their guaranteed share of the disk and
+/// their longest age (Hyperion's per-stream guarantees).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionClass {
+    /// Its name, in the catalog, `stats` and the metrics.
+    pub name: String,
+    /// Its packets match this filter (header fields: addresses, ports,
+    /// protocols), if one is set.
+    pub filter: Option<hindsight_filter::Filter>,
+    /// Its packets were captured on this interface (the pcapng interface
+    /// number, or the capture thread's), if one is set.
+    pub interface: Option<u32>,
+    /// Bytes of its segments that expiry for the `max_bytes` bound leaves
+    /// alone (the free-space floor takes them only when nothing else is left).
+    pub min_bytes: u64,
+    /// Its segments are removed once their newest packet is older than this,
+    /// counted back from the newest packet archived.
+    pub max_age: Option<Duration>,
+}
+
+impl RetentionClass {
+    /// Whether `record` belongs to this class.
+    pub fn matches(&self, record: &hindsight_model::PacketRecord) -> bool {
+        self.interface.is_none_or(|iface| record.iface == iface)
+            && self
+                .filter
+                .as_ref()
+                .is_none_or(|filter| filter.matches(record))
+    }
+}
+
+impl Retention {
+    /// Whether a bound lets the oldest segments go (the archive is a ring
+    /// rather than a store of everything).
+    pub fn expires(&self) -> bool {
+        self.max_packet_bytes > 0
+            || self.max_age.is_some()
+            || self.classes.iter().any(|c| c.max_age.is_some())
+    }
+
+    /// The class of `record`: 0 for the default class, `i + 1` for class `i`.
+    pub fn class_of(&self, record: &hindsight_model::PacketRecord) -> usize {
+        self.classes
+            .iter()
+            .position(|class| class.matches(record))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The index of the class named `name` (as a catalog line has it): 0 for
+    /// the default class and for a class no longer configured.
+    pub fn class_index(&self, name: Option<&str>) -> usize {
+        name.and_then(|name| self.classes.iter().position(|c| c.name == name))
+            .map_or(0, |i| i + 1)
+    }
+
+    /// The name of class `index` (`None`: the default class).
+    pub fn class_name(&self, index: usize) -> Option<&str> {
+        index
+            .checked_sub(1)
+            .and_then(|i| self.classes.get(i))
+            .map(|class| class.name.as_str())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,7 +236,7 @@ impl Default for Connections {
             histogram_granularity_secs: Expiry::OFF.histogram_granularity.as_secs(),
             cutoff_interval_secs: Expiry::OFF.cutoff_interval.as_secs(),
             compaction_interval_secs: Expiry::OFF.compaction_interval.as_secs(),
-            community_id_seed: hindsight_index::connections::DEFAULT_COMMUNITY_SEED,
+            community_id_seed: DEFAULT_COMMUNITY_SEED,
         }
     }
 }
@@ -169,7 +254,7 @@ pub struct ArchiveSettings {
     /// when none is set.
     pub home: Vec<(hindsight_model::Addr16, hindsight_model::Addr16)>,
     /// Where sealed segments are copied (`[archive] object_store`), if anywhere.
-    pub objects: Option<hindsight_store::objects::ObjectStoreSettings>,
+    pub objects: Option<crate::objects::ObjectStoreSettings>,
     /// The summaries `packets` segments carry (`[packets] summaries`).
     pub summaries: SummarySet,
 }
@@ -240,7 +325,7 @@ pub fn archive_settings(
     }
     let objects = section
         .object_store
-        .map(|url| hindsight_store::objects::ObjectStoreSettings {
+        .map(|url| crate::objects::ObjectStoreSettings {
             url,
             endpoint: section.endpoint,
             region: section.region,
