@@ -74,6 +74,12 @@ fn compare(path: &Path, seed: u16) -> usize {
 
 #[test]
 fn community_ids_equal_tsharks_on_real_captures() {
+    if !support::oracle_ready(
+        &["tshark"],
+        &[&support::lan_hour(), &support::fixtures_dir()],
+    ) {
+        return;
+    }
     let fixtures = fixtures_dir();
     let mut captures = vec![lan_hour()];
     for name in [

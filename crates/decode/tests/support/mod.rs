@@ -38,3 +38,38 @@ pub fn read_packets(path: &Path) -> Vec<(PacketRecord, Vec<u8>)> {
     }
     packets
 }
+
+/// Whether an oracle test can run here: each of `tools` on the `PATH` and
+/// each of `files` present. Without them the test says by name what is
+/// missing and is skipped, so that `cargo test` runs on a clone with only
+/// Rust installed. Under `scripts/test` (which installs the tools and fetches
+/// the captures, and sets `HINDSIGHT_REQUIRE_ORACLES`) or CI (`CI` set) a
+/// missing one fails the test instead.
+pub fn oracle_ready(tools: &[&str], files: &[&Path]) -> bool {
+    let on_path = |tool: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+    };
+    let mut missing: Vec<String> = tools
+        .iter()
+        .filter(|tool| !on_path(tool))
+        .map(|tool| format!("{tool} (scripts/setup installs it)"))
+        .collect();
+    missing.extend(files.iter().filter(|file| !file.exists()).map(|file| {
+        format!(
+            "{} (scripts/fetch-fixtures fetches the captures)",
+            file.display()
+        )
+    }));
+    if missing.is_empty() {
+        return true;
+    }
+    let what = missing.join(", ");
+    let required = ["HINDSIGHT_REQUIRE_ORACLES", "CI"];
+    assert!(
+        required.iter().all(|name| std::env::var_os(name).is_none()),
+        "missing: {what}"
+    );
+    eprintln!("skipped: missing {what}");
+    false
+}
