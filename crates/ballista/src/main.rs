@@ -75,7 +75,7 @@ enum Command {
 /// `--format`: the formats a command line offers, by their names.
 fn format_arg() -> impl clap::builder::TypedValueParser<Value = Format> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(Format::OFFERED.map(Format::name))
+    clap::builder::PossibleValuesParser::new(Format::offered().map(Format::name))
         .map(|name| Format::from_name(&name).unwrap_or(Format::Table))
 }
 

@@ -48,7 +48,7 @@ struct Source {
 /// `--format`: the formats a command line offers, by their names.
 fn format_arg() -> impl clap::builder::TypedValueParser<Value = hindsight_output::Format> {
     use clap::builder::TypedValueParser;
-    let names = hindsight_output::Format::OFFERED.map(hindsight_output::Format::name);
+    let names = hindsight_output::Format::offered().map(hindsight_output::Format::name);
     clap::builder::PossibleValuesParser::new(names).map(|name| {
         hindsight_output::Format::from_name(&name).unwrap_or(hindsight_output::Format::Table)
     })

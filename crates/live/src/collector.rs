@@ -89,6 +89,51 @@ fn set_receive_buffer(socket: &UdpSocket) {
     }
 }
 
+/// What a collector decodes from the export packets it receives: one
+/// decoder (its templates and counters) and the buffers of one packet.
+#[derive(Debug)]
+pub struct Collector {
+    decoder: hindsight_flow::netflow::NetflowDecoder,
+    records: Vec<hindsight_model::FlowRecord>,
+    buffer: Vec<u8>,
+}
+
+impl Default for Collector {
+    fn default() -> Self {
+        Self {
+            decoder: hindsight_flow::netflow::NetflowDecoder::new(),
+            records: Vec::new(),
+            buffer: vec![0u8; 65_536],
+        }
+    }
+}
+
+impl Collector {
+    /// Receives one export packet from `socket` (waiting up to its read
+    /// timeout) and decodes it. Returns its records, for the caller to drain,
+    /// or `None` when none came; a malformed packet goes to `malformed` with
+    /// its exporter.
+    pub fn receive(
+        &mut self,
+        socket: &UdpSocket,
+        malformed: &mut dyn FnMut(SocketAddr, hindsight_flow::netflow::NetflowError),
+    ) -> std::io::Result<Option<&mut Vec<hindsight_model::FlowRecord>>> {
+        let Some((len, exporter)) = receive(socket, &mut self.buffer)? else {
+            return Ok(None);
+        };
+        let payload = self.buffer.get(..len).unwrap_or_default();
+        if let Err(error) = self.decoder.decode(exporter, payload, &mut self.records) {
+            malformed(exporter, error);
+        }
+        Ok(Some(&mut self.records))
+    }
+
+    /// What it has received so far.
+    pub fn stats(&self) -> &hindsight_flow::netflow::NetflowStats {
+        self.decoder.stats()
+    }
+}
+
 /// Receives export packets on `socket` into `ingestor` until `stop`, sealing
 /// what was received every `seal_every` (each seal's statistics to `notes`).
 /// The first `report_errors` malformed export packets go to `notes` one by one,
@@ -101,38 +146,28 @@ pub fn collect(
     report_errors: u64,
     notes: &mut dyn FnMut(String),
 ) -> Result<hindsight_flow::netflow::NetflowStats, crate::LiveError> {
-    let mut decoder = hindsight_flow::netflow::NetflowDecoder::new();
-    let mut records = Vec::new();
-    let mut buffer = vec![0u8; 65_536];
+    let mut collector = Collector::default();
     let mut last_seal = std::time::Instant::now();
     let mut reported = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let received = receive(socket, &mut buffer).map_err(|e| crate::LiveError::Capture {
-            interface: format!(
-                "udp://{}",
-                socket
-                    .local_addr()
-                    .map_or_else(|_| "?".into(), |a| a.to_string())
-            ),
-            message: format!("receiving export packets: {e}"),
-        })?;
-        if let Some((len, exporter)) = received {
-            let payload = buffer.get(..len).unwrap_or_default();
-            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
+        let received = collector
+            .receive(socket, &mut |_, error| {
                 reported += 1;
                 if reported <= report_errors {
                     notes(format!("malformed: {error}"));
                 }
-            }
+            })
+            .map_err(crate::LiveError::Receive)?;
+        if let Some(records) = received {
             ingestor.push_flow_records(records.drain(..))?;
         }
         if last_seal.elapsed() >= seal_every {
             ingestor.seal()?;
             last_seal = std::time::Instant::now();
-            notes(stats_line(decoder.stats()));
+            notes(stats_line(collector.stats()));
         }
     }
-    Ok(decoder.stats().clone())
+    Ok(collector.stats().clone())
 }
 
 /// What a collector has received, in a line.

@@ -42,6 +42,9 @@ pub enum LiveError {
         /// libpcap's message.
         message: String,
     },
+    /// A collector could not receive export packets.
+    #[error("receiving export packets: {0}")]
+    Receive(std::io::Error),
     /// The ring's configuration is invalid.
     #[error(transparent)]
     Ring(#[from] RingError),

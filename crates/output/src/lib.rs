@@ -83,15 +83,10 @@ impl Format {
         Self::Rows,
     ];
 
-    /// The formats a command line offers (all but `Rows`).
-    pub const OFFERED: [Self; 6] = [
-        Self::Table,
-        Self::Csv,
-        Self::Jsonl,
-        Self::Pcap,
-        Self::Pcapng,
-        Self::Parquet,
-    ];
+    /// The formats a command line offers: all but `Rows`.
+    pub fn offered() -> impl Iterator<Item = Self> {
+        Self::ALL.into_iter().filter(|format| *format != Self::Rows)
+    }
 
     /// The format's name, as `--format` and the API's `format=` take it.
     pub fn name(self) -> &'static str {

@@ -64,14 +64,7 @@ impl Questions for Cluster {
         format: Format,
         out: &mut Output,
     ) -> Result<Answered> {
-        let question = client::ConnQuestion {
-            ip: question.ip.clone(),
-            filter: question.filter.clone(),
-            time: question.time,
-            limit: question.limit,
-            after: question.after.clone(),
-        };
-        let page = self.client.connections(&question)?;
+        let page = self.client.connections(question)?;
         let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
         let out = out.open()?;
         for (node, entry) in &page.entries {

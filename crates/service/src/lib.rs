@@ -43,20 +43,9 @@ pub struct PacketQuestion {
     pub explain: bool,
 }
 
-/// One page of the connections of an address, a network or a filter.
-#[derive(Clone, Debug)]
-pub struct ConnQuestion {
-    /// The address or network, if given.
-    pub ip: Option<String>,
-    /// The filter, if given.
-    pub filter: Option<String>,
-    /// The window.
-    pub time: TimeRange,
-    /// Connections in the page.
-    pub limit: usize,
-    /// Where the page starts: the cursor the page before ended with.
-    pub after: Option<String>,
-}
+/// One page of the connections of an address, a network or a filter (the
+/// cluster client's question, which every answerer takes).
+pub use hindsight_cluster::client::ConnQuestion;
 
 /// A SQL statement.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hindsight_flow::netflow::{NetflowDecoder, NetflowStats};
+use hindsight_flow::netflow::NetflowStats;
 use hindsight_live::{InterfaceReader, LiveError};
 
 use crate::{Answer, Watcher};
@@ -40,22 +40,20 @@ pub fn collector(
     answer: &mut dyn FnMut(Answer),
     malformed: &mut dyn FnMut(String),
 ) -> std::io::Result<NetflowStats> {
-    let mut decoder = NetflowDecoder::new();
-    let mut records = Vec::new();
-    let mut buffer = vec![0u8; 65_536];
+    let mut collector = hindsight_live::collector::Collector::default();
     let mut now = i64::MIN;
     while !stop.load(Ordering::Relaxed) {
-        if let Some((len, exporter)) = hindsight_live::collector::receive(socket, &mut buffer)? {
-            let payload = buffer.get(..len).unwrap_or_default();
-            if let Err(error) = decoder.decode(exporter, payload, &mut records) {
-                malformed(format!("{exporter}: {error}"));
-            }
-            now = records.iter().map(|r| r.last_ns).fold(now, i64::max);
-            watcher.push_flows(std::mem::take(&mut records), now, answer);
-        }
+        let received = collector.receive(socket, &mut |exporter, error| {
+            malformed(format!("{exporter}: {error}"));
+        })?;
+        let Some(records) = received else {
+            continue;
+        };
+        now = records.iter().map(|r| r.last_ns).fold(now, i64::max);
+        watcher.push_flows(std::mem::take(records), now, answer);
     }
     watcher.finish(answer);
-    Ok(decoder.stats().clone())
+    Ok(collector.stats().clone())
 }
 
 /// Where a watch's rows come from.
