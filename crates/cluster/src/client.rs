@@ -834,7 +834,7 @@ impl ConnPage {
 
 /// A node's page: its connections with their keys, its own cursor, and its
 /// Community ID seed.
-type NodePage = (
+pub type NodePage = (
     Vec<(Vec<u8>, hindsight_index::ConnEntry)>,
     Option<String>,
     u16,
@@ -993,6 +993,13 @@ fn node_connections(request: crate::pipeline::Sent) -> Result<NodePage, String> 
     let (body, _) = request.answer()?;
     let value: serde_json::Value = serde_json::from_reader(body.take(256 << 20))
         .map_err(|e| format!("its answer is not connections: {e}"))?;
+    parse_connections(&value)
+}
+
+/// A page of connections as `GET /api/v1/flows?stored=true` answers it: each
+/// connection with its place in the archive's order (its key, or for a lookup
+/// by name the name key), the next page's cursor, and the Community ID seed.
+pub fn parse_connections(value: &serde_json::Value) -> Result<NodePage, String> {
     let bad = || "its answer holds a connection that is not one".to_owned();
     let unhex = |text: &str| -> Option<Vec<u8>> {
         (0..text.len())

@@ -25,13 +25,13 @@ use bytes::Bytes;
 use hindsight_filter::Filter;
 use hindsight_live::{Dumper, LiveCounters};
 use hindsight_output::Format;
-use hindsight_output::packets::packet_sink;
 use hindsight_output::time::{format_nanos, parse_instant, time_range};
-use hindsight_query::search::SearchRequest;
-use hindsight_reader::{ConnQuery, HistogramMethod, Limits, Reader, ReaderError, Snapshot};
+use hindsight_reader::{Limits, Reader, ReaderError, Snapshot};
 use hindsight_ring::Ring;
+use hindsight_service::{Cancel, ConnQuestion, PacketQuestion, Questions};
 pub use hindsight_service::{INCOMPLETE_HEADER, NEXT_HEADER};
-use hindsight_sql::{Cancel, SqlError};
+pub(crate) use hindsight_service::{ascii, header_text};
+use hindsight_sql::SqlError;
 use hindsight_store::TimeRange;
 use serde::Deserialize;
 use serde_json::json;
@@ -97,6 +97,8 @@ pub struct Live {
 pub struct AppState {
     /// The archive, opened once.
     pub reader: Arc<Reader>,
+    /// Its questions, over the reader's snapshots within the API's bounds.
+    pub archive: hindsight_service::Snapshots,
     /// The dump directory.
     pub dumps_dir: PathBuf,
     /// The bearer token, if the API needs one.
@@ -192,6 +194,18 @@ impl ApiError {
 
     pub(crate) fn internal(error: &anyhow::Error) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("{error:#}"))
+    }
+
+    /// A question's error: a reader's by its kind ([`Self::of_reader`]), any
+    /// other the request's fault (400).
+    pub(crate) fn of(error: anyhow::Error) -> Self {
+        match error.downcast::<ReaderError>() {
+            Ok(error) => Self::of_reader(error),
+            Err(error) => match error.downcast::<SqlError>() {
+                Ok(error) => Self::of_reader(error.into()),
+                Err(error) => Self::bad_request(format!("{error:#}")),
+            },
+        }
     }
 
     /// A reader's error, by its kind: the request's fault (400), a limit it
@@ -427,37 +441,6 @@ async fn count_responses(State(state): State<Shared>, request: Request, next: Ne
     response
 }
 
-/// The value of [`INCOMPLETE_HEADER`], if the answer goes without something.
-pub(crate) fn incomplete_header(
-    snapshot: &Snapshot,
-    skipped: &[hindsight_query::search::SkippedSegment],
-) -> Option<String> {
-    let mut parts = snapshot.catalog_damage();
-    parts.extend(skipped.iter().map(ToString::to_string));
-    header_text(&parts)
-}
-
-/// `parts` joined into one header value, `None` if there are none.
-pub(crate) fn header_text(parts: &[String]) -> Option<String> {
-    if parts.is_empty() {
-        return None;
-    }
-    Some(ascii(&parts.join("; ")))
-}
-
-/// `text` as a header holds it: visible ASCII only.
-pub(crate) fn ascii(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_graphic() || c == ' ' {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect()
-}
-
 /// Lets a request through if the server has no token or the request carries it.
 async fn require_token(State(state): State<Shared>, request: Request, next: Next) -> Response {
     // A node of a cluster takes the cluster's token too (its peers ask it).
@@ -542,18 +525,8 @@ pub(crate) async fn blocking<T: Send + 'static>(
 /// under, or a scan slot if its plan decodes more than a cheap request's rows
 /// (whatever its limit: a limit does not bound the rows read before the
 /// first match).
-async fn by_plan(
-    state: &AppState,
-    ticket: Ticket,
-    snapshot: &Snapshot,
-    request: &SearchRequest,
-    plan: &hindsight_query::search::SearchPlan,
-) -> ApiResult<Ticket> {
-    if state
-        .admission
-        .cost_of_rows(snapshot.plan_rows(request, plan))
-        == Cost::Cheap
-    {
+async fn by_plan(state: &AppState, ticket: Ticket, rows: u64) -> ApiResult<Ticket> {
+    if state.admission.cost_of_rows(rows) == Cost::Cheap {
         return Ok(ticket);
     }
     drop(ticket);
@@ -676,13 +649,24 @@ fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
     }
 }
 
+/// What answers the API's questions: the archive, or with `cluster` the
+/// cluster this server is a node of. The one place a question's answerer is
+/// chosen.
+fn questions(state: &AppState, cluster: bool) -> ApiResult<Box<dyn Questions>> {
+    if cluster {
+        return Ok(Box::new(super::cluster::cluster(state)?.questions.clone()));
+    }
+    Ok(Box::new(state.archive.clone()))
+}
+
 /// `GET /api/v1/query`: the packets matching a filter in a window, streamed.
 async fn query(
     State(state): State<Shared>,
     params: Result<Query<QueryParams>, QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(params) = params?;
-    let filter = parse_filter(&params.filter)?;
+    // Refused before it waits for a slot.
+    parse_filter(&params.filter)?;
     let time = Window {
         since: params.since,
         until: params.until,
@@ -700,145 +684,99 @@ async fn query(
         Some(_) => Some(row_limit(&state, params.limit)?),
         None => None,
     };
-    if params.cluster {
-        if format == Format::Rows {
-            return Err(ApiError::bad_request(
-                "a cluster's answer is not in the rows format (nodes answer rows to the node that asks)",
-            ));
-        }
-        return super::cluster::federated_query(state, params.filter, time, limit, format).await;
+    if params.cluster && format == Format::Rows {
+        return Err(ApiError::bad_request(
+            "a cluster's answer is not in the rows format (nodes answer rows to the node that asks)",
+        ));
     }
-    let limits = Limits {
-        max_rows: Some(state.limits.max_rows),
-        timeout: Some(state.limits.timeout),
-        ..Limits::default()
+    let questions = questions(&state, params.cluster)?;
+    let question = PacketQuestion {
+        filter: params.filter,
+        time,
+        limit,
+        count: false,
+        explain: false,
     };
     // Planned under a cheap slot (it reads the indexes, not the segments);
     // a plan that decodes more than `CHEAP_ROWS` rows then waits for a scan slot.
     let ticket = state.admission.admit(Cost::Cheap).await?;
-    let snapshot = snapshot(&state)?;
-    let request = SearchRequest {
-        filter,
-        time,
-        limit,
-        with_data: format.carries_bytes(),
-        capture_only: format.is_capture(),
-    };
-    let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
+    let plan = questions.plan(&question, format).map_err(ApiError::of)?;
+    if plan.gathered() {
+        // A cluster's: gathered (bounded by `max_rows`) before it is sent,
+        // so that its headers can name every node that did not answer.
+        let (bytes, answered) = run_admitted(&state, ticket, move |cancel| {
+            let mut bytes = Vec::new();
+            let answered = plan
+                .write(format, &mut bytes, cancel)
+                .map_err(ApiError::of)?;
+            Ok((bytes, answered))
+        })
+        .await?;
+        let mut response = packet_answer(format, None, Body::from(bytes).into_response());
+        super::cluster::federated_headers(&mut response, &answered);
+        return Ok(response);
+    }
+    // What the answer goes without, known before reading: damaged catalog
+    // lines, segment files gone or not their sealed size.
+    let mut skipped = plan.skipped();
     // A node's share of a cluster's answer, asked by the node that merges:
     // when its plan reads covering postings alone it is answered here, on the
     // runtime's thread, without the two thread hops of the blocking pool
     // (docs/ARCHITECTURE.md, "A federated packet answer asks its nodes from
     // one thread"); any other plan is read there.
-    if format == Format::Rows && snapshot.is_small(&plan) {
-        let (bytes, incomplete) = super::cluster::rows_answer(&snapshot, &request, &plan, &limits)
-            .map_err(ApiError::of_reader)?;
+    if format == Format::Rows && plan.is_small() {
+        let mut bytes = Vec::new();
+        let answered = plan
+            .write(format, &mut bytes, Cancel::new())
+            .map_err(ApiError::of)?;
         drop(ticket);
+        skipped.extend(answered.notes);
         return Ok(packet_answer(
             format,
-            incomplete,
+            header_text(&skipped),
             Body::from(bytes).into_response(),
         ));
     }
-    let ticket = by_plan(&state, ticket, &snapshot, &request, &plan).await?;
-    let made = Some(plan);
+    let ticket = by_plan(&state, ticket, plan.rows()).await?;
+    let incomplete = header_text(&skipped);
     let (pieces, mut body) = mpsc::channel::<Piece>(8);
-    let (planned, mut is_planned) = oneshot::channel::<ApiResult<Option<String>>>();
     // The runtime's blocking pool (see `blocking`).
     tokio::task::spawn_blocking(move || {
         let _ticket = ticket;
         let mut out = PieceWriter::new(pieces);
-        let mut planned = Some(planned);
-        let mut skipped_before = 0;
-        let result = {
-            let mut sink = match packet_sink(format, Box::new(&mut out)) {
-                Ok(sink) => sink,
-                Err(message) => {
-                    if let Some(planned) = planned.take() {
-                        let _ = planned.send(Err(ApiError::bad_request(message)));
-                    }
-                    return;
-                }
-            };
-            snapshot
-                .search_with(
-                    &request,
-                    made,
-                    &limits,
-                    &mut |plan| {
-                        // What the answer goes without, known before reading:
-                        // damaged catalog lines, segment files gone or not their
-                        // sealed size.
-                        skipped_before = plan.stats.skipped.len();
-                        if let Some(planned) = planned.take() {
-                            let _ =
-                                planned.send(Ok(incomplete_header(&snapshot, &plan.stats.skipped)));
-                        }
-                    },
-                    &mut |record, data| sink.write(record, data).map(|()| true),
-                )
-                .and_then(|stats| {
-                    sink.finish()
-                        .map(|()| stats)
-                        .map_err(|e| ReaderError::Request(format!("cannot write the answer: {e}")))
-                })
-        };
-        if let Some(planned) = planned.take() {
-            // The plan failed: the error is the answer.
-            let error = match result {
-                Err(error) => ApiError::of_reader(error),
-                Ok(_) => ApiError::internal(&anyhow::anyhow!("the query ended unplanned")),
-            };
-            let _ = planned.send(Err(error));
-            return;
-        }
-        match result {
-            // Damage met while reading, after the plan.
-            Ok(stats) => out.finish(Ok(stats.skipped[skipped_before.min(stats.skipped.len())..]
-                .iter()
-                .map(ToString::to_string)
-                .chain(hindsight_query::search::unknown_line(&stats))
-                .collect())),
-            Err(error) => out.finish(Err(ApiError::of_reader(error))),
-        }
+        // What was met while reading, after the plan.
+        let answered = plan.write(format, &mut out, Cancel::new());
+        out.finish(
+            answered
+                .map(|answered| answered.notes)
+                .map_err(ApiError::of),
+        );
     });
     // An answer that ends within its first piece (64 KiB) and within
     // `WHOLE_WITHIN` goes out whole, with its length, after one wake of this task;
     // a longer or slower one streams, its headers sent at most `WHOLE_WITHIN`
     // after it began.
     let first = tokio::time::timeout(WHOLE_WITHIN, body.recv()).await.ok();
-    let no_answer = || {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the query ended without an answer",
-        )
-    };
     let (incomplete, response) = match first {
-        // The plan failed (its error is the answer), or the worker ended.
         Some(None) => {
-            return Err(match is_planned.try_recv() {
-                Ok(Err(error)) => error,
-                _ => no_answer(),
-            });
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the query ended without an answer",
+            ));
         }
-        Some(Some(piece)) => {
-            let incomplete = is_planned.try_recv().unwrap_or_else(|_| Err(no_answer()))?;
-            match piece {
-                // Headers not yet sent: what was met while reading is in them
-                // too, and a failure has its own status.
-                Piece::Last(bytes, late) => {
-                    let mut parts: Vec<String> = incomplete.into_iter().collect();
-                    parts.extend(late?);
-                    (header_text(&parts), Body::from(bytes).into_response())
-                }
-                Piece::More(bytes) => (
-                    incomplete,
-                    Body::from_stream(piece_stream(Some(bytes), body)).into_response(),
-                ),
-            }
+        // Headers not yet sent: what was met while reading is in them too,
+        // and a failure has its own status.
+        Some(Some(Piece::Last(bytes, late))) => {
+            let mut parts: Vec<String> = incomplete.into_iter().collect();
+            parts.extend(late?);
+            (header_text(&parts), Body::from(bytes).into_response())
         }
+        Some(Some(Piece::More(bytes))) => (
+            incomplete,
+            Body::from_stream(piece_stream(Some(bytes), body)).into_response(),
+        ),
         None => (
-            is_planned.await.unwrap_or_else(|_| Err(no_answer()))?,
+            incomplete,
             Body::from_stream(piece_stream(None, body)).into_response(),
         ),
     };
@@ -988,7 +926,7 @@ async fn histogram(
     params: Result<Query<HistogramParams>, QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let Query(params) = params?;
-    let filter = parse_filter(&params.filter)?;
+    parse_filter(&params.filter)?;
     let buckets = params.buckets.unwrap_or(100);
     if !(1..=2000).contains(&buckets) {
         return Err(ApiError::bad_request("buckets must be between 1 and 2000"));
@@ -998,36 +936,22 @@ async fn histogram(
         until: params.until,
     };
     let time = window.range()?;
-    let timeout = state.limits.timeout;
-    let request = SearchRequest {
-        filter,
+    let question = PacketQuestion {
+        filter: params.filter,
         time,
         limit: None,
-        with_data: false,
-        capture_only: true,
+        count: true,
+        explain: false,
     };
     // Planned under a cheap slot; a plan that decodes more than a cheap
     // request's rows runs under a scan slot (see `query`).
     let ticket = state.admission.admit(Cost::Cheap).await?;
-    let snapshot = snapshot(&state)?;
-    let plan = snapshot.plan(&request).map_err(ApiError::of_reader)?;
-    let ticket = by_plan(&state, ticket, &snapshot, &request, &plan).await?;
+    let plan = questions(&state, false)?
+        .plan(&question, Format::Jsonl)
+        .map_err(ApiError::of)?;
+    let ticket = by_plan(&state, ticket, plan.rows()).await?;
     let answer = run_admitted(&state, ticket, move |cancel| {
-        let limits = Limits {
-            max_rows: None,
-            timeout: Some(timeout),
-            cancel,
-            ..Limits::default()
-        };
-        let histogram = snapshot
-            .histogram(
-                &request,
-                Some(plan),
-                buckets,
-                &limits,
-                HistogramMethod::Auto,
-            )
-            .map_err(ApiError::of_reader)?;
+        let histogram = plan.histogram(buckets, cancel).map_err(ApiError::of)?;
         Ok(json!({
             "start_ns": histogram.start_ns,
             "end_ns": histogram.end_ns,
@@ -1176,93 +1100,85 @@ async fn flows(
         )?),
         None => None,
     };
-    if params.cluster {
-        let question = hindsight_cluster::client::ConnQuestion {
-            ip: params.ip,
-            filter: params.filter,
-            time: Window {
-                since: params.since,
-                until: params.until,
-            }
-            .range()?,
-            limit: usize::try_from(row_limit(&state, params.limit.map(|n| n as u64))?.min(100_000))
-                .unwrap_or(100_000),
-            after: params.after,
-        };
-        return super::cluster::federated_flows(state, question, text).await;
+    if let Some(filter) = &params.filter {
+        parse_filter(filter)?;
     }
-    let time = Window {
-        since: params.since.clone(),
-        until: params.until.clone(),
-    }
-    .range()?;
     let limit = row_limit(&state, params.limit.map(|n| n as u64))?;
     let limit = usize::try_from(limit.min(100_000)).unwrap_or(100_000);
-    let filter = params.filter.as_deref().map(parse_filter).transpose()?;
-    let query = ConnQuery {
-        ranges: ConnQuery::ranges_of(params.ip.as_deref(), filter.as_ref())
-            .map_err(ApiError::of_reader)?,
-        filter,
-        time,
-        limit: if params.limit.is_some() { limit } else { 1000 },
-        after: params
-            .after
-            .as_deref()
-            .map(hindsight_reader::decode_cursor)
-            .transpose()
-            .map_err(ApiError::of_reader)?,
+    let question = ConnQuestion {
+        ip: params.ip,
+        filter: params.filter,
+        time: Window {
+            since: params.since,
+            until: params.until,
+        }
+        .range()?,
+        // A page of an archive is 1,000 connections unless the question says;
+        // a cluster's, as many as the server answers.
+        limit: if params.limit.is_some() || params.cluster {
+            limit
+        } else {
+            1000
+        },
+        after: params.after,
     };
-    let snapshot = snapshot(&state)?;
+    let questions = questions(&state, params.cluster)?;
     let page = blocking(&state, Cost::Cheap, move |_| {
-        snapshot.connections(&query).map_err(ApiError::of_reader)
+        questions.page(&question).map_err(ApiError::of)
     })
     .await?;
-    let next = page.next.as_deref().map(hindsight_reader::encode_cursor);
-    let Some(format) = text else {
-        let connections: Vec<_> = page
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, entry)| {
-                let mut json =
-                    hindsight_output::connections::connection_json(entry, page.community_seed);
-                if params.stored {
-                    let (key, value) = hindsight_reader::Stored::stored(entry);
-                    json["stored"] = json!(format!(
-                        "{}.{}",
-                        hindsight_reader::encode_cursor(&key),
-                        hindsight_reader::encode_cursor(&value)
-                    ));
-                    // A lookup by name's order (a cluster merges pages by it).
-                    if let Some(place) = page.places.get(i) {
-                        json["at"] = json!(hindsight_reader::encode_cursor(place));
+    let mut response = match text {
+        None => {
+            let connections: Vec<_> = page
+                .connections
+                .iter()
+                .map(|connection| {
+                    let entry = &connection.entry;
+                    let mut json = hindsight_output::connections::connection_json(
+                        entry,
+                        connection.community_seed,
+                    );
+                    if let Some(node) = &connection.node {
+                        json["node"] = json!(node);
                     }
-                }
-                json
-            })
-            .collect();
-        return Ok(Json(json!({
-            "connections": connections,
-            "next": next,
-            "community_seed": page.community_seed,
-        }))
-        .into_response());
+                    if params.stored {
+                        let (key, value) = hindsight_reader::Stored::stored(entry);
+                        json["stored"] = json!(format!(
+                            "{}.{}",
+                            hindsight_reader::encode_cursor(&key),
+                            hindsight_reader::encode_cursor(&value)
+                        ));
+                        // A lookup by name's order (a cluster merges pages by it).
+                        if let Some(place) = &connection.at {
+                            json["at"] = json!(hindsight_reader::encode_cursor(place));
+                        }
+                    }
+                    json
+                })
+                .collect();
+            let mut answer = json!({"connections": connections, "next": page.answered.next});
+            if let Some(seed) = page.community_seed {
+                answer["community_seed"] = json!(seed);
+            }
+            Json(answer).into_response()
+        }
+        Some(format) => {
+            let mut out = Vec::new();
+            page.write(format, &mut out).map_err(ApiError::of)?;
+            let mut response = ([(header::CONTENT_TYPE, format.media_type())], out).into_response();
+            if let Some(value) = page
+                .answered
+                .next
+                .as_deref()
+                .and_then(|next| HeaderValue::from_str(next).ok())
+            {
+                response.headers_mut().insert(NEXT_HEADER, value);
+            }
+            response
+        }
     };
-    let mut out = Vec::new();
-    let mut writer =
-        hindsight_output::connections::ConnWriter::new(format).map_err(ApiError::bad_request)?;
-    writer.set_community_seed(page.community_seed);
-    for entry in &page.entries {
-        writer
-            .write(&mut out, entry)
-            .map_err(|e| ApiError::internal(&e.into()))?;
-    }
-    writer
-        .finish(&mut out)
-        .map_err(|e| ApiError::internal(&e.into()))?;
-    let mut response = ([(header::CONTENT_TYPE, format.media_type())], out).into_response();
-    if let Some(value) = next.and_then(|next| HeaderValue::from_str(&next).ok()) {
-        response.headers_mut().insert(NEXT_HEADER, value);
+    if params.cluster {
+        super::cluster::federated_headers(&mut response, &page.answered);
     }
     Ok(response)
 }

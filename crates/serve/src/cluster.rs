@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -16,10 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hindsight_cluster::index::{SummaryUpload, SyncRequest};
 use hindsight_cluster::sync::SyncCounters;
-use hindsight_cluster::{ClusterClient, ClusterConfig, ClusterIndex, Outcome, PARTIAL_HEADER};
+use hindsight_cluster::{ClusterClient, ClusterConfig, ClusterIndex, PARTIAL_HEADER};
 use hindsight_model::Addr16;
-use hindsight_output::Format;
-use hindsight_store::TimeRange;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -30,6 +28,8 @@ use crate::api::{ApiError, ApiResult, AppState};
 pub struct ClusterState {
     /// The cluster.
     pub client: ClusterClient,
+    /// Its questions (packets and connections), answered within `max_rows`.
+    pub questions: hindsight_service::Cluster,
     /// This node's index of every node's summaries, if it is an index node.
     pub index: Option<Arc<ClusterIndex>>,
     /// Its syncs with the index nodes.
@@ -39,24 +39,25 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
-    /// The cluster side of the node `config` names, whose archive `reader`
-    /// reads within `limits`.
+    /// The cluster side of the node `config` names, whose own share of an
+    /// answer `archive` gives (without a request to itself); a packet answer
+    /// longer than `max_rows` is an error.
     pub fn new(
         config: ClusterConfig,
-        reader: Arc<hindsight_reader::Reader>,
-        limits: hindsight_reader::Limits,
+        archive: hindsight_service::Snapshots,
+        max_rows: u64,
     ) -> Self {
         let index = match &config.name {
             Some(name) if config.is_index() => Some(Arc::new(ClusterIndex::new(&config, name))),
             _ => None,
         };
-        let local = Arc::new(LocalArchive { reader, limits });
-        let client = ClusterClient::new(config).with_local_node(local);
+        let client = ClusterClient::new(config).with_local_node(Arc::new(archive));
         let client = match &index {
             Some(index) => client.with_local_index(Arc::clone(index)),
             None => client,
         };
         Self {
+            questions: hindsight_service::Cluster::new(client.clone()).with_max_rows(max_rows),
             client,
             index,
             counters: Arc::new(SyncCounters::default()),
@@ -322,121 +323,20 @@ async fn status(State(state): State<Shared>) -> ApiResult<Response> {
     .into_response())
 }
 
-/// `GET /api/v1/query?cluster=true`: the packets of every node that may hold
-/// matches, merged in time order, tagged with their nodes. The answer is
-/// gathered before it is sent (bounded by `max_rows`), so that the
-/// `hindsight-partial` header can name every node that did not answer.
-pub(crate) async fn federated_query(
-    state: Shared,
-    filter: String,
-    time: TimeRange,
-    limit: Option<u64>,
-    format: Format,
-) -> ApiResult<Response> {
-    let client = cluster(&state)?.client.clone();
-    let max_rows = state.limits.max_rows;
-    let (bytes, outcome) = crate::api::blocking(&state, crate::admission::Cost::Cheap, move |_| {
-        let mut bytes = Vec::new();
-        let question = hindsight_cluster::client::PacketQuestion {
-            filter,
-            time,
-            limit,
-            max_rows: Some(max_rows),
-            count: false,
-        };
-        let outcome =
-            hindsight_cluster::client::write_packets(&client, &question, format, &mut bytes)
-                .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
-        Ok((bytes, outcome))
-    })
-    .await?;
-    Ok(federated_answer(bytes, format, &outcome))
-}
-
-/// A federated answer: its bytes, with the nodes asked in `hindsight-nodes`
+/// The headers of a cluster's answer: the nodes asked in `hindsight-nodes`
 /// and, if it is partial, the nodes missing in `hindsight-partial`.
-fn federated_answer(bytes: Vec<u8>, format: Format, outcome: &Outcome) -> Response {
-    let mut response = Body::from(bytes).into_response();
+pub(crate) fn federated_headers(response: &mut Response, answered: &hindsight_service::Answered) {
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(format.media_type()),
-    );
-    if let Some(value) = outcome
-        .header()
-        .and_then(|text| HeaderValue::from_str(&crate::api::ascii(&text)).ok())
+    if let Some(value) = answered
+        .partial
+        .as_deref()
+        .and_then(|text| HeaderValue::from_str(&hindsight_service::ascii(text)).ok())
     {
         headers.insert(PARTIAL_HEADER, value);
     }
-    let asked: Vec<&str> = outcome.route.ask.iter().map(|c| c.node.as_str()).collect();
-    if let Ok(value) = HeaderValue::from_str(&asked.join(",")) {
+    if let Ok(value) = HeaderValue::from_str(&answered.nodes.join(",")) {
         headers.insert("hindsight-nodes", value);
     }
-    response
-}
-
-/// This node's own archive, read for its share of a federated answer without
-/// a request to itself (and without a second of the API's slots).
-#[derive(Debug)]
-struct LocalArchive {
-    reader: Arc<hindsight_reader::Reader>,
-    limits: hindsight_reader::Limits,
-}
-
-impl hindsight_cluster::LocalNode for LocalArchive {
-    fn rows(
-        &self,
-        filter: &str,
-        time: TimeRange,
-        limit: Option<u64>,
-    ) -> Result<(Vec<u8>, Option<String>), String> {
-        let filter =
-            hindsight_filter::Filter::parse(filter).map_err(|e| format!("invalid filter:\n{e}"))?;
-        let snapshot = self.reader.snapshot().map_err(|e| e.to_string())?;
-        let request = rows_request(filter, time, limit);
-        let plan = snapshot.plan(&request).map_err(|e| e.to_string())?;
-        rows_answer(&snapshot, &request, &plan, &self.limits).map_err(|e| e.to_string())
-    }
-}
-
-/// A packet question as a node answers it in the rows format.
-pub(crate) fn rows_request(
-    filter: hindsight_filter::Filter,
-    time: TimeRange,
-    limit: Option<u64>,
-) -> hindsight_query::search::SearchRequest {
-    hindsight_query::search::SearchRequest {
-        filter,
-        time,
-        limit,
-        with_data: Format::Rows.carries_bytes(),
-        capture_only: Format::Rows.is_capture(),
-    }
-}
-
-/// A node's rows answer to a planned packet question, whole, and what made it
-/// incomplete (segments it had to skip), if anything.
-pub(crate) fn rows_answer(
-    snapshot: &hindsight_reader::Snapshot,
-    request: &hindsight_query::search::SearchRequest,
-    plan: &hindsight_query::search::SearchPlan,
-    limits: &hindsight_reader::Limits,
-) -> Result<(Vec<u8>, Option<String>), hindsight_reader::ReaderError> {
-    let mut bytes = Vec::new();
-    let mut sink = hindsight_output::packets::packet_sink(Format::Rows, Box::new(&mut bytes))
-        .map_err(hindsight_reader::ReaderError::Request)?;
-    let stats = snapshot.search_planned(request, plan, limits, &mut |record, data| {
-        sink.write(record, data).map(|()| true)
-    })?;
-    sink.finish().map_err(|e| {
-        hindsight_reader::ReaderError::Request(format!("cannot write the answer: {e}"))
-    })?;
-    drop(sink);
-    // The plan's skipped segments are among the execution's.
-    Ok((
-        bytes,
-        crate::api::incomplete_header(snapshot, &stats.skipped),
-    ))
 }
 
 /// `POST /api/v1/cluster/fragment` (the cluster's token): a fragment of a
@@ -478,72 +378,4 @@ pub fn load(
     value
         .map(|value| ClusterConfig::from_toml(value, base))
         .transpose()
-}
-
-/// `GET /api/v1/flows?cluster=true`: one page of the connections of every node
-/// that may hold matches, merged in the index's order, each with its node; the
-/// cursor of the next page pages across the nodes.
-pub(crate) async fn federated_flows(
-    state: Shared,
-    question: hindsight_cluster::client::ConnQuestion,
-    text: Option<Format>,
-) -> ApiResult<Response> {
-    let client = cluster(&state)?.client.clone();
-    let page = crate::api::blocking(&state, crate::admission::Cost::Cheap, move |_| {
-        client
-            .connections(&question)
-            .map_err(|e| ApiError::bad_request(format!("{e:#}")))
-    })
-    .await?;
-    let mut response = match text {
-        None => {
-            let connections: Vec<_> = page
-                .entries
-                .iter()
-                .map(|(node, entry)| {
-                    let mut json = hindsight_output::connections::connection_json(
-                        entry,
-                        page.community_seed(node),
-                    );
-                    json["node"] = json!(node);
-                    json
-                })
-                .collect();
-            axum::Json(json!({"connections": connections, "next": page.next})).into_response()
-        }
-        Some(format) => {
-            let mut out = Vec::new();
-            let mut writer = hindsight_output::connections::ConnWriter::new(format)
-                .map_err(ApiError::bad_request)?;
-            for (node, entry) in &page.entries {
-                writer.set_node(node);
-                writer.set_community_seed(page.community_seed(node));
-                writer
-                    .write(&mut out, entry)
-                    .map_err(|e| ApiError::internal(&e.into()))?;
-            }
-            writer
-                .finish(&mut out)
-                .map_err(|e| ApiError::internal(&e.into()))?;
-            let mut response = ([(header::CONTENT_TYPE, format.media_type())], out).into_response();
-            if let Some(value) = page
-                .next
-                .as_deref()
-                .and_then(|n| HeaderValue::from_str(n).ok())
-            {
-                response
-                    .headers_mut()
-                    .insert(crate::api::NEXT_HEADER, value);
-            }
-            response
-        }
-    };
-    if let Some(value) = page
-        .outcome
-        .header()
-        .and_then(|text| HeaderValue::from_str(&crate::api::ascii(&text)).ok())
-    {
-        response.headers_mut().insert(PARTIAL_HEADER, value);
-    }
-    Ok(response)
 }

@@ -200,13 +200,19 @@ pub fn run(args: Options) -> Result<()> {
         dumper: recorder.dumper(),
     });
     let dumps_dir_listed = dumps_dir.clone();
-    let (reader_for_cluster, config_max_rows, config_timeout) = (
+    // The archive's questions, each within the API's rows and time.
+    let archive = hindsight_service::Snapshots::new(
         Arc::clone(&reader),
-        config.api.max_rows,
-        config.api.timeout_secs,
+        hindsight_reader::Limits {
+            max_rows: Some(config.api.max_rows),
+            timeout: Some(Duration::from_secs(config.api.timeout_secs)),
+            ..Default::default()
+        },
     );
+    let max_rows = config.api.max_rows;
     let state = Arc::new(AppState {
         reader,
+        archive: archive.clone(),
         dumps_dir,
         token,
         limits: ApiLimits {
@@ -234,14 +240,8 @@ pub fn run(args: Options) -> Result<()> {
         hub: hub.clone(),
         max_window_rows: config.watches.max_window_rows,
         window_timeout: Duration::from_secs(config.watches.window_timeout_secs),
-        cluster: cluster_config.map(|config| {
-            let limits = hindsight_reader::Limits {
-                max_rows: Some(config_max_rows),
-                timeout: Some(Duration::from_secs(config_timeout)),
-                ..Default::default()
-            };
-            cluster::ClusterState::new(config, Arc::clone(&reader_for_cluster), limits)
-        }),
+        cluster: cluster_config
+            .map(|cluster| cluster::ClusterState::new(cluster, archive, max_rows)),
         requests: std::sync::Mutex::default(),
         connections: Arc::default(),
         allowed_hosts: config.api.allowed_hosts.clone(),

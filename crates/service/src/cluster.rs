@@ -8,15 +8,18 @@ use anyhow::Result;
 use hindsight_cluster::client::{self, report_lines};
 use hindsight_cluster::{ClusterClient, ClusterConfig, Outcome};
 use hindsight_output::Format;
-use hindsight_output::connections::ConnWriter;
 use hindsight_sql::Limits;
 
-use crate::{Answered, ConnQuestion, Output, PacketQuestion, Questions, SqlQuestion};
+use crate::{
+    Answered, Cancel, ConnQuestion, Connection, Output, PacketPlan, PacketQuestion, Page,
+    Questions, SqlQuestion,
+};
 
 /// A cluster, through its client.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Cluster {
     client: ClusterClient,
+    max_rows: Option<u64>,
 }
 
 impl Cluster {
@@ -27,59 +30,94 @@ impl Cluster {
 
     /// The cluster `client` asks.
     pub fn new(client: ClusterClient) -> Self {
-        Self { client }
+        Self {
+            client,
+            max_rows: None,
+        }
+    }
+
+    /// A packet answer longer than `max_rows` is an error, not a short answer.
+    pub fn with_max_rows(self, max_rows: u64) -> Self {
+        Self {
+            max_rows: Some(max_rows),
+            ..self
+        }
     }
 
     /// How a federated answer went, as the asker is told.
     fn answered(outcome: &Outcome) -> Answered {
         Answered {
             notes: report_lines(outcome),
-            partial: outcome.is_partial(),
+            partial: outcome.header(),
+            nodes: outcome.route.ask.iter().map(|c| c.node.clone()).collect(),
             ..Answered::default()
         }
     }
 }
 
-impl Questions for Cluster {
-    fn packets(
-        &self,
-        question: &PacketQuestion,
-        format: Format,
-        out: &mut Output,
-    ) -> Result<Answered> {
-        let question = client::PacketQuestion {
-            filter: question.filter.clone(),
-            time: question.time,
-            limit: question.limit,
-            max_rows: None,
-            count: question.count,
-        };
-        let outcome = client::write_packets(&self.client, &question, format, out.open()?)?;
-        Ok(Self::answered(&outcome))
+/// A packet question for the cluster, asked when it is written.
+struct Planned {
+    cluster: Cluster,
+    question: client::PacketQuestion,
+}
+
+impl PacketPlan for Planned {
+    fn gathered(&self) -> bool {
+        true
     }
 
-    fn connections(
-        &self,
-        question: &ConnQuestion,
+    fn write(
+        self: Box<Self>,
         format: Format,
-        out: &mut Output,
+        out: &mut dyn Write,
+        _cancel: Cancel,
     ) -> Result<Answered> {
+        let outcome = client::write_packets(&self.cluster.client, &self.question, format, out)?;
+        Ok(Cluster::answered(&outcome))
+    }
+}
+
+impl Questions for Cluster {
+    fn plan(&self, question: &PacketQuestion, _format: Format) -> Result<Box<dyn PacketPlan>> {
+        crate::local::parse_filter(&question.filter)?;
+        Ok(Box::new(Planned {
+            cluster: self.clone(),
+            question: client::PacketQuestion {
+                filter: question.filter.clone(),
+                time: question.time,
+                limit: question.limit,
+                max_rows: self.max_rows,
+                count: question.count,
+            },
+        }))
+    }
+
+    fn page(&self, question: &ConnQuestion) -> Result<Page> {
         let page = self.client.connections(question)?;
-        let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
-        let out = out.open()?;
-        for (node, entry) in &page.entries {
-            writer.set_node(node);
-            writer.set_community_seed(page.community_seed(node));
-            writer.write(out, entry)?;
-        }
-        writer.finish(out)?;
-        Ok(Answered {
-            next: page.next.clone(),
-            ..Self::answered(&page.outcome)
+        let mut answered = Self::answered(&page.outcome);
+        answered.next = page.next.clone();
+        Ok(Page {
+            connections: page
+                .entries
+                .iter()
+                .map(|(node, entry)| Connection {
+                    node: Some(node.clone()),
+                    entry: entry.clone(),
+                    community_seed: page.community_seed(node),
+                    at: None,
+                })
+                .collect(),
+            community_seed: None,
+            answered,
         })
     }
 
-    fn sql(&self, question: &SqlQuestion, format: Format, out: &mut Output) -> Result<Answered> {
+    fn sql(
+        &self,
+        question: &SqlQuestion,
+        format: Format,
+        out: &mut Output<'_>,
+    ) -> Result<Answered> {
         anyhow::ensure!(
             !question.allow_writes,
             "a cluster's statements only read: statements that write run on one archive"

@@ -8,17 +8,24 @@
 mod cluster;
 mod local;
 mod serving;
+mod snapshots;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use hindsight_output::Format;
+use hindsight_output::connections::ConnWriter;
 use hindsight_store::TimeRange;
 
 pub use cluster::Cluster;
 pub use local::Local;
 pub use serving::{Client, Serving};
+pub use snapshots::{Snapshots, ascii, header_text};
+
+pub use hindsight_model::connection::ConnEntry;
+pub use hindsight_reader::{Histogram, Limits};
+pub use hindsight_sql::Cancel;
 
 /// Response header of an answer that went without something (damaged
 /// segments): what it went without.
@@ -68,33 +75,170 @@ pub struct Answered {
     pub notes: Vec<String>,
     /// Damage (or bytes the archive did not keep) left something out.
     pub incomplete: bool,
-    /// A node of a cluster did not answer.
-    pub partial: bool,
+    /// The nodes of a cluster that did not answer and why, as the
+    /// `hindsight-partial` header says it.
+    pub partial: Option<String>,
+    /// The nodes of a cluster asked.
+    pub nodes: Vec<String>,
     /// The cursor of the next page of connections, if there is one.
     pub next: Option<String>,
 }
 
+/// A packet question planned: what it will cost and what its answer goes
+/// without are known before a byte of it is written.
+pub trait PacketPlan: Send {
+    /// About how many rows it decodes here (what a server's admission sorts
+    /// questions by); 0 when they are decoded elsewhere.
+    fn rows(&self) -> u64 {
+        0
+    }
+
+    /// Whether it is answered from covering postings alone, in microseconds.
+    fn is_small(&self) -> bool {
+        false
+    }
+
+    /// What its answer goes without, known before reading (damaged or
+    /// missing segments).
+    fn skipped(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Whether what its answer went without is known only at its end (a
+    /// cluster's nodes): the answer is gathered before it is sent.
+    fn gathered(&self) -> bool {
+        false
+    }
+
+    /// Writes the packets as `format` (or, with the question's `count`, their
+    /// number) to `out`, stopping when `cancel` is set. The notes of the
+    /// answer name only what was met after the plan.
+    fn write(
+        self: Box<Self>,
+        format: Format,
+        out: &mut dyn Write,
+        cancel: Cancel,
+    ) -> Result<Answered>;
+
+    /// Counts the packets in `buckets` buckets of the window (of the span of
+    /// the matching segments, without one): what a reader of the archive
+    /// answers (`hindsight serve`'s `/api/v1/histogram`).
+    fn histogram(self: Box<Self>, _buckets: usize, _cancel: Cancel) -> Result<Histogram> {
+        anyhow::bail!("packets are counted by time by a reader of the archive (hindsight serve)")
+    }
+}
+
+/// One connection of a page, with its node in a cluster's answer.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    /// The node that holds it (a cluster's answer).
+    pub node: Option<String>,
+    /// The connection.
+    pub entry: ConnEntry,
+    /// Its archive's Community ID seed.
+    pub community_seed: u16,
+    /// Its place in its archive's order, when that is not its key (a lookup
+    /// by name).
+    pub at: Option<Vec<u8>>,
+}
+
+/// One page of connections.
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The connections, in the index's order.
+    pub connections: Vec<Connection>,
+    /// The archive's Community ID seed (of one archive's page).
+    pub community_seed: Option<u16>,
+    /// How the answer went, with the next page's cursor.
+    pub answered: Answered,
+}
+
+impl Page {
+    /// One archive's page: its `entries`, their `places` in its order when
+    /// those are not their keys, its Community ID `seed`, and the cursor of
+    /// its `next` page.
+    pub fn of_archive(
+        entries: Vec<ConnEntry>,
+        places: Vec<Vec<u8>>,
+        seed: u16,
+        next: Option<String>,
+    ) -> Self {
+        let mut places = places.into_iter();
+        Self {
+            connections: entries
+                .into_iter()
+                .map(|entry| Connection {
+                    node: None,
+                    entry,
+                    community_seed: seed,
+                    at: places.next(),
+                })
+                .collect(),
+            community_seed: Some(seed),
+            answered: Answered {
+                next,
+                ..Answered::default()
+            },
+        }
+    }
+
+    /// Writes the page as `format` to `out`.
+    pub fn write(&self, format: Format, out: &mut dyn Write) -> Result<()> {
+        let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
+        for connection in &self.connections {
+            if let Some(node) = &connection.node {
+                writer.set_node(node);
+            }
+            writer.set_community_seed(connection.community_seed);
+            writer.write(out, &connection.entry)?;
+        }
+        writer.finish(out)?;
+        Ok(())
+    }
+}
+
 /// The questions hindsight answers, wherever the answer comes from.
-pub trait Questions {
+pub trait Questions: Send + Sync {
+    /// Plans the packets matching `question`, to be written as `format`.
+    fn plan(&self, question: &PacketQuestion, format: Format) -> Result<Box<dyn PacketPlan>>;
+
     /// Writes the packets matching `question` to `out` as `format` (or, with
     /// `count`, their number).
     fn packets(
         &self,
         question: &PacketQuestion,
         format: Format,
-        out: &mut Output,
-    ) -> Result<Answered>;
+        out: &mut Output<'_>,
+    ) -> Result<Answered> {
+        let plan = self.plan(question, format)?;
+        let before = plan.skipped();
+        let mut answered = plan.write(format, out.open()?, Cancel::new())?;
+        if !before.is_empty() {
+            answered.incomplete = true;
+            let before = before.into_iter().map(|what| format!("warning: {what}"));
+            answered.notes.splice(0..0, before);
+        }
+        Ok(answered)
+    }
+
+    /// One page of connections.
+    fn page(&self, question: &ConnQuestion) -> Result<Page>;
 
     /// Writes one page of connections to `out` as `format`.
     fn connections(
         &self,
         question: &ConnQuestion,
         format: Format,
-        out: &mut Output,
-    ) -> Result<Answered>;
+        out: &mut Output<'_>,
+    ) -> Result<Answered> {
+        let page = self.page(question)?;
+        page.write(format, out.open()?)?;
+        Ok(page.answered)
+    }
 
     /// Writes the result (or plan) of a statement to `out` as `format`.
-    fn sql(&self, question: &SqlQuestion, format: Format, out: &mut Output) -> Result<Answered>;
+    fn sql(&self, question: &SqlQuestion, format: Format, out: &mut Output<'_>)
+    -> Result<Answered>;
 }
 
 /// Where questions go: an archive, or a cluster's file.
@@ -128,23 +272,31 @@ pub fn open(source: &Source) -> Result<Box<dyn Questions>> {
 /// Where an answer goes: a file, or standard output. Nothing is created
 /// before the answer's first byte (or [`Output::open`]), so a question
 /// refused touches no file.
-pub struct Output {
+pub struct Output<'a> {
     path: Option<PathBuf>,
-    out: Option<Box<dyn Write>>,
+    out: Option<Box<dyn Write + 'a>>,
 }
 
-impl std::fmt::Debug for Output {
+impl std::fmt::Debug for Output<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Output").field("path", &self.path).finish()
     }
 }
 
-impl Output {
+impl<'a> Output<'a> {
     /// To `path`, or to standard output without one.
     pub fn to(path: Option<&Path>) -> Self {
         Self {
             path: path.map(Path::to_owned),
             out: None,
+        }
+    }
+
+    /// To `out`.
+    pub fn over(out: &'a mut dyn Write) -> Self {
+        Self {
+            path: None,
+            out: Some(Box::new(out)),
         }
     }
 
@@ -165,7 +317,7 @@ impl Output {
     }
 }
 
-impl Write for Output {
+impl Write for Output<'_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         self.open()?.write(data)
     }

@@ -7,16 +7,20 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use hindsight_filter::Filter;
 use hindsight_output::Format;
-use hindsight_output::connections::ConnWriter;
 use hindsight_output::packets::packet_sink;
-use hindsight_query::search::{PacketSearch, SearchRequest, incomplete_lines, unknown_line};
+use hindsight_query::search::{
+    PacketSearch, SearchPlan, SearchRequest, incomplete_lines, unknown_line,
+};
 use hindsight_reader::{ConnQuery, decode_cursor, encode_cursor};
 use hindsight_sql::{Limits, SqlSession};
 
-use crate::{Answered, ConnQuestion, Output, PacketQuestion, Questions, SqlQuestion};
+use crate::{
+    Answered, Cancel, ConnQuestion, Output, PacketPlan, PacketQuestion, Page, Questions,
+    SqlQuestion,
+};
 
 /// The archive at a directory.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Local {
     root: PathBuf,
 }
@@ -39,38 +43,51 @@ impl Local {
     }
 }
 
+/// The search of a packet question answered as `format`.
+pub(crate) fn search_request(question: &PacketQuestion, format: Format) -> Result<SearchRequest> {
+    Ok(SearchRequest {
+        filter: parse_filter(&question.filter)?,
+        time: question.time,
+        limit: question.limit,
+        with_data: format.carries_bytes() && !question.count,
+        capture_only: format.is_capture() || question.count,
+    })
+}
+
 /// Parses a filter, saying so when it is not one.
 pub(crate) fn parse_filter(text: &str) -> Result<Filter> {
     Filter::parse(text).map_err(|e| anyhow::anyhow!("invalid filter:\n{e}"))
 }
 
-impl Questions for Local {
-    fn packets(
-        &self,
-        question: &PacketQuestion,
+/// A packet question planned over the archive's segments in its window.
+struct Planned {
+    search: PacketSearch,
+    request: SearchRequest,
+    plan: SearchPlan,
+    count: bool,
+    explain: bool,
+    started: Instant,
+}
+
+impl PacketPlan for Planned {
+    fn write(
+        self: Box<Self>,
         format: Format,
-        out: &mut Output,
+        out: &mut dyn Write,
+        _cancel: Cancel,
     ) -> Result<Answered> {
-        let root = &self.root;
-        let search = PacketSearch::open_within(root, question.time)
-            .with_context(|| format!("cannot open archive {}", root.display()))?
-            .with_remote(hindsight_reader::remote_segments(root)?);
-        let request = SearchRequest {
-            filter: parse_filter(&question.filter)?,
-            time: question.time,
-            limit: question.limit,
-            with_data: format.is_capture() && !question.count,
-            capture_only: format.is_capture() || question.count,
-        };
-        let started = Instant::now();
-        let plan = search.plan(&request)?;
-        let stats = if question.count {
+        let Self {
+            search,
+            request,
+            plan,
+            ..
+        } = *self;
+        let stats = if self.count {
             let stats = search.execute(&request, &plan, &mut |_, _| Ok(true))?;
             writeln!(out, "{}", stats.rows_matched)?;
             stats
         } else {
-            let mut sink =
-                packet_sink(format, Box::new(out.open()?)).map_err(anyhow::Error::msg)?;
+            let mut sink = packet_sink(format, Box::new(out)).map_err(anyhow::Error::msg)?;
             let stats = search.execute(&request, &plan, &mut |record, data| {
                 sink.write(record, data).map(|()| true)
             })?;
@@ -79,9 +96,9 @@ impl Questions for Local {
         };
         let mut lines = incomplete_lines(search.archive(), &stats.skipped);
         lines.extend(unknown_line(&stats).map(|line| format!("warning: {line}")));
-        let mut answered = Self::answered(lines);
-        if question.explain {
-            let explain = stats.explain(started.elapsed().as_secs_f64());
+        let mut answered = Local::answered(lines);
+        if self.explain {
+            let explain = stats.explain(self.started.elapsed().as_secs_f64());
             answered.notes.insert(0, explain);
         }
         // A command ends soon after: closing the read-only index would only
@@ -90,29 +107,44 @@ impl Questions for Local {
         std::mem::forget(search);
         Ok(answered)
     }
+}
 
-    fn connections(
-        &self,
-        question: &ConnQuestion,
-        format: Format,
-        out: &mut Output,
-    ) -> Result<Answered> {
-        let query = conn_query(question)?;
-        let page = hindsight_reader::sealed_connections(&self.root, &query)?;
-        let mut writer = ConnWriter::new(format).map_err(anyhow::Error::msg)?;
-        writer.set_community_seed(page.community_seed);
-        let out = out.open()?;
-        for entry in &page.entries {
-            writer.write(out, entry)?;
-        }
-        writer.finish(out)?;
-        Ok(Answered {
-            next: page.next.as_deref().map(encode_cursor),
-            ..Answered::default()
-        })
+impl Questions for Local {
+    fn plan(&self, question: &PacketQuestion, format: Format) -> Result<Box<dyn PacketPlan>> {
+        let root = &self.root;
+        let search = PacketSearch::open_within(root, question.time)
+            .with_context(|| format!("cannot open archive {}", root.display()))?
+            .with_remote(hindsight_reader::remote_segments(root)?);
+        let request = search_request(question, format)?;
+        let started = Instant::now();
+        let plan = search.plan(&request)?;
+        Ok(Box::new(Planned {
+            search,
+            request,
+            plan,
+            count: question.count,
+            explain: question.explain,
+            started,
+        }))
     }
 
-    fn sql(&self, question: &SqlQuestion, format: Format, out: &mut Output) -> Result<Answered> {
+    fn page(&self, question: &ConnQuestion) -> Result<Page> {
+        let query = conn_query(question)?;
+        let page = hindsight_reader::sealed_connections(&self.root, &query)?;
+        Ok(Page::of_archive(
+            page.entries,
+            page.places,
+            page.community_seed,
+            page.next.as_deref().map(encode_cursor),
+        ))
+    }
+
+    fn sql(
+        &self,
+        question: &SqlQuestion,
+        format: Format,
+        out: &mut Output<'_>,
+    ) -> Result<Answered> {
         let root = &self.root;
         let mut session = SqlSession::open(root)
             .with_context(|| format!("cannot open archive {}", root.display()))?;

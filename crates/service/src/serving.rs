@@ -12,12 +12,12 @@ use hindsight_store::archive::Serving as ServingFile;
 
 use crate::local::conn_query;
 use crate::{
-    Answered, ConnQuestion, INCOMPLETE_HEADER, Local, NEXT_HEADER, Output, PacketQuestion,
-    Questions, SqlQuestion,
+    Answered, Cancel, ConnQuestion, INCOMPLETE_HEADER, Local, NEXT_HEADER, Output, PacketPlan,
+    PacketQuestion, Page, Questions, SqlQuestion,
 };
 
 /// The serving process of an archive, with the archive to fall back on.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Serving {
     client: Client,
     local: Local,
@@ -33,7 +33,7 @@ impl Serving {
     /// the answer is written, asks the archive and says so.
     fn ask(
         &self,
-        out: &mut Output,
+        out: &mut Output<'_>,
         asked: Result<ServerAnswer>,
         write: impl FnOnce(ServerAnswer, &mut Output) -> Result<Answered>,
         fallback: impl FnOnce(&mut Output) -> Result<Answered>,
@@ -43,34 +43,105 @@ impl Serving {
             Ok(answer) => {
                 let mut answered =
                     write(answer, out).with_context(|| format!("the answer of {url} broke off"))?;
-                answered.notes.insert(
-                    0,
-                    format!(
-                        "hindsight: answered by the serving process at {url} (sealed segments \
-                         and what is not yet sealed)"
-                    ),
-                );
+                answered.notes.insert(0, self.answered_note());
                 Ok(answered)
             }
             Err(error) => {
-                let note = format!(
-                    "hindsight: the serving process at {url} did not answer ({error:#}): \
-                     answering from the sealed segments only"
-                );
+                let note = self.fallback_note(&error);
                 let mut answered = fallback(out).context(note.clone())?;
                 answered.notes.insert(0, note);
                 Ok(answered)
             }
         }
     }
+
+    fn answered_note(&self) -> String {
+        format!(
+            "hindsight: answered by the serving process at {} (sealed segments and what is \
+             not yet sealed)",
+            self.client.url()
+        )
+    }
+
+    fn fallback_note(&self, error: &anyhow::Error) -> String {
+        format!(
+            "hindsight: the serving process at {} did not answer ({error:#}): answering from \
+             the sealed segments only",
+            self.client.url()
+        )
+    }
+
+    /// The parameters of `GET /api/v1/flows` for `question`.
+    fn flow_params(question: &ConnQuestion) -> Vec<(&'static str, String)> {
+        let mut params = window_params(question.time);
+        params.push(("limit", question.limit.to_string()));
+        params.extend(question.ip.clone().map(|ip| ("ip", ip)));
+        params.extend(question.filter.clone().map(|filter| ("filter", filter)));
+        params.extend(question.after.clone().map(|after| ("after", after)));
+        params
+    }
+}
+
+/// A packet question for the serving process, asked when it is written.
+struct Planned {
+    serving: Serving,
+    question: PacketQuestion,
+}
+
+impl PacketPlan for Planned {
+    fn write(
+        self: Box<Self>,
+        format: Format,
+        out: &mut dyn Write,
+        _cancel: Cancel,
+    ) -> Result<Answered> {
+        self.serving
+            .packets(&self.question, format, &mut Output::over(out))
+    }
 }
 
 impl Questions for Serving {
+    fn plan(&self, question: &PacketQuestion, format: Format) -> Result<Box<dyn PacketPlan>> {
+        if question.explain {
+            return self.local.plan(question, format);
+        }
+        crate::local::parse_filter(&question.filter)?;
+        Ok(Box::new(Planned {
+            serving: self.clone(),
+            question: question.clone(),
+        }))
+    }
+
+    fn page(&self, question: &ConnQuestion) -> Result<Page> {
+        conn_query(question)?;
+        let mut params = Self::flow_params(question);
+        params.push(("stored", "true".to_owned()));
+        let asked = self.client.get("flows", &params).and_then(|answer| {
+            let page = hindsight_cluster::client::parse_connections(&answer.json()?)
+                .map_err(anyhow::Error::msg)?;
+            Ok(page)
+        });
+        match asked {
+            Ok((entries, next, seed)) => {
+                let entries = entries.into_iter().map(|(_, entry)| entry).collect();
+                let mut page = Page::of_archive(entries, Vec::new(), seed, next);
+                page.answered.notes.push(self.answered_note());
+                Ok(page)
+            }
+            Err(error) => {
+                let note = self.fallback_note(&error);
+                let mut page = self.local.page(question).context(note.clone())?;
+                page.answered.notes.insert(0, note);
+                Ok(page)
+            }
+        }
+    }
+
     fn packets(
         &self,
         question: &PacketQuestion,
         format: Format,
-        out: &mut Output,
+        out: &mut Output<'_>,
     ) -> Result<Answered> {
         if question.explain {
             return self.local.packets(question, format, out);
@@ -104,16 +175,12 @@ impl Questions for Serving {
         &self,
         question: &ConnQuestion,
         format: Format,
-        out: &mut Output,
+        out: &mut Output<'_>,
     ) -> Result<Answered> {
         // A question the index cannot take is refused here, as the archive would.
         conn_query(question)?;
-        let mut params = window_params(question.time);
+        let mut params = Self::flow_params(question);
         params.push(("format", format.name().to_owned()));
-        params.push(("limit", question.limit.to_string()));
-        params.extend(question.ip.clone().map(|ip| ("ip", ip)));
-        params.extend(question.filter.clone().map(|filter| ("filter", filter)));
-        params.extend(question.after.clone().map(|after| ("after", after)));
         let asked = self.client.get("flows", &params);
         let write = |answer: ServerAnswer, out: &mut Output| {
             let answered = answer.answered();
@@ -125,7 +192,12 @@ impl Questions for Serving {
         })
     }
 
-    fn sql(&self, question: &SqlQuestion, format: Format, out: &mut Output) -> Result<Answered> {
+    fn sql(
+        &self,
+        question: &SqlQuestion,
+        format: Format,
+        out: &mut Output<'_>,
+    ) -> Result<Answered> {
         if question.explain || question.allow_writes {
             return self.local.sql(question, format, out);
         }
@@ -147,7 +219,7 @@ impl Questions for Serving {
 }
 
 /// A serving process to ask, over HTTP on loopback.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Client {
     serving: ServingFile,
     agent: ureq::Agent,

@@ -23,7 +23,7 @@ pub fn exit(answered: &Answered, strict: bool) -> ExitCode {
     for note in &answered.notes {
         eprintln!("{note}");
     }
-    if answered.partial || (strict && answered.incomplete) {
+    if answered.partial.is_some() || (strict && answered.incomplete) {
         ExitCode::from(query::INCOMPLETE)
     } else {
         ExitCode::SUCCESS
