@@ -133,24 +133,9 @@ pub fn session(
     Ok((session, nodes))
 }
 
-/// Runs `sql` over the cluster of `client` and writes its result to `out` in
-/// `format`, with at most `memory_bytes` of memory (see [`session`]): the
-/// rows, and how the nodes answered.
-pub fn run(
-    client: ClusterClient,
-    sql: &str,
-    format: Format,
-    out: &mut dyn Write,
-    limits: &Limits,
-    memory_bytes: Option<usize>,
-) -> Result<(u64, Outcome), SqlError> {
-    let (session, nodes) = session(client, memory_bytes)?;
-    let rows = session.run(sql, format, out, limits)?;
-    Ok((rows, nodes.outcome()))
-}
-
 /// Runs `sql` over the cluster of `client` (or, with `explain`, writes its
-/// plan, which shows the cut) to `out` in `format`; how the nodes answered.
+/// plan, which shows the cut) to `out` in `format`, with at most
+/// `memory_bytes` of memory (see [`session`]); how the nodes answered.
 pub fn answer(
     client: ClusterClient,
     sql: &str,
@@ -158,8 +143,9 @@ pub fn answer(
     format: Format,
     out: &mut dyn Write,
     limits: &Limits,
+    memory_bytes: Option<usize>,
 ) -> Result<Outcome, SqlError> {
-    let (session, nodes) = session(client, None)?;
+    let (session, nodes) = session(client, memory_bytes)?;
     if explain {
         writeln!(out, "{}", session.explain(sql)?)?;
     } else {

@@ -57,7 +57,12 @@ impl ClusterState {
             None => client,
         };
         Self {
-            questions: hindsight_service::Cluster::new(client.clone()).with_max_rows(max_rows),
+            questions: hindsight_service::Cluster::new(client.clone()).with_limits(
+                hindsight_reader::Limits {
+                    max_rows: Some(max_rows),
+                    ..Default::default()
+                },
+            ),
             client,
             index,
             counters: Arc::new(SyncCounters::default()),

@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ApiError, ApiResult};
 use hindsight_cluster::PARTIAL_HEADER;
+use hindsight_service::{Output, Questions, Snapshots, SqlQuestion};
 
 /// What a worker runs.
 #[derive(Debug)]
@@ -92,7 +93,7 @@ pub struct Answer {
 #[derive(Debug, Clone, Copy)]
 pub struct Here<'a> {
     /// The archive.
-    pub reader: &'a Reader,
+    pub reader: &'a Arc<Reader>,
     /// The cluster, if any.
     pub cluster: Option<&'a hindsight_cluster::client::ClusterClient>,
 }
@@ -105,7 +106,14 @@ pub fn run_here(
     statement: &Statement,
     limits: &Limits,
 ) -> ApiResult<Answer> {
-    let (text, format) = match statement {
+    let sql = |text: &String| SqlQuestion {
+        text: text.clone(),
+        max_rows: limits.max_rows.unwrap_or(u64::MAX),
+        explain: false,
+        allow_writes: false,
+    };
+    let mut body = Vec::new();
+    let answered = match statement {
         Statement::Cluster { text, format } => {
             let client = here.cluster.ok_or_else(|| {
                 ApiError::new(
@@ -113,27 +121,39 @@ pub fn run_here(
                     "this server is not a node of a cluster (no [cluster] section)",
                 )
             })?;
-            let mut body = Vec::new();
-            let (_, outcome) = hindsight_cluster::sql::run(
-                client.clone(),
-                text,
-                *format,
-                &mut body,
-                &limits.statement(),
-                limits.memory_bytes,
-            )
-            .map_err(|e| ApiError::of_reader(e.into()))?;
-            let mut headers = Vec::new();
-            if let Some(partial) = outcome.header() {
-                headers.push((PARTIAL_HEADER.to_owned(), partial));
-            }
-            let asked: Vec<&str> = outcome.route.ask.iter().map(|c| c.node.as_str()).collect();
-            headers.push(("hindsight-nodes".to_owned(), asked.join(",")));
-            return Ok(Answer { body, headers });
+            let cluster =
+                hindsight_service::Cluster::new(client.clone()).with_limits(limits.clone());
+            cluster.sql(&sql(text), *format, &mut Output::over(&mut body))
         }
-        Statement::Sql { text, format } => (Some(text), *format),
-        Statement::Fragment(_) | Statement::Window { .. } => (None, Format::Jsonl),
-    };
+        Statement::Sql { text, format } => {
+            let archive = Snapshots::new(Arc::clone(here.reader), limits.clone()).with_tail(tail);
+            archive.sql(&sql(text), *format, &mut Output::over(&mut body))
+        }
+        Statement::Fragment(_) | Statement::Window { .. } => {
+            return run_session(here, tail, statement, limits);
+        }
+    }
+    .map_err(ApiError::of)?;
+    let mut headers = Vec::new();
+    if let Some(partial) = answered.partial {
+        headers.push((PARTIAL_HEADER.to_owned(), partial));
+    }
+    if let Statement::Cluster { .. } = statement {
+        headers.push(("hindsight-nodes".to_owned(), answered.nodes.join(",")));
+    }
+    if let Some(text) = crate::api::header_text(&answered.notes).filter(|_| answered.incomplete) {
+        headers.push((crate::api::INCOMPLETE_HEADER.to_owned(), text));
+    }
+    Ok(Answer { body, headers })
+}
+
+/// A peer's fragment or a watch's window, over the archive's snapshot.
+fn run_session(
+    here: Here<'_>,
+    tail: Option<TailView>,
+    statement: &Statement,
+    limits: &Limits,
+) -> ApiResult<Answer> {
     let snapshot = match tail {
         Some(view) => here.reader.snapshot_with(Some(view)),
         None => here.reader.snapshot(),
@@ -141,17 +161,14 @@ pub fn run_here(
     .map_err(ApiError::of_reader)?;
     let session = snapshot.sql(limits).map_err(ApiError::of_reader)?;
     let mut body = Vec::new();
-    match (text, statement) {
-        (Some(text), _) => session
-            .run(text, format, &mut body, &limits.statement())
-            .map(|_| ()),
-        (None, Statement::Fragment(fragment)) => session
+    match statement {
+        Statement::Fragment(fragment) => session
             .run_fragment(fragment, &mut body, &limits.statement())
             .map(|_| ()),
-        (None, Statement::Window { text, window }) => {
+        Statement::Window { text, window } => {
             run_window(&session, text, window, limits).map(|batches| body = batches)
         }
-        (None, _) => Ok(()),
+        Statement::Sql { .. } | Statement::Cluster { .. } => Ok(()),
     }
     .map_err(|e| ApiError::of_reader(e.into()))?;
     let headers = crate::api::header_text(&session.skipped())
@@ -651,8 +668,9 @@ const MAX_REQUEST_BYTES: u64 = 8 << 30;
 pub fn serve_statements(options: &WorkerOptions) -> Result<()> {
     let answers = limit_process(options.memory_mib)?;
     let mut answers = std::io::BufWriter::new(answers);
-    let reader =
-        Reader::open(&options.archive)?.with_footer_cache_bytes(options.footer_cache_mib << 20);
+    let reader = Arc::new(
+        Reader::open(&options.archive)?.with_footer_cache_bytes(options.footer_cache_mib << 20),
+    );
     // Its statements over the cluster route through the index node over
     // HTTP (the server's index is in the server) and ask every node,
     // this one too, for their fragments.

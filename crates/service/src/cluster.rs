@@ -8,10 +8,9 @@ use anyhow::Result;
 use hindsight_cluster::client::{self, report_lines};
 use hindsight_cluster::{ClusterClient, ClusterConfig, Outcome};
 use hindsight_output::Format;
-use hindsight_sql::Limits;
 
 use crate::{
-    Answered, Cancel, ConnQuestion, Connection, Output, PacketPlan, PacketQuestion, Page,
+    Answered, Cancel, ConnQuestion, Connection, Limits, Output, PacketPlan, PacketQuestion, Page,
     Questions, SqlQuestion,
 };
 
@@ -19,7 +18,7 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct Cluster {
     client: ClusterClient,
-    max_rows: Option<u64>,
+    limits: Limits,
 }
 
 impl Cluster {
@@ -32,16 +31,15 @@ impl Cluster {
     pub fn new(client: ClusterClient) -> Self {
         Self {
             client,
-            max_rows: None,
+            limits: Limits::default(),
         }
     }
 
-    /// A packet answer longer than `max_rows` is an error, not a short answer.
-    pub fn with_max_rows(self, max_rows: u64) -> Self {
-        Self {
-            max_rows: Some(max_rows),
-            ..self
-        }
+    /// Within `limits`: a packet answer longer than their `max_rows` is an
+    /// error, not a short answer; a statement runs within their time,
+    /// cancel flag and memory.
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
     }
 
     /// How a federated answer went, as the asker is told.
@@ -86,7 +84,7 @@ impl Questions for Cluster {
                 filter: question.filter.clone(),
                 time: question.time,
                 limit: question.limit,
-                max_rows: self.max_rows,
+                max_rows: self.limits.max_rows,
                 count: question.count,
             },
         }))
@@ -122,9 +120,9 @@ impl Questions for Cluster {
             !question.allow_writes,
             "a cluster's statements only read: statements that write run on one archive"
         );
-        let limits = Limits {
+        let limits = hindsight_sql::Limits {
             max_rows: Some(question.max_rows),
-            ..Limits::default()
+            ..self.limits.statement()
         };
         let out: &mut dyn Write = out.open()?;
         let outcome = hindsight_cluster::sql::answer(
@@ -134,6 +132,7 @@ impl Questions for Cluster {
             format,
             out,
             &limits,
+            self.limits.memory_bytes,
         )?;
         Ok(Self::answered(&outcome))
     }

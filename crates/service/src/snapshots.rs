@@ -10,7 +10,7 @@ use hindsight_output::Format;
 use hindsight_output::packets::packet_sink;
 use hindsight_query::search::{SearchPlan, SearchRequest, unknown_line};
 use hindsight_reader::{HistogramMethod, Limits, Reader, ReaderError, Snapshot};
-use hindsight_store::TimeRange;
+use hindsight_store::{TailView, TimeRange};
 
 use crate::local::{conn_query, search_request};
 use crate::{
@@ -23,16 +23,30 @@ use crate::{
 pub struct Snapshots {
     reader: Arc<Reader>,
     limits: Limits,
+    tail: Option<TailView>,
 }
 
 impl Snapshots {
     /// Questions over `reader`'s snapshots, each within `limits`.
     pub fn new(reader: Arc<Reader>, limits: Limits) -> Self {
-        Self { reader, limits }
+        Self {
+            reader,
+            limits,
+            tail: None,
+        }
+    }
+
+    /// With `tail` for the unsealed rows instead of the reader's own (a
+    /// statement worker's, sent the recorder's tail).
+    pub fn with_tail(self, tail: Option<TailView>) -> Self {
+        Self { tail, ..self }
     }
 
     fn snapshot(&self) -> Result<Arc<Snapshot>> {
-        Ok(self.reader.snapshot()?)
+        Ok(match &self.tail {
+            Some(view) => self.reader.snapshot_with(Some(view.clone()))?,
+            None => self.reader.snapshot()?,
+        })
     }
 }
 
