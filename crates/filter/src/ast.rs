@@ -8,172 +8,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// A field or protocol a filter can name, as Wireshark names it.
-///
-/// Every field maps to the [`hindsight_model::PacketRecord`] columns; see
-/// `docs/filter-language.md` for the mapping and its approximations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Field {
-    /// `frame`: every packet.
-    Frame,
-    /// `frame.len`: length on the wire.
-    FrameLen,
-    /// `frame.cap_len`: captured length.
-    FrameCapLen,
-    /// `frame.interface_id`: capture interface index.
-    FrameInterfaceId,
-    /// `eth`: the frame has a MAC header.
-    Eth,
-    /// `eth.src`.
-    EthSrc,
-    /// `eth.dst`.
-    EthDst,
-    /// `eth.addr`: either MAC address.
-    EthAddr,
-    /// `eth.type`: the ethertype after any VLAN tags.
-    EthType,
-    /// `vlan`: the frame carries at least one VLAN tag.
-    Vlan,
-    /// `vlan.id`: any of the VLAN IDs (outer and inner).
-    VlanId,
-    /// `ip`: an IPv4 packet.
-    Ip,
-    /// `ip.src`.
-    IpSrc,
-    /// `ip.dst`.
-    IpDst,
-    /// `ip.addr`: either IPv4 address.
-    IpAddr,
-    /// `ip.proto`.
-    IpProto,
-    /// `ip.ttl`.
-    IpTtl,
-    /// `ip.id`.
-    IpId,
-    /// `ip.flags.mf`.
-    IpFlagsMf,
-    /// `ip.flags.df`.
-    IpFlagsDf,
-    /// `ip.frag_offset`: the 13-bit fragment offset field, in 8-byte units.
-    IpFragOffset,
-    /// `ip.version`: 4 or 6 (Wireshark adds a hidden `ip.version` to IPv6 packets too).
-    IpVersion,
-    /// `ipv6`: an IPv6 packet.
-    Ipv6,
-    /// `ipv6.src`.
-    Ipv6Src,
-    /// `ipv6.dst`.
-    Ipv6Dst,
-    /// `ipv6.addr`: either IPv6 address.
-    Ipv6Addr,
-    /// `ipv6.hlim`.
-    Ipv6Hlim,
-    /// `ipv6.nxt`: the upper-layer protocol after any extension headers.
-    Ipv6Nxt,
-    /// `arp`.
-    Arp,
-    /// `arp.src.proto_ipv4`: the sender protocol address.
-    ArpSrcProtoIpv4,
-    /// `arp.dst.proto_ipv4`: the target protocol address.
-    ArpDstProtoIpv4,
-    /// `tcp`.
-    Tcp,
-    /// `tcp.port`: either TCP port.
-    TcpPort,
-    /// `tcp.srcport`.
-    TcpSrcPort,
-    /// `tcp.dstport`.
-    TcpDstPort,
-    /// `tcp.flags`: the 12 flag bits.
-    TcpFlags,
-    /// `tcp.flags.fin`.
-    TcpFlagsFin,
-    /// `tcp.flags.syn`.
-    TcpFlagsSyn,
-    /// `tcp.flags.reset`.
-    TcpFlagsReset,
-    /// `tcp.flags.push`.
-    TcpFlagsPush,
-    /// `tcp.flags.ack`.
-    TcpFlagsAck,
-    /// `tcp.flags.urg`.
-    TcpFlagsUrg,
-    /// `tcp.flags.ece`.
-    TcpFlagsEce,
-    /// `tcp.flags.cwr`.
-    TcpFlagsCwr,
-    /// `tcp.flags.ae` (formerly `tcp.flags.ns`).
-    TcpFlagsAe,
-    /// `udp`.
-    Udp,
-    /// `udp.port`: either UDP port.
-    UdpPort,
-    /// `udp.srcport`.
-    UdpSrcPort,
-    /// `udp.dstport`.
-    UdpDstPort,
-    /// `sctp`.
-    Sctp,
-    /// `sctp.port`: either SCTP port.
-    SctpPort,
-    /// `sctp.srcport`.
-    SctpSrcPort,
-    /// `sctp.dstport`.
-    SctpDstPort,
-    /// `icmp`.
-    Icmp,
-    /// `igmp`.
-    Igmp,
-    /// `icmp.type`.
-    IcmpType,
-    /// `icmp.code`.
-    IcmpCode,
-    /// `icmpv6`.
-    Icmpv6,
-    /// `icmpv6.type`.
-    Icmpv6Type,
-    /// `icmpv6.code`.
-    Icmpv6Code,
-    /// `tunnel`: the packet was decoded through an encapsulation.
-    Tunnel,
-    /// `tunnel.type`: the encapsulations (compared by name: `tunnel.type == "gre"`).
-    TunnelType,
-    /// `tunnel.src`: source address of the outermost IP header of a tunnelled packet.
-    TunnelSrc,
-    /// `tunnel.dst`: destination address of the outermost IP header.
-    TunnelDst,
-    /// `tunnel.addr`: either outer address.
-    TunnelAddr,
-    /// `mpls`.
-    Mpls,
-    /// `mpls.label`: the top label.
-    MplsLabel,
-    /// `pppoes`: a PPPoE session.
-    Pppoes,
-    /// `gre`.
-    Gre,
-    /// `gre.key`.
-    GreKey,
-    /// `erspan`.
-    Erspan,
-    /// `vxlan`.
-    Vxlan,
-    /// `vxlan.vni`.
-    VxlanVni,
-    /// `geneve`.
-    Geneve,
-    /// `geneve.vni`.
-    GeneveVni,
-    /// `gtp`: a GTP-U G-PDU.
-    Gtp,
-    /// `gtp.teid`.
-    GtpTeid,
-    /// `cfp`: Cisco FabricPath.
-    Cfp,
-    /// `community_id`: the Community ID (version 1, seed 0) of the innermost
-    /// addresses, protocol and ports, compared with `"1:..."`.
-    CommunityId,
-}
+pub use crate::fields::{FIELDS, Field, FieldDef};
 
 /// The type of a field's values, which decides the literals and operators it accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,89 +35,6 @@ pub enum FieldType {
     CommunityId,
 }
 
-/// Every field with its canonical name, in the order of the documentation table.
-pub const FIELDS: &[(&str, Field)] = &[
-    ("frame", Field::Frame),
-    ("frame.len", Field::FrameLen),
-    ("frame.cap_len", Field::FrameCapLen),
-    ("frame.interface_id", Field::FrameInterfaceId),
-    ("eth", Field::Eth),
-    ("eth.src", Field::EthSrc),
-    ("eth.dst", Field::EthDst),
-    ("eth.addr", Field::EthAddr),
-    ("eth.type", Field::EthType),
-    ("vlan", Field::Vlan),
-    ("vlan.id", Field::VlanId),
-    ("ip", Field::Ip),
-    ("ip.src", Field::IpSrc),
-    ("ip.dst", Field::IpDst),
-    ("ip.addr", Field::IpAddr),
-    ("ip.proto", Field::IpProto),
-    ("ip.ttl", Field::IpTtl),
-    ("ip.id", Field::IpId),
-    ("ip.flags.mf", Field::IpFlagsMf),
-    ("ip.flags.df", Field::IpFlagsDf),
-    ("ip.frag_offset", Field::IpFragOffset),
-    ("ip.version", Field::IpVersion),
-    ("ipv6", Field::Ipv6),
-    ("ipv6.src", Field::Ipv6Src),
-    ("ipv6.dst", Field::Ipv6Dst),
-    ("ipv6.addr", Field::Ipv6Addr),
-    ("ipv6.hlim", Field::Ipv6Hlim),
-    ("ipv6.nxt", Field::Ipv6Nxt),
-    ("arp", Field::Arp),
-    ("arp.src.proto_ipv4", Field::ArpSrcProtoIpv4),
-    ("arp.dst.proto_ipv4", Field::ArpDstProtoIpv4),
-    ("tcp", Field::Tcp),
-    ("tcp.port", Field::TcpPort),
-    ("tcp.srcport", Field::TcpSrcPort),
-    ("tcp.dstport", Field::TcpDstPort),
-    ("tcp.flags", Field::TcpFlags),
-    ("tcp.flags.fin", Field::TcpFlagsFin),
-    ("tcp.flags.syn", Field::TcpFlagsSyn),
-    ("tcp.flags.reset", Field::TcpFlagsReset),
-    ("tcp.flags.push", Field::TcpFlagsPush),
-    ("tcp.flags.ack", Field::TcpFlagsAck),
-    ("tcp.flags.urg", Field::TcpFlagsUrg),
-    ("tcp.flags.ece", Field::TcpFlagsEce),
-    ("tcp.flags.cwr", Field::TcpFlagsCwr),
-    ("tcp.flags.ae", Field::TcpFlagsAe),
-    ("udp", Field::Udp),
-    ("udp.port", Field::UdpPort),
-    ("udp.srcport", Field::UdpSrcPort),
-    ("udp.dstport", Field::UdpDstPort),
-    ("sctp", Field::Sctp),
-    ("sctp.port", Field::SctpPort),
-    ("sctp.srcport", Field::SctpSrcPort),
-    ("sctp.dstport", Field::SctpDstPort),
-    ("icmp", Field::Icmp),
-    ("igmp", Field::Igmp),
-    ("icmp.type", Field::IcmpType),
-    ("icmp.code", Field::IcmpCode),
-    ("icmpv6", Field::Icmpv6),
-    ("icmpv6.type", Field::Icmpv6Type),
-    ("icmpv6.code", Field::Icmpv6Code),
-    ("tunnel", Field::Tunnel),
-    ("tunnel.type", Field::TunnelType),
-    ("tunnel.src", Field::TunnelSrc),
-    ("tunnel.dst", Field::TunnelDst),
-    ("tunnel.addr", Field::TunnelAddr),
-    ("mpls", Field::Mpls),
-    ("mpls.label", Field::MplsLabel),
-    ("pppoes", Field::Pppoes),
-    ("gre", Field::Gre),
-    ("gre.key", Field::GreKey),
-    ("erspan", Field::Erspan),
-    ("vxlan", Field::Vxlan),
-    ("vxlan.vni", Field::VxlanVni),
-    ("geneve", Field::Geneve),
-    ("geneve.vni", Field::GeneveVni),
-    ("gtp", Field::Gtp),
-    ("gtp.teid", Field::GtpTeid),
-    ("cfp", Field::Cfp),
-    ("community_id", Field::CommunityId),
-];
-
 /// Other names accepted for a field: older Wireshark names.
 pub const FIELD_ALIASES: &[(&str, Field)] = &[("tcp.flags.ns", Field::TcpFlagsAe)];
 
@@ -291,71 +43,26 @@ impl Field {
     pub fn from_name(name: &str) -> Option<Self> {
         FIELDS
             .iter()
-            .chain(FIELD_ALIASES)
+            .map(|def| (def.name, def.field))
+            .chain(FIELD_ALIASES.iter().copied())
             .find(|(known, _)| *known == name)
-            .map(|(_, field)| *field)
+            .map(|(_, field)| field)
     }
 
     /// Returns the canonical (Wireshark) name of the field.
     pub fn name(self) -> &'static str {
-        FIELDS
-            .iter()
-            .find(|(_, field)| *field == self)
-            .map_or("?", |(name, _)| name)
+        self.def().name
     }
 
     /// Returns the type of the field's values.
     pub fn field_type(self) -> FieldType {
-        use Field::*;
-        match self {
-            Frame | Eth | Vlan | Ip | Ipv6 | Arp | Tcp | Udp | Sctp | Icmp | Igmp | Icmpv6
-            | Tunnel | Mpls | Pppoes | Gre | Erspan | Vxlan | Geneve | Gtp | Cfp => {
-                FieldType::Protocol
-            }
-            TunnelType => FieldType::UInt {
-                max: u64::from(u16::MAX),
-            },
-            TunnelSrc | TunnelDst | TunnelAddr => FieldType::Addr,
-            MplsLabel => FieldType::UInt { max: 0xf_ffff },
-            CommunityId => FieldType::CommunityId,
-            VxlanVni | GeneveVni => FieldType::UInt { max: 0xff_ffff },
-            GreKey | GtpTeid => FieldType::UInt {
-                max: u64::from(u32::MAX),
-            },
-            FrameLen | FrameCapLen | FrameInterfaceId => FieldType::UInt {
-                max: u64::from(u32::MAX),
-            },
-            EthSrc | EthDst | EthAddr => FieldType::Mac,
-            EthType | VlanId | IpId | IpFragOffset | TcpPort | TcpSrcPort | TcpDstPort
-            | TcpFlags | UdpPort | UdpSrcPort | UdpDstPort | SctpPort | SctpSrcPort
-            | SctpDstPort => FieldType::UInt {
-                max: u64::from(u16::MAX),
-            },
-            IpProto | IpTtl | IpVersion | Ipv6Hlim | Ipv6Nxt | IcmpType | IcmpCode | Icmpv6Type
-            | Icmpv6Code => FieldType::UInt {
-                max: u64::from(u8::MAX),
-            },
-            IpFlagsMf | IpFlagsDf | TcpFlagsFin | TcpFlagsSyn | TcpFlagsReset | TcpFlagsPush
-            | TcpFlagsAck | TcpFlagsUrg | TcpFlagsEce | TcpFlagsCwr | TcpFlagsAe => FieldType::Bool,
-            IpSrc | IpDst | IpAddr | ArpSrcProtoIpv4 | ArpDstProtoIpv4 => FieldType::Ipv4,
-            Ipv6Src | Ipv6Dst | Ipv6Addr => FieldType::Ipv6,
-        }
+        self.def().ty
     }
 
     /// Returns true if a packet can carry the field more than once (`ip.addr` is
     /// both `ip.src` and `ip.dst`), where `==` means "any equal" and `!=` "all differ".
     pub fn is_multi_valued(self) -> bool {
-        matches!(
-            self,
-            Field::EthAddr
-                | Field::VlanId
-                | Field::IpAddr
-                | Field::Ipv6Addr
-                | Field::TcpPort
-                | Field::UdpPort
-                | Field::SctpPort
-                | Field::TunnelAddr
-        )
+        self.def().reads.len() > 1
     }
 
     /// Returns the field of the other IP family with the same role (`ip.addr` for
@@ -823,9 +530,9 @@ mod tests {
 
     #[test]
     fn every_field_has_a_unique_name_that_resolves_back() {
-        for (name, field) in FIELDS {
-            assert_eq!(Field::from_name(name), Some(*field));
-            assert_eq!(field.name(), *name);
+        for def in FIELDS {
+            assert_eq!(Field::from_name(def.name), Some(def.field));
+            assert_eq!(def.field.name(), def.name);
         }
         assert_eq!(Field::from_name("tcp.flags.ns"), Some(Field::TcpFlagsAe));
         assert_eq!(Field::from_name("tcp.flags.nonsense"), None);

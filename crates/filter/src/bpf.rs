@@ -5,7 +5,7 @@
 //! expr      := unary (("and" | "&&" | "or" | "||") unary)*   equal precedence, left to right
 //! unary     := ("not" | "!") unary | "(" expr ")" | primitive
 //! primitive := [proto] [dir] [kind] ID | proto | "vlan" [ID] | "less" N | "greater" N
-//!            | [ip | ip6 | ether] "proto" ID | ["ether"] "broadcast"
+//!            | [ip | ip6 | ether] "proto" ID | ["ether"] ("broadcast" | "multicast")
 //! proto     := ether | ip | ip6 | arp | rarp | tcp | udp | sctp | icmp | icmp6 | igmp
 //! dir       := src | dst | src or dst | src and dst
 //! kind      := host | net | port | portrange
@@ -125,6 +125,15 @@ impl Kind {
     }
 }
 
+/// `ether broadcast` (the destination is all ones) or `ether multicast` (its
+/// group bit is set: `ether[0] & 1 != 0`).
+fn ether_cast(word: &str) -> Expr {
+    match word {
+        "broadcast" => Expr::eq(Field::EthDst, Literal::Mac([0xff; 6])),
+        _ => Expr::eq(Field::EthDstIg, Literal::Bool(true)),
+    }
+}
+
 /// The qualifiers of a primitive, remembered for the bare IDs that follow it.
 #[derive(Clone, Copy, Debug)]
 struct Qualifiers {
@@ -136,7 +145,6 @@ struct Qualifiers {
 /// Primitives libpcap knows that hindsight does not translate.
 const UNSUPPORTED: &[&str] = &[
     "gateway",
-    "multicast",
     "inbound",
     "outbound",
     "ifname",
@@ -384,9 +392,9 @@ impl<'t, 'a> Parser<'t, 'a> {
                     _ => Ok(Expr::Exists(Field::Vlan)),
                 }
             }
-            "broadcast" => {
+            word @ ("broadcast" | "multicast") => {
                 self.advance();
-                Ok(Expr::eq(Field::EthDst, Literal::Mac([0xff; 6])))
+                Ok(ether_cast(word))
             }
             word if UNSUPPORTED.contains(&word) => Err(self.error_at(
                 token,
@@ -453,9 +461,9 @@ impl<'t, 'a> Parser<'t, 'a> {
                     });
                     return self.proto_expr(Some(proto), id);
                 }
-                Some("broadcast") if proto == Proto::Ether => {
+                Some(word @ ("broadcast" | "multicast")) if proto == Proto::Ether => {
                     self.advance();
-                    return Ok(Expr::eq(Field::EthDst, Literal::Mac([0xff; 6])));
+                    return Ok(ether_cast(word));
                 }
                 Some(word) if matches!(word, "src" | "dst") || Kind::from_word(word).is_some() => {}
                 Some(word) if proto == Proto::Ether && parse_mac(word).is_some() => {}
@@ -568,7 +576,7 @@ impl<'t, 'a> Parser<'t, 'a> {
             Proto::Ether => {
                 return Err(self.error_at(
                     token,
-                    "\"ether\" needs host, src, dst, proto or broadcast after it",
+                    "\"ether\" needs host, src, dst, proto, broadcast or multicast after it",
                 ));
             }
             Proto::Ip => Expr::Exists(Field::Ip),

@@ -4,10 +4,7 @@
 //! converted to ([`Literal::value_range`](super::ast::Literal::value_range)), so a
 //! comparison is an integer comparison whatever the field's type.
 
-use hindsight_model::{
-    Addr16, AppFields, DecodeStatus, PacketHeaders, PacketRecord, ethertype, ip_proto, tcp_flags,
-    tunnel,
-};
+use hindsight_model::{AppFields, PacketRecord};
 
 use super::Filter;
 use super::ast::{CmpOp, Expr, Field, FieldRef, Quantifier};
@@ -212,25 +209,16 @@ impl Values {
         len: 0,
     };
 
-    fn one(value: Option<u128>) -> Self {
-        match value {
-            Some(value) => Self {
-                items: [value, 0],
-                len: 1,
-            },
-            None => Self::NONE,
+    /// The values that are there, the first two of them.
+    fn of(values: impl Iterator<Item = Option<u128>>) -> Self {
+        let mut kept = Self::NONE;
+        for value in values.flatten() {
+            if let Some(slot) = kept.items.get_mut(kept.len) {
+                *slot = value;
+                kept.len += 1;
+            }
         }
-    }
-
-    fn two(first: Option<u128>, second: Option<u128>) -> Self {
-        match (first, second) {
-            (Some(first), Some(second)) => Self {
-                items: [first, second],
-                len: 2,
-            },
-            (Some(only), None) | (None, Some(only)) => Self::one(Some(only)),
-            (None, None) => Self::NONE,
-        }
+        kept
     }
 
     fn as_slice(&self) -> &[u128] {
@@ -247,243 +235,19 @@ impl Values {
     }
 }
 
-/// The protocol layers a record has, as Wireshark would show them with IP
-/// reassembly off: a non-first fragment has no transport layer.
-struct Layers {
-    ipv4: bool,
-    ipv6: bool,
-    transport: Option<u8>,
-}
-
-impl Layers {
-    fn of(record: &PacketRecord) -> Self {
-        let headers = &record.headers;
-        let ipv4 = headers.ip_version == Some(4);
-        let ipv6 = headers.ip_version == Some(6);
-        let transport = headers
-            .ip_proto
-            .filter(|_| (ipv4 || ipv6) && headers.status != DecodeStatus::Fragment);
-        Self {
-            ipv4,
-            ipv6,
-            transport,
-        }
-    }
-
-    fn has_transport(&self, proto: u8) -> bool {
-        self.transport == Some(proto)
-    }
-
-    fn has_icmp(&self) -> bool {
-        self.ipv4 && self.has_transport(ip_proto::ICMP)
-    }
-
-    fn has_icmpv6(&self) -> bool {
-        self.ipv6 && self.has_transport(ip_proto::ICMPV6)
-    }
-}
-
-fn has_eth(record: &PacketRecord) -> bool {
-    record.headers.src_mac.is_some() || record.headers.dst_mac.is_some()
-}
-
-fn is_arp(record: &PacketRecord) -> bool {
-    record.headers.eth_type == Some(ethertype::ARP)
-}
-
 /// Returns true if the packet has the field or protocol.
 fn is_present(field: Field, record: &PacketRecord) -> bool {
-    let layers = Layers::of(record);
-    match field {
-        Field::Frame => true,
-        Field::Eth => has_eth(record),
-        Field::Vlan => record.headers.vlan_outer.is_some(),
-        Field::Ip => layers.ipv4,
-        Field::Ipv6 => layers.ipv6,
-        Field::Arp => is_arp(record),
-        Field::Tcp => layers.has_transport(ip_proto::TCP),
-        Field::Udp => layers.has_transport(ip_proto::UDP),
-        Field::Sctp => layers.has_transport(ip_proto::SCTP),
-        Field::Icmp => layers.has_icmp(),
-        Field::Igmp => layers.ipv4 && layers.has_transport(ip_proto::IGMP),
-        Field::Icmpv6 => layers.has_icmpv6(),
-        Field::Tunnel => has_tunnel(record, u16::MAX),
-        Field::Mpls => has_tunnel(record, tunnel::MPLS),
-        Field::Pppoes => has_tunnel(record, tunnel::PPPOE),
-        Field::Gre => has_tunnel(record, tunnel::GRE),
-        Field::Erspan => has_tunnel(record, tunnel::ERSPAN),
-        Field::Vxlan => has_tunnel(record, tunnel::VXLAN),
-        Field::Geneve => has_tunnel(record, tunnel::GENEVE),
-        Field::Gtp => has_tunnel(record, tunnel::GTP),
-        Field::Cfp => has_tunnel(record, tunnel::FABRICPATH),
-        // Whether a Community ID is there does not depend on the seed.
-        _ => field_values(&FieldRef { field, mask: None }, record, 0).len > 0,
-    }
+    field.def().is_present(record)
 }
 
-fn mac_value(mac: Option<[u8; 6]>) -> Option<u128> {
-    mac.map(|bytes| {
-        bytes
-            .iter()
-            .fold(0u128, |acc, &byte| (acc << 8) | u128::from(byte))
-    })
-}
-
-/// The value of an IPv4 address in the IPv4 value space (its low 32 bits).
-fn ipv4_value(addr: Option<Addr16>) -> Option<u128> {
-    addr.filter(Addr16::is_v4)
-        .map(|addr| u128::from_be_bytes(addr.0) & u128::from(u32::MAX))
-}
-
-fn ipv6_value(addr: Option<Addr16>) -> Option<u128> {
-    addr.map(|addr| u128::from_be_bytes(addr.0))
-}
-
-fn flag(flags: Option<u16>, bit: u16) -> Option<u128> {
-    flags.map(|flags| u128::from(flags & bit != 0))
-}
-
-/// The tunnel identifier of the packet if the encapsulation with `bit` gave it.
-fn tunnel_id(headers: &PacketHeaders, bit: u16) -> Values {
-    Values::one(
-        headers
-            .tunnel_id
-            .filter(|id| id.kind & bit != 0)
-            .map(|id| u128::from(id.id)),
-    )
-}
-
-/// Returns true if the packet went through an encapsulation with one of `bits`.
-fn has_tunnel(record: &PacketRecord, bits: u16) -> bool {
-    record.headers.tunnel.is_some_and(|seen| seen & bits != 0)
-}
-
-/// Returns the occurrences of a field in the packet, masked if the test masks them.
+/// Returns the occurrences of a field in the packet, masked if the test masks
+/// them: none where the packet lacks the field's layer.
 fn field_values(left: &FieldRef, record: &PacketRecord, seed: u16) -> Values {
-    let headers = &record.headers;
-    let layers = Layers::of(record);
-    let v4 = |value: Option<u128>| if layers.ipv4 { value } else { None };
-    let v6 = |value: Option<u128>| if layers.ipv6 { value } else { None };
-    let on = |present: bool, value: Option<u128>| if present { value } else { None };
-    let port = |proto: u8, port: Option<u16>| on(layers.has_transport(proto), port.map(u128::from));
-    let ports =
-        |proto: u8| Values::two(port(proto, headers.src_port), port(proto, headers.dst_port));
-    let tcp_flag = |bit: u16| {
-        Values::one(on(
-            layers.has_transport(ip_proto::TCP),
-            flag(headers.tcp_flags, bit),
-        ))
-    };
-    let values = match left.field {
-        Field::Frame
-        | Field::Eth
-        | Field::Vlan
-        | Field::Ip
-        | Field::Ipv6
-        | Field::Arp
-        | Field::Tcp
-        | Field::Udp
-        | Field::Sctp
-        | Field::Icmp
-        | Field::Igmp
-        | Field::Icmpv6 => Values::NONE,
-        Field::FrameLen => Values::one(Some(u128::from(record.wire_len))),
-        Field::FrameCapLen => Values::one(Some(u128::from(record.cap_len))),
-        Field::FrameInterfaceId => Values::one(Some(u128::from(record.iface))),
-        Field::EthSrc => Values::one(mac_value(headers.src_mac)),
-        Field::EthDst => Values::one(mac_value(headers.dst_mac)),
-        Field::EthAddr => Values::two(mac_value(headers.dst_mac), mac_value(headers.src_mac)),
-        Field::EthType => Values::one(on(has_eth(record), headers.eth_type.map(u128::from))),
-        Field::VlanId => Values::two(
-            headers.vlan_outer.map(u128::from),
-            headers.vlan_inner.map(u128::from),
-        ),
-        Field::IpSrc => Values::one(v4(ipv4_value(headers.src_addr))),
-        Field::IpDst => Values::one(v4(ipv4_value(headers.dst_addr))),
-        Field::IpAddr => Values::two(
-            v4(ipv4_value(headers.src_addr)),
-            v4(ipv4_value(headers.dst_addr)),
-        ),
-        Field::IpProto => Values::one(v4(headers.ip_proto.map(u128::from))),
-        Field::IpTtl => Values::one(v4(headers.ip_ttl.map(u128::from))),
-        Field::IpId => Values::one(v4(headers.ip_id.map(u128::from))),
-        Field::IpFlagsMf => Values::one(v4(headers.more_fragments.map(u128::from))),
-        Field::IpFlagsDf => Values::one(v4(headers.dont_fragment.map(u128::from))),
-        Field::IpFragOffset => Values::one(v4(headers.frag_offset.map(u128::from))),
-        Field::IpVersion => Values::one(
-            headers
-                .ip_version
-                .filter(|_| layers.ipv4 || layers.ipv6)
-                .map(u128::from),
-        ),
-        Field::Ipv6Src => Values::one(v6(ipv6_value(headers.src_addr))),
-        Field::Ipv6Dst => Values::one(v6(ipv6_value(headers.dst_addr))),
-        Field::Ipv6Addr => Values::two(
-            v6(ipv6_value(headers.src_addr)),
-            v6(ipv6_value(headers.dst_addr)),
-        ),
-        Field::Ipv6Hlim => Values::one(v6(headers.ip_ttl.map(u128::from))),
-        Field::Ipv6Nxt => Values::one(v6(headers.ip_proto.map(u128::from))),
-        Field::ArpSrcProtoIpv4 => Values::one(on(is_arp(record), ipv4_value(headers.src_addr))),
-        Field::ArpDstProtoIpv4 => Values::one(on(is_arp(record), ipv4_value(headers.dst_addr))),
-        Field::TcpPort => ports(ip_proto::TCP),
-        Field::TcpSrcPort => Values::one(port(ip_proto::TCP, headers.src_port)),
-        Field::TcpDstPort => Values::one(port(ip_proto::TCP, headers.dst_port)),
-        Field::UdpPort => ports(ip_proto::UDP),
-        Field::UdpSrcPort => Values::one(port(ip_proto::UDP, headers.src_port)),
-        Field::UdpDstPort => Values::one(port(ip_proto::UDP, headers.dst_port)),
-        Field::SctpPort => ports(ip_proto::SCTP),
-        Field::SctpSrcPort => Values::one(port(ip_proto::SCTP, headers.src_port)),
-        Field::SctpDstPort => Values::one(port(ip_proto::SCTP, headers.dst_port)),
-        Field::TcpFlags => Values::one(on(
-            layers.has_transport(ip_proto::TCP),
-            headers.tcp_flags.map(u128::from),
-        )),
-        Field::TcpFlagsFin => tcp_flag(tcp_flags::FIN),
-        Field::TcpFlagsSyn => tcp_flag(tcp_flags::SYN),
-        Field::TcpFlagsReset => tcp_flag(tcp_flags::RST),
-        Field::TcpFlagsPush => tcp_flag(tcp_flags::PSH),
-        Field::TcpFlagsAck => tcp_flag(tcp_flags::ACK),
-        Field::TcpFlagsUrg => tcp_flag(tcp_flags::URG),
-        Field::TcpFlagsEce => tcp_flag(tcp_flags::ECE),
-        Field::TcpFlagsCwr => tcp_flag(tcp_flags::CWR),
-        Field::TcpFlagsAe => tcp_flag(tcp_flags::AE),
-        Field::IcmpType => Values::one(on(layers.has_icmp(), headers.icmp_type.map(u128::from))),
-        Field::IcmpCode => Values::one(on(layers.has_icmp(), headers.icmp_code.map(u128::from))),
-        Field::Icmpv6Type => {
-            Values::one(on(layers.has_icmpv6(), headers.icmp_type.map(u128::from)))
-        }
-        Field::Icmpv6Code => {
-            Values::one(on(layers.has_icmpv6(), headers.icmp_code.map(u128::from)))
-        }
-        Field::Tunnel
-        | Field::Mpls
-        | Field::Pppoes
-        | Field::Gre
-        | Field::Erspan
-        | Field::Vxlan
-        | Field::Geneve
-        | Field::Gtp
-        | Field::Cfp => Values::NONE,
-        Field::TunnelType => Values::one(headers.tunnel.map(u128::from)),
-        Field::TunnelSrc => Values::one(ipv6_value(headers.tunnel_src)),
-        Field::TunnelDst => Values::one(ipv6_value(headers.tunnel_dst)),
-        Field::TunnelAddr => Values::two(
-            ipv6_value(headers.tunnel_src),
-            ipv6_value(headers.tunnel_dst),
-        ),
-        Field::MplsLabel => Values::one(headers.mpls_label.map(u128::from)),
-        Field::GreKey => tunnel_id(headers, tunnel::GRE),
-        Field::VxlanVni => tunnel_id(headers, tunnel::VXLAN),
-        Field::GeneveVni => tunnel_id(headers, tunnel::GENEVE),
-        Field::GtpTeid => tunnel_id(headers, tunnel::GTP),
-        Field::CommunityId => Values::one(
-            headers
-                .community_id_hash(seed)
-                .map(|hash| crate::ast::community_value(&hash)),
-        ),
-    };
-    values.mask(left.mask)
+    let def = left.field.def();
+    if !def.layer.holds(record) {
+        return Values::NONE;
+    }
+    Values::of(def.reads.iter().map(|read| read.value(record, seed))).mask(left.mask)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod bpf;
 mod columns;
 pub mod error;
 mod eval;
+pub mod fields;
 mod lexer;
 pub mod names;
 pub mod offsets;

@@ -1040,10 +1040,11 @@ pub fn nearest_field_name(name: &str) -> Option<&'static str> {
     let limit = (name_len / 3).max(2);
     FIELDS
         .iter()
-        .chain(FIELD_ALIASES)
+        .map(|def| def.name)
+        .chain(FIELD_ALIASES.iter().map(|(known, _)| *known))
         // The distance is at least the difference in length: skip hopeless names.
-        .filter(|(known, _)| known.len().abs_diff(name_len) <= limit)
-        .map(|(known, _)| (edit_distance(name, known), *known))
+        .filter(|known| known.len().abs_diff(name_len) <= limit)
+        .map(|known| (edit_distance(name, known), known))
         .filter(|(distance, _)| *distance <= limit)
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, known)| known)

@@ -6,10 +6,11 @@
 //! record the filter matches has its source or its destination in one of the
 //! ranges; `None` promises nothing. `Some` of no ranges means nothing can match.
 
-use hindsight_model::Addr16;
+use hindsight_model::{Addr16, col};
 
 use super::Filter;
 use super::ast::{CmpOp, Expr, Field};
+use super::fields::{Column, Read};
 
 /// Where the values of the fields of one kind (addresses, ports) land in the
 /// output space: the field's value plus `offset`, up to `max`.
@@ -102,40 +103,42 @@ impl Filter {
 /// The offset of the IPv4-mapped block `::ffff:0:0/96` in the 16-byte address space.
 const IPV4_MAPPED_OFFSET: u128 = 0xffff_u128 << 32;
 
+/// Where a field's values land among the packet's addresses: every
+/// occurrence read from the source or destination address column (as an
+/// IPv4 address, at the IPv4-mapped block; as it is, over the whole space).
 fn address_placement(field: Field) -> Option<Placement> {
-    match field {
-        Field::IpSrc
-        | Field::IpDst
-        | Field::IpAddr
-        | Field::ArpSrcProtoIpv4
-        | Field::ArpDstProtoIpv4 => Some(Placement {
+    let reads = field.def().reads;
+    let on_addresses = |column: Column| [col::SRC_ADDR, col::DST_ADDR].contains(&column.name);
+    if reads.is_empty() {
+        return None;
+    }
+    if reads
+        .iter()
+        .all(|read| matches!(read, Read::Ipv4(column) if on_addresses(*column)))
+    {
+        return Some(Placement {
             offset: IPV4_MAPPED_OFFSET,
             max: u128::from(u32::MAX),
-        }),
-        Field::Ipv6Src | Field::Ipv6Dst | Field::Ipv6Addr => Some(Placement {
+        });
+    }
+    reads
+        .iter()
+        .all(|read| matches!(read, Read::Value(column) if on_addresses(*column)))
+        .then_some(Placement {
             offset: 0,
             max: u128::MAX,
-        }),
-        _ => None,
-    }
+        })
 }
 
+/// Where a field's values land among the packet's ports: every occurrence
+/// read from the source or destination port column.
 fn port_placement(field: Field) -> Option<Placement> {
-    match field {
-        Field::TcpPort
-        | Field::TcpSrcPort
-        | Field::TcpDstPort
-        | Field::UdpPort
-        | Field::UdpSrcPort
-        | Field::UdpDstPort
-        | Field::SctpPort
-        | Field::SctpSrcPort
-        | Field::SctpDstPort => Some(Placement {
-            offset: 0,
-            max: u128::from(u16::MAX),
-        }),
-        _ => None,
-    }
+    let reads = field.def().reads;
+    let on_ports = |read: &Read| matches!(read, Read::Value(column) if [col::SRC_PORT, col::DST_PORT].contains(&column.name));
+    (!reads.is_empty() && reads.iter().all(on_ports)).then_some(Placement {
+        offset: 0,
+        max: u128::from(u16::MAX),
+    })
 }
 
 impl Filter {

@@ -205,6 +205,8 @@ fn valid_tcpdump_filters_print_their_translation() {
         ("ether proto \\arp", "eth.type == 2054".into()),
         ("ether broadcast", "eth.dst == ff:ff:ff:ff:ff:ff".into()),
         ("broadcast", "eth.dst == ff:ff:ff:ff:ff:ff".into()),
+        ("ether multicast", "eth.dst.ig == 1".into()),
+        ("multicast and udp", "(eth.dst.ig == 1 && (ip.proto == 17 || ipv6.nxt == 17))".into()),
         ("ip proto \\tcp", "ip.proto == 6".into()),
         ("ip proto 17 or 6", "(ip.proto == 17 || ip.proto == 6)".into()),
         ("proto 132", "(ip.proto == 132 || ipv6.nxt == 132)".into()),
@@ -531,7 +533,7 @@ fn invalid_filters_report_column_and_reason() {
             Bpf,
             "ether",
             1,
-            "\"ether\" needs host, src, dst, proto or broadcast",
+            "\"ether\" needs host, src, dst, proto, broadcast or multicast",
         ),
         (Bpf, "vlan 5000", 6, "5000 is too large (maximum 4095)"),
     ];

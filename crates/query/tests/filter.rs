@@ -120,6 +120,82 @@ fn ours(packets: &[Packet], filter: &Filter) -> BTreeSet<usize> {
         .collect()
 }
 
+/// Every declared field, through the filters its declaration makes
+/// (`FieldDef::examples`): a record that holds only the columns the filter
+/// says it reads gets the verdict the whole record gets; and every packet it
+/// matches has its source or destination address, and port, within the ranges
+/// the planner prunes by.
+#[test]
+fn every_field_reads_only_its_columns_and_prunes_soundly() {
+    use hindsight_query::filter::fields::FIELDS;
+    use hindsight_store::schema::{PacketBatchBuilder, PacketBatchView};
+    let packets = capture();
+    let mut builder = PacketBatchBuilder::with_capacity(packets.len(), 0);
+    for packet in packets {
+        builder.append(&packet.record, &[]);
+    }
+    let batch = builder.finish();
+    // The records as the archive holds them (its columns), whole.
+    let whole = PacketBatchView::new(&batch);
+    let mut failures = Vec::new();
+    let mut matched = 0;
+    for text in FIELDS.iter().flat_map(|def| def.examples()) {
+        let filter = Filter::parse(&text).unwrap_or_else(|error| panic!("{text}: {error}"));
+        let columns = filter.columns();
+        let read: Vec<usize> = (0..batch.num_columns())
+            .filter(|&at| columns.contains(batch.schema().field(at).name().as_str()))
+            .collect();
+        let projected = batch.project(&read).unwrap();
+        let narrow = PacketBatchView::new(&projected);
+        let addresses = filter.address_ranges();
+        let ports = filter.port_ranges();
+        // The builder keeps rows in time order: a row is named by its time.
+        for row in 0..whole.len() {
+            let record = whole.record(row);
+            let at = timestamp(&record);
+            let verdict = filter.matches(&record);
+            if verdict != filter.matches(&narrow.record(row)) {
+                failures.push(format!(
+                    "{text}: the packet at {at} is {verdict} whole, not with columns {columns:?}"
+                ));
+                break;
+            }
+            if !verdict {
+                continue;
+            }
+            matched += 1;
+            let h = &record.headers;
+            if let Some(ranges) = &addresses
+                && ![h.src_addr, h.dst_addr]
+                    .iter()
+                    .flatten()
+                    .any(|addr| ranges.iter().any(|(low, high)| low <= addr && addr <= high))
+            {
+                failures.push(format!(
+                    "{text}: the packet at {at} matches outside {ranges:?}"
+                ));
+                break;
+            }
+            if let Some(ranges) = &ports
+                && ![h.src_port, h.dst_port]
+                    .iter()
+                    .flatten()
+                    .any(|port| ranges.iter().any(|(low, high)| low <= port && port <= high))
+            {
+                failures.push(format!(
+                    "{text}: the packet at {at} matches outside ports {ranges:?}"
+                ));
+                break;
+            }
+        }
+    }
+    assert!(
+        matched > 100_000,
+        "the filters matched only {matched} packets"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Returns the frame numbers tshark displays for `filter`, with IP reassembly
 /// off so that every fragment is a packet of its own, as in our records. TCP
 /// sequence analysis and stream reassembly, which add no header field we
@@ -198,6 +274,8 @@ const WIRESHARK_FILTERS: &[(&str, Option<&str>)] = &[
     ("tcp.flags & 0x12 == 0x12", None),
     ("tcp.flags.reset", None),
     ("eth.addr == 08:00:27:8f:a4:be", None),
+    ("eth.dst.ig == 1", None),
+    ("eth.dst.ig == 0 && udp", None),
     (
         "arp.src.proto_ipv4 == 10.64.88.105 || arp.dst.proto_ipv4 == 10.64.88.105",
         None,
@@ -322,6 +400,8 @@ const TCPDUMP_FILTERS: &[&str] = &[
     "tcp",
     "not ip",
     "ether broadcast",
+    "ether multicast",
+    "multicast and not broadcast",
     "ether host 08:00:27:8f:a4:be",
     "ether src 08:00:27:8f:a4:be and tcp",
     "vlan",

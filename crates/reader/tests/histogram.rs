@@ -224,6 +224,19 @@ const COLUMNAR: &[&str] = &[
     "less 64",
 ];
 
+/// Filters over every declared field, made from its type (the table of
+/// fields, `hindsight_filter::fields`, is what both paths derive from).
+fn per_field() -> Vec<String> {
+    hindsight_filter::fields::FIELDS
+        .iter()
+        .flat_map(|def| def.examples())
+        .collect()
+}
+
+/// The fields whose values no column holds as an integer: filters over them
+/// take the row path.
+const ROW_FIELDS: &[&str] = &["community_id", "eth.dst.ig"];
+
 /// Filters that read what the columns do not hold: the row path.
 const ROWS: &[&str] = &[
     "tcp[13] & 2 != 0",
@@ -245,6 +258,18 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
         start_nanos: first + 700_000_000_000,
         end_nanos: first + 2_900_000_000_000,
     };
+    // Every declared field, filtered the same way on both paths; only the
+    // fields no column holds take the row path.
+    let fields = per_field();
+    let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let (mismatches, by_rows, _) = compare(&snapshot, &fields, TimeRange::ALL, 20);
+    failures.extend(mismatches.into_iter().map(|m| format!("per field: {m}")));
+    let expected: Vec<&str> = fields
+        .iter()
+        .copied()
+        .filter(|filter| ROW_FIELDS.iter().any(|name| filter.contains(name)))
+        .collect();
+    assert_eq!(by_rows, expected, "the row path");
     for (time, buckets) in [(TimeRange::ALL, 60), (window, 7)] {
         let (mismatches, by_rows, summarised) = compare(&snapshot, COLUMNAR, time, buckets);
         failures.extend(mismatches);
@@ -389,6 +414,12 @@ fn the_columnar_histogram_counts_what_the_row_search_counts() {
     let snapshot = reader.snapshot().unwrap();
     let (mismatches, by_rows, summarised) = compare(&snapshot, COLUMNAR, TimeRange::ALL, 25);
     failures.extend(mismatches.into_iter().map(|m| format!("fixtures: {m}")));
+    let (mismatches, _, _) = compare(&snapshot, &fields, TimeRange::ALL, 25);
+    failures.extend(
+        mismatches
+            .into_iter()
+            .map(|m| format!("fixtures, per field: {m}")),
+    );
     assert!(by_rows.is_empty(), "took the row path: {by_rows:?}");
     assert!(summarised.len() > 30, "fixtures: {summarised:?}");
     assert!(

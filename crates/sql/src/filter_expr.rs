@@ -17,7 +17,8 @@ use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{Expr as DfExpr, Operator, binary_expr, cast, col, lit};
 use hindsight_filter::Filter;
 use hindsight_filter::ast::{CmpOp, Expr, Field, FieldRef, Quantifier};
-use hindsight_model::{DecodeStatus, col as column, ethertype, ip_proto, tcp_flags, tunnel};
+use hindsight_filter::fields::{ColumnKind, Layer, Read};
+use hindsight_model::{DecodeStatus, col as column, ethertype};
 
 /// The most ranges of a set (`port in {...}`) written out as comparisons;
 /// a larger set takes the row path.
@@ -322,235 +323,121 @@ fn has_tunnel(bits: u16) -> DfExpr {
     )
 }
 
+/// Whether the packet has the layer.
+fn layer(layer: Layer) -> DfExpr {
+    match layer {
+        Layer::Frame => lit(true),
+        Layer::Eth => has_eth(),
+        Layer::Vlan => col(column::VLAN_OUTER).is_not_null(),
+        Layer::Ipv4 => ipv4(),
+        Layer::Ipv6 => ipv6(),
+        Layer::Ip => ipv4().or(ipv6()),
+        Layer::Arp => is_arp(),
+        Layer::Transport(proto) => transport(proto),
+        Layer::Ipv4Transport(proto) => ipv4().and(transport(proto)),
+        Layer::Ipv6Transport(proto) => ipv6().and(transport(proto)),
+        Layer::Tunnel(bits) => has_tunnel(bits),
+    }
+}
+
 /// Whether the packet has the field or protocol.
 fn exists(field: Field) -> Option<DfExpr> {
-    Some(match field {
-        Field::Frame => lit(true),
-        Field::Eth => has_eth(),
-        Field::Vlan => col(column::VLAN_OUTER).is_not_null(),
-        Field::Ip => ipv4(),
-        Field::Ipv6 => ipv6(),
-        Field::Arp => is_arp(),
-        Field::Tcp => transport(ip_proto::TCP),
-        Field::Udp => transport(ip_proto::UDP),
-        Field::Sctp => transport(ip_proto::SCTP),
-        Field::Icmp => ipv4().and(transport(ip_proto::ICMP)),
-        Field::Igmp => ipv4().and(transport(ip_proto::IGMP)),
-        Field::Icmpv6 => ipv6().and(transport(ip_proto::ICMPV6)),
-        Field::Tunnel => has_tunnel(u16::MAX),
-        Field::Mpls => has_tunnel(tunnel::MPLS),
-        Field::Pppoes => has_tunnel(tunnel::PPPOE),
-        Field::Gre => has_tunnel(tunnel::GRE),
-        Field::Erspan => has_tunnel(tunnel::ERSPAN),
-        Field::Vxlan => has_tunnel(tunnel::VXLAN),
-        Field::Geneve => has_tunnel(tunnel::GENEVE),
-        Field::Gtp => has_tunnel(tunnel::GTP),
-        Field::Cfp => has_tunnel(tunnel::FABRICPATH),
-        other => occurrences(&FieldRef {
-            field: other,
-            mask: None,
-        })?
-        .into_iter()
-        .map(|occ| occ.present)
-        .reduce(DfExpr::or)
-        .unwrap_or(lit(false)),
+    let def = field.def();
+    if def.reads.is_empty() {
+        return Some(layer(def.layer));
+    }
+    Some(
+        occurrences(&FieldRef { field, mask: None })?
+            .into_iter()
+            .map(|occ| occ.present)
+            .reduce(DfExpr::or)
+            .unwrap_or(lit(false)),
+    )
+}
+
+impl Kind {
+    /// The kind of a column's values as read (a flag as 0 or 1).
+    fn of(kind: ColumnKind) -> Self {
+        match kind {
+            ColumnKind::U8 | ColumnKind::Bool => Kind::UInt8,
+            ColumnKind::U16 => Kind::UInt16,
+            ColumnKind::U32 => Kind::UInt32,
+            ColumnKind::U64 => Kind::UInt64,
+            ColumnKind::Mac => Kind::Mac,
+            ColumnKind::Addr => Kind::Addr,
+        }
+    }
+}
+
+/// One occurrence read as `read` declares, where the packet has `present`
+/// (its field's layer); `None` for what the columns do not hold as an
+/// integer (a Community ID, a bit of a MAC).
+fn occurrence(read: Read, present: DfExpr) -> Option<Occurrence> {
+    Some(match read {
+        Read::Value(column) => Occurrence {
+            value: match column.kind {
+                ColumnKind::Bool => cast(col(column.name), DataType::UInt8),
+                _ => col(column.name),
+            },
+            present: present.and(col(column.name).is_not_null()),
+            kind: Kind::of(column.kind),
+        },
+        Read::Ipv4(column) => Occurrence {
+            value: col(column.name),
+            present: present.and(is_v4(column.name)),
+            kind: Kind::Ipv4,
+        },
+        Read::Bit(column, bits) => {
+            let kind = Kind::of(column.kind);
+            if matches!(kind, Kind::Mac | Kind::Addr | Kind::Ipv4) {
+                return None;
+            }
+            let set = binary_expr(
+                col(column.name),
+                Operator::BitwiseAnd,
+                lit(kind.scalar(u128::from(bits))),
+            )
+            .not_eq(lit(kind.scalar(0)));
+            Occurrence {
+                value: cast(set, DataType::UInt8),
+                present: present.and(col(column.name).is_not_null()),
+                kind: Kind::UInt8,
+            }
+        }
+        Read::TunnelId(bits) => Occurrence {
+            value: binary_expr(
+                col(column::TUNNEL_ID),
+                Operator::BitwiseAnd,
+                lit(u64::from(u32::MAX)),
+            ),
+            present: present.and(known(
+                column::TUNNEL_ID,
+                binary_expr(
+                    binary_expr(
+                        col(column::TUNNEL_ID),
+                        Operator::BitwiseShiftRight,
+                        lit(32u64),
+                    ),
+                    Operator::BitwiseAnd,
+                    lit(u64::from(bits)),
+                )
+                .not_eq(lit(0u64)),
+            )),
+            kind: Kind::UInt64,
+        },
+        Read::CommunityId => return None,
     })
 }
 
 /// The occurrences of a field, masked if the test masks them; `None` for a
-/// field the columns do not hold (a Community ID) or a mask on an address.
+/// field the columns do not hold or a mask on an address.
 fn occurrences(left: &FieldRef) -> Option<Vec<Occurrence>> {
-    let plain = |name: &str, kind: Kind, present: DfExpr| Occurrence {
-        value: col(name),
-        present: present.and(col(name).is_not_null()),
-        kind,
-    };
-    let always = |name: &str, kind: Kind| plain(name, kind, lit(true));
-    let flag = |name: &str, present: DfExpr| Occurrence {
-        value: cast(col(name), DataType::UInt8),
-        present: present.and(col(name).is_not_null()),
-        kind: Kind::UInt8,
-    };
-    let tcp_flag = |bit: u16| Occurrence {
-        value: cast(
-            binary_expr(col(column::TCP_FLAGS), Operator::BitwiseAnd, lit(bit)).not_eq(lit(0u16)),
-            DataType::UInt8,
-        ),
-        present: transport(ip_proto::TCP).and(col(column::TCP_FLAGS).is_not_null()),
-        kind: Kind::UInt8,
-    };
-    let v4_addr = |name: &str, present: DfExpr| Occurrence {
-        value: col(name),
-        present: present.and(is_v4(name)),
-        kind: Kind::Ipv4,
-    };
-    let ports = |proto: u8| {
-        vec![
-            plain(column::SRC_PORT, Kind::UInt16, transport(proto)),
-            plain(column::DST_PORT, Kind::UInt16, transport(proto)),
-        ]
-    };
-    let tunnel_id = |bit: u16| Occurrence {
-        value: binary_expr(
-            col(column::TUNNEL_ID),
-            Operator::BitwiseAnd,
-            lit(u64::from(u32::MAX)),
-        ),
-        present: known(
-            column::TUNNEL_ID,
-            binary_expr(
-                binary_expr(
-                    col(column::TUNNEL_ID),
-                    Operator::BitwiseShiftRight,
-                    lit(32u64),
-                ),
-                Operator::BitwiseAnd,
-                lit(u64::from(bit)),
-            )
-            .not_eq(lit(0u64)),
-        ),
-        kind: Kind::UInt64,
-    };
-    let mut values = match left.field {
-        Field::Frame
-        | Field::Eth
-        | Field::Vlan
-        | Field::Ip
-        | Field::Ipv6
-        | Field::Arp
-        | Field::Tcp
-        | Field::Udp
-        | Field::Sctp
-        | Field::Icmp
-        | Field::Igmp
-        | Field::Icmpv6
-        | Field::Tunnel
-        | Field::Mpls
-        | Field::Pppoes
-        | Field::Gre
-        | Field::Erspan
-        | Field::Vxlan
-        | Field::Geneve
-        | Field::Gtp
-        | Field::Cfp => Vec::new(),
-        Field::FrameLen => vec![always(column::WIRE_LEN, Kind::UInt32)],
-        Field::FrameCapLen => vec![always(column::CAP_LEN, Kind::UInt32)],
-        Field::FrameInterfaceId => vec![always(column::IFACE, Kind::UInt32)],
-        Field::EthSrc => vec![always(column::ETH_SRC, Kind::Mac)],
-        Field::EthDst => vec![always(column::ETH_DST, Kind::Mac)],
-        Field::EthAddr => vec![
-            always(column::ETH_DST, Kind::Mac),
-            always(column::ETH_SRC, Kind::Mac),
-        ],
-        Field::EthType => vec![plain(column::ETH_TYPE, Kind::UInt16, has_eth())],
-        Field::VlanId => vec![
-            always(column::VLAN_OUTER, Kind::UInt16),
-            always(column::VLAN_INNER, Kind::UInt16),
-        ],
-        Field::IpSrc => vec![v4_addr(column::SRC_ADDR, ipv4())],
-        Field::IpDst => vec![v4_addr(column::DST_ADDR, ipv4())],
-        Field::IpAddr => vec![
-            v4_addr(column::SRC_ADDR, ipv4()),
-            v4_addr(column::DST_ADDR, ipv4()),
-        ],
-        Field::IpProto => vec![plain(column::IP_PROTO, Kind::UInt8, ipv4())],
-        Field::IpTtl => vec![plain(column::IP_TTL, Kind::UInt8, ipv4())],
-        Field::IpId => vec![plain(column::IP_ID, Kind::UInt16, ipv4())],
-        Field::IpFlagsMf => vec![flag(column::MORE_FRAGMENTS, ipv4())],
-        Field::IpFlagsDf => vec![flag(column::DONT_FRAGMENT, ipv4())],
-        Field::IpFragOffset => vec![plain(column::FRAG_OFFSET, Kind::UInt16, ipv4())],
-        Field::IpVersion => vec![plain(column::IP_VERSION, Kind::UInt8, ipv4().or(ipv6()))],
-        Field::Ipv6Src => vec![plain(column::SRC_ADDR, Kind::Addr, ipv6())],
-        Field::Ipv6Dst => vec![plain(column::DST_ADDR, Kind::Addr, ipv6())],
-        Field::Ipv6Addr => vec![
-            plain(column::SRC_ADDR, Kind::Addr, ipv6()),
-            plain(column::DST_ADDR, Kind::Addr, ipv6()),
-        ],
-        Field::Ipv6Hlim => vec![plain(column::IP_TTL, Kind::UInt8, ipv6())],
-        Field::Ipv6Nxt => vec![plain(column::IP_PROTO, Kind::UInt8, ipv6())],
-        Field::ArpSrcProtoIpv4 => vec![v4_addr(column::SRC_ADDR, is_arp())],
-        Field::ArpDstProtoIpv4 => vec![v4_addr(column::DST_ADDR, is_arp())],
-        Field::TcpPort => ports(ip_proto::TCP),
-        Field::TcpSrcPort => vec![plain(
-            column::SRC_PORT,
-            Kind::UInt16,
-            transport(ip_proto::TCP),
-        )],
-        Field::TcpDstPort => vec![plain(
-            column::DST_PORT,
-            Kind::UInt16,
-            transport(ip_proto::TCP),
-        )],
-        Field::UdpPort => ports(ip_proto::UDP),
-        Field::UdpSrcPort => vec![plain(
-            column::SRC_PORT,
-            Kind::UInt16,
-            transport(ip_proto::UDP),
-        )],
-        Field::UdpDstPort => vec![plain(
-            column::DST_PORT,
-            Kind::UInt16,
-            transport(ip_proto::UDP),
-        )],
-        Field::SctpPort => ports(ip_proto::SCTP),
-        Field::SctpSrcPort => vec![plain(
-            column::SRC_PORT,
-            Kind::UInt16,
-            transport(ip_proto::SCTP),
-        )],
-        Field::SctpDstPort => vec![plain(
-            column::DST_PORT,
-            Kind::UInt16,
-            transport(ip_proto::SCTP),
-        )],
-        Field::TcpFlags => vec![plain(
-            column::TCP_FLAGS,
-            Kind::UInt16,
-            transport(ip_proto::TCP),
-        )],
-        Field::TcpFlagsFin => vec![tcp_flag(tcp_flags::FIN)],
-        Field::TcpFlagsSyn => vec![tcp_flag(tcp_flags::SYN)],
-        Field::TcpFlagsReset => vec![tcp_flag(tcp_flags::RST)],
-        Field::TcpFlagsPush => vec![tcp_flag(tcp_flags::PSH)],
-        Field::TcpFlagsAck => vec![tcp_flag(tcp_flags::ACK)],
-        Field::TcpFlagsUrg => vec![tcp_flag(tcp_flags::URG)],
-        Field::TcpFlagsEce => vec![tcp_flag(tcp_flags::ECE)],
-        Field::TcpFlagsCwr => vec![tcp_flag(tcp_flags::CWR)],
-        Field::TcpFlagsAe => vec![tcp_flag(tcp_flags::AE)],
-        Field::IcmpType => vec![plain(
-            column::ICMP_TYPE,
-            Kind::UInt8,
-            ipv4().and(transport(ip_proto::ICMP)),
-        )],
-        Field::IcmpCode => vec![plain(
-            column::ICMP_CODE,
-            Kind::UInt8,
-            ipv4().and(transport(ip_proto::ICMP)),
-        )],
-        Field::Icmpv6Type => vec![plain(
-            column::ICMP_TYPE,
-            Kind::UInt8,
-            ipv6().and(transport(ip_proto::ICMPV6)),
-        )],
-        Field::Icmpv6Code => vec![plain(
-            column::ICMP_CODE,
-            Kind::UInt8,
-            ipv6().and(transport(ip_proto::ICMPV6)),
-        )],
-        Field::TunnelType => vec![always(column::TUNNEL, Kind::UInt16)],
-        Field::TunnelSrc => vec![always(column::TUNNEL_SRC, Kind::Addr)],
-        Field::TunnelDst => vec![always(column::TUNNEL_DST, Kind::Addr)],
-        Field::TunnelAddr => vec![
-            always(column::TUNNEL_SRC, Kind::Addr),
-            always(column::TUNNEL_DST, Kind::Addr),
-        ],
-        Field::MplsLabel => vec![always(column::MPLS_LABEL, Kind::UInt32)],
-        Field::GreKey => vec![tunnel_id(tunnel::GRE)],
-        Field::VxlanVni => vec![tunnel_id(tunnel::VXLAN)],
-        Field::GeneveVni => vec![tunnel_id(tunnel::GENEVE)],
-        Field::GtpTeid => vec![tunnel_id(tunnel::GTP)],
-        Field::CommunityId => return None,
-    };
+    let def = left.field.def();
+    let mut values = def
+        .reads
+        .iter()
+        .map(|&read| occurrence(read, layer(def.layer)))
+        .collect::<Option<Vec<_>>>()?;
     if let Some(mask) = left.mask {
         for occ in &mut values {
             let mask = match occ.kind {
