@@ -84,6 +84,18 @@ pub struct Answered {
     pub next: Option<String>,
 }
 
+impl Answered {
+    /// An answer whose notes are what it went without, a line each:
+    /// incomplete if there are any.
+    pub fn went_without(notes: Vec<String>) -> Self {
+        Self {
+            incomplete: !notes.is_empty(),
+            notes,
+            ..Self::default()
+        }
+    }
+}
+
 /// A packet question planned: what it will cost and what its answer goes
 /// without are known before a byte of it is written.
 pub trait PacketPlan: Send {

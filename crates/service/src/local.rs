@@ -32,15 +32,6 @@ impl Local {
             root: root.to_owned(),
         }
     }
-
-    /// The answer's warnings: what it went without, a line each.
-    fn answered(lines: Vec<String>) -> Answered {
-        Answered {
-            incomplete: !lines.is_empty(),
-            notes: lines,
-            ..Answered::default()
-        }
-    }
 }
 
 /// The search of a packet question answered as `format`.
@@ -96,7 +87,7 @@ impl PacketPlan for Planned {
         };
         let mut lines = incomplete_lines(search.archive(), &stats.skipped);
         lines.extend(unknown_line(&stats).map(|line| format!("warning: {line}")));
-        let mut answered = Local::answered(lines);
+        let mut answered = Answered::went_without(lines);
         if self.explain {
             let explain = stats.explain(self.started.elapsed().as_secs_f64());
             answered.notes.insert(0, explain);
@@ -167,7 +158,7 @@ impl Questions for Local {
             ..Limits::default()
         };
         session.run(&question.text, format, out.open()?, &limits)?;
-        Ok(Self::answered(session.incomplete_lines()))
+        Ok(Answered::went_without(session.incomplete_lines()))
     }
 }
 

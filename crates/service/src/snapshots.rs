@@ -115,11 +115,7 @@ impl PacketPlan for Planned {
             .map(ToString::to_string)
             .chain(unknown_line(&stats))
             .collect();
-        Ok(Answered {
-            incomplete: !notes.is_empty(),
-            notes,
-            ..Answered::default()
-        })
+        Ok(Answered::went_without(notes))
     }
 
     fn histogram(self: Box<Self>, buckets: usize, cancel: Cancel) -> Result<Histogram> {
@@ -184,12 +180,7 @@ impl Questions for Snapshots {
             ..self.limits.statement()
         };
         session.run(&question.text, format, out.open()?, &limits)?;
-        let notes = session.skipped();
-        Ok(Answered {
-            incomplete: !notes.is_empty(),
-            notes,
-            ..Answered::default()
-        })
+        Ok(Answered::went_without(session.skipped()))
     }
 }
 
