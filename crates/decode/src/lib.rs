@@ -775,6 +775,7 @@ fn ipv4(data: &[u8], h: &mut Out<'_>, depth: u8) {
         return;
     };
     h.ip_version = Some(4);
+    h.ip_dscp = data.get(1).map(|tos| tos >> 2);
     h.ip_id = Some(id);
     h.dont_fragment = Some(flags_offset & 0x4000 != 0);
     h.more_fragments = Some(flags_offset & 0x2000 != 0);
@@ -831,6 +832,7 @@ fn ipv6(data: &[u8], h: &mut Out<'_>, depth: u8) {
         return;
     };
     h.ip_version = Some(6);
+    h.ip_dscp = be16(data, 0).map(|word| (word >> 6) as u8 & 0x3f);
     h.ip_ttl = Some(hop_limit);
     h.src_addr = Some(Addr16::from_v6_bytes(src));
     h.dst_addr = Some(Addr16::from_v6_bytes(dst));

@@ -22,7 +22,8 @@ fn eth(kind: u16, tags: &[(u16, u16)], payload: &[u8]) -> Vec<u8> {
 
 fn ipv4(proto: u8, flags_offset: u16, options: &[u8], payload: &[u8]) -> Vec<u8> {
     let header_len = 20 + options.len();
-    let mut out = vec![0x40 | (header_len / 4) as u8, 0];
+    // DSCP 46 (expedited forwarding), ECN 1.
+    let mut out = vec![0x40 | (header_len / 4) as u8, 0xb9];
     out.extend(((header_len + payload.len()) as u16).to_be_bytes());
     out.extend(0x1234u16.to_be_bytes());
     out.extend(flags_offset.to_be_bytes());
@@ -33,7 +34,8 @@ fn ipv4(proto: u8, flags_offset: u16, options: &[u8], payload: &[u8]) -> Vec<u8>
 }
 
 fn ipv6(next: u8, extensions: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![0x60, 0, 0, 0];
+    // Traffic class 0xb8: DSCP 46.
+    let mut out = vec![0x6b, 0x80, 0, 0];
     out.extend(((extensions.len() + payload.len()) as u16).to_be_bytes());
     out.extend([next, 33]);
     out.extend(
@@ -95,6 +97,7 @@ fn ethernet_ipv4_tcp() {
             dst_addr: v4(192, 168, 1, 2),
             ip_proto: Some(6),
             ip_ttl: Some(64),
+            ip_dscp: Some(46),
             ip_len: Some(40),
             ip_id: Some(0x1234),
             frag_offset: Some(0),
@@ -216,7 +219,7 @@ fn table_of_frames() {
             h.eth_type == Some(0x0800) && h.src_port == Some(53)
         }),
         ("raw ipv6", LinkType(229), ipv6(17, &[], &udp(1, 2)), |h| {
-            h.ip_version == Some(6) && h.dst_port == Some(2)
+            h.ip_version == Some(6) && h.ip_dscp == Some(46) && h.dst_port == Some(2)
         }),
         ("raw garbage", LinkType::RAW, vec![0x95, 0, 0], |h| {
             h.status == DecodeStatus::Malformed

@@ -8,11 +8,12 @@
 //! path to each other field by field.
 //!
 //! Adding a field over the columns is one line of [`fields!`]; a field over a
-//! value no column holds needs its column first (decoded into
-//! [`PacketHeaders`] and stored by `hindsight_store::schema`).
+//! value no column holds needs its column first: one line of
+//! `hindsight_model::packet_header_columns!` and the decoder's line that sets
+//! it.
 
 use hindsight_model::{
-    Addr16, DecodeStatus, PacketHeaders, PacketRecord, col, ethertype, ip_proto, tcp_flags, tunnel,
+    Addr16, DecodeStatus, PacketRecord, col, ethertype, ip_proto, tcp_flags, tunnel,
 };
 
 use crate::ast::FieldType;
@@ -49,69 +50,71 @@ pub struct Column {
     pub read: fn(&PacketRecord) -> Option<u128>,
 }
 
-fn headers(record: &PacketRecord) -> &PacketHeaders {
-    &record.headers
+/// A header column's value as fields read it: its kind, and its value in the
+/// filter's `u128` value space.
+trait Scalar: Copy {
+    const KIND: ColumnKind;
+    fn value(self) -> u128;
 }
 
-fn mac(mac: Option<[u8; 6]>) -> Option<u128> {
-    mac.map(|bytes| {
-        bytes
-            .iter()
-            .fold(0u128, |acc, &byte| (acc << 8) | u128::from(byte))
-    })
+macro_rules! scalar {
+    ($($ty:ty => $kind:ident, |$v:ident| $value:expr;)*) => {$(
+        impl Scalar for $ty {
+            const KIND: ColumnKind = ColumnKind::$kind;
+            fn value(self) -> u128 {
+                let $v = self;
+                $value
+            }
+        }
+    )*};
 }
-
-fn addr(addr: Option<Addr16>) -> Option<u128> {
-    addr.map(|addr| u128::from_be_bytes(addr.0))
+scalar! {
+    u8 => U8, |v| u128::from(v);
+    u16 => U16, |v| u128::from(v);
+    u32 => U32, |v| u128::from(v);
+    bool => Bool, |v| u128::from(v);
+    [u8; 6] => Mac, |v| v.iter().fold(0, |acc, &byte| (acc << 8) | u128::from(byte));
+    Addr16 => Addr, |v| u128::from_be_bytes(v.0);
+    hindsight_model::TunnelId => U64, |v| u128::from(v.to_u64());
 }
 
 macro_rules! columns {
-    ($($(#[$doc:meta])* $konst:ident: $kind:ident = |$r:ident| $read:expr;)*) => {
-        /// The columns fields read.
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        /// The columns fields read: the frame's lengths and interface, and
+        /// every header column.
         pub mod column {
             use super::*;
+
+            /// `wire_len`.
+            pub const WIRE_LEN: Column = Column {
+                name: col::WIRE_LEN,
+                kind: ColumnKind::U32,
+                read: |r| Some(u128::from(r.wire_len)),
+            };
+            /// `cap_len`.
+            pub const CAP_LEN: Column = Column {
+                name: col::CAP_LEN,
+                kind: ColumnKind::U32,
+                read: |r| Some(u128::from(r.cap_len)),
+            };
+            /// `iface`.
+            pub const IFACE: Column = Column {
+                name: col::IFACE,
+                kind: ColumnKind::U32,
+                read: |r| Some(u128::from(r.iface)),
+            };
             $(
                 $(#[$doc])*
                 pub const $konst: Column = Column {
                     name: col::$konst,
-                    kind: ColumnKind::$kind,
-                    read: |$r| $read,
+                    kind: <$ty as Scalar>::KIND,
+                    read: |r| r.headers.$field.map(Scalar::value),
                 };
             )*
         }
     };
 }
-
-columns! {
-    WIRE_LEN: U32 = |r| Some(u128::from(r.wire_len));
-    CAP_LEN: U32 = |r| Some(u128::from(r.cap_len));
-    IFACE: U32 = |r| Some(u128::from(r.iface));
-    ETH_SRC: Mac = |r| mac(headers(r).src_mac);
-    ETH_DST: Mac = |r| mac(headers(r).dst_mac);
-    ETH_TYPE: U16 = |r| headers(r).eth_type.map(u128::from);
-    VLAN_OUTER: U16 = |r| headers(r).vlan_outer.map(u128::from);
-    VLAN_INNER: U16 = |r| headers(r).vlan_inner.map(u128::from);
-    IP_VERSION: U8 = |r| headers(r).ip_version.map(u128::from);
-    SRC_ADDR: Addr = |r| addr(headers(r).src_addr);
-    DST_ADDR: Addr = |r| addr(headers(r).dst_addr);
-    IP_PROTO: U8 = |r| headers(r).ip_proto.map(u128::from);
-    IP_TTL: U8 = |r| headers(r).ip_ttl.map(u128::from);
-    IP_ID: U16 = |r| headers(r).ip_id.map(u128::from);
-    FRAG_OFFSET: U16 = |r| headers(r).frag_offset.map(u128::from);
-    MORE_FRAGMENTS: Bool = |r| headers(r).more_fragments.map(u128::from);
-    DONT_FRAGMENT: Bool = |r| headers(r).dont_fragment.map(u128::from);
-    SRC_PORT: U16 = |r| headers(r).src_port.map(u128::from);
-    DST_PORT: U16 = |r| headers(r).dst_port.map(u128::from);
-    TCP_FLAGS: U16 = |r| headers(r).tcp_flags.map(u128::from);
-    ICMP_TYPE: U8 = |r| headers(r).icmp_type.map(u128::from);
-    ICMP_CODE: U8 = |r| headers(r).icmp_code.map(u128::from);
-    TUNNEL: U16 = |r| headers(r).tunnel.map(u128::from);
-    TUNNEL_SRC: Addr = |r| addr(headers(r).tunnel_src);
-    TUNNEL_DST: Addr = |r| addr(headers(r).tunnel_dst);
-    /// The encapsulation's bit in the high 32 bits, its identifier in the low.
-    TUNNEL_ID: U64 = |r| headers(r).tunnel_id.map(|id| u128::from(id.to_u64()));
-    MPLS_LABEL: U32 = |r| headers(r).mpls_label.map(u128::from);
-}
+hindsight_model::packet_header_columns!(columns);
 
 /// The layer a packet must have for a field to be present (for a protocol,
 /// what the protocol's presence is), as Wireshark shows layers with IP
@@ -287,7 +290,7 @@ impl FieldDef {
                 "F in {0..3, 7, 17}",
                 "F != 6",
                 "all F > 1",
-                "F >= 200",
+                "F >= M",
             ],
             FieldType::Ipv4 => &[
                 "F",
@@ -300,9 +303,17 @@ impl FieldDef {
             FieldType::Addr => &["F", "F == 10.0.0.0/8", "F == ::/0"],
             FieldType::Mac => &["F", "F == ff:ff:ff:ff:ff:ff", "F > 00:50:00:00:00:00"],
         };
+        // An order near the top of the field's values (200 where it can be).
+        let high = match self.ty {
+            FieldType::UInt { max } => max.min(200),
+            _ => 0,
+        };
         tests
             .iter()
-            .map(|test| test.replace('F', self.name))
+            .map(|test| {
+                test.replace('F', self.name)
+                    .replace('M', &high.to_string())
+            })
             .collect()
     }
 }
@@ -383,6 +394,8 @@ fields! {
     IpTtl = "ip.ttl", U8, Ipv4, [Value(c::IP_TTL)];
     /// `ip.id`.
     IpId = "ip.id", U16, Ipv4, [Value(c::IP_ID)];
+    /// `ip.dsfield.dscp`: the Differentiated Services codepoint.
+    IpDsfieldDscp = "ip.dsfield.dscp", uint(63), Ipv4, [Value(c::IP_DSCP)];
     /// `ip.flags.mf`.
     IpFlagsMf = "ip.flags.mf", BOOL, Ipv4, [Value(c::MORE_FRAGMENTS)];
     /// `ip.flags.df`.
@@ -401,6 +414,8 @@ fields! {
     Ipv6Addr = "ipv6.addr", FieldType::Ipv6, Ipv6, [Value(c::SRC_ADDR), Value(c::DST_ADDR)];
     /// `ipv6.hlim`.
     Ipv6Hlim = "ipv6.hlim", U8, Ipv6, [Value(c::IP_TTL)];
+    /// `ipv6.tclass.dscp`: the Differentiated Services codepoint.
+    Ipv6TclassDscp = "ipv6.tclass.dscp", uint(63), Ipv6, [Value(c::IP_DSCP)];
     /// `ipv6.nxt`: the upper-layer protocol after any extension headers.
     Ipv6Nxt = "ipv6.nxt", U8, Ipv6, [Value(c::IP_PROTO)];
     /// `arp`.

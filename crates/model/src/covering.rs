@@ -14,9 +14,11 @@
 //! link_type      varint
 //! iface          varint
 //! status         u8       DecodeStatus code
-//! present        varint   bit i set: optional field i follows (order of FIELDS)
-//! fields         ...      MACs 6 bytes, addresses 16 bytes, numbers varint, flags none
-//!                         (a flag's value is its second bit in `present`)
+//! present        varint   a bit per header column, in schema order
+//!                         (`packet_header_columns!`), set where it has a value;
+//!                         a flag (boolean) takes a second bit, its value
+//! fields         ...      each value in column order: MACs 6 bytes, addresses
+//!                         16 bytes, numbers varint, flags none
 //! data form      u8       `DataForm` code of the stored bytes (version 2 only;
 //!                         version 1 rows are verbatim)
 //! data length    varint
@@ -63,33 +65,106 @@ impl Default for CoveredRowsBuilder {
     }
 }
 
-// Bits of `present`, in field order.
-const SRC_MAC: u32 = 1 << 0;
-const DST_MAC: u32 = 1 << 1;
-const ETH_TYPE: u32 = 1 << 2;
-const VLAN_OUTER: u32 = 1 << 3;
-const VLAN_INNER: u32 = 1 << 4;
-const IP_VERSION: u32 = 1 << 5;
-const SRC_ADDR: u32 = 1 << 6;
-const DST_ADDR: u32 = 1 << 7;
-const IP_PROTO: u32 = 1 << 8;
-const IP_TTL: u32 = 1 << 9;
-const IP_ID: u32 = 1 << 10;
-const FRAG_OFFSET: u32 = 1 << 11;
-const MORE_FRAGMENTS: u32 = 1 << 12;
-const MORE_FRAGMENTS_SET: u32 = 1 << 13;
-const DONT_FRAGMENT: u32 = 1 << 14;
-const DONT_FRAGMENT_SET: u32 = 1 << 15;
-const SRC_PORT: u32 = 1 << 16;
-const DST_PORT: u32 = 1 << 17;
-const TCP_FLAGS: u32 = 1 << 18;
-const ICMP_TYPE: u32 = 1 << 19;
-const ICMP_CODE: u32 = 1 << 20;
-const TUNNEL: u32 = 1 << 21;
-const TUNNEL_SRC: u32 = 1 << 22;
-const TUNNEL_DST: u32 = 1 << 23;
-const TUNNEL_ID: u32 = 1 << 24;
-const MPLS_LABEL: u32 = 1 << 25;
+/// How a header column's value is held in a posting.
+trait Covered: Copy {
+    /// Bits of `present` it takes: its presence, and for a flag its value.
+    const BITS: u32 = 1;
+    /// Its bits of `present`.
+    fn flags(value: Option<Self>) -> u64 {
+        u64::from(value.is_some())
+    }
+    fn put(self, out: &mut Vec<u8>);
+    /// Reads a present value; `flags` are its bits of `present`.
+    fn take(bytes: &mut &[u8], flags: u64) -> Option<Self>;
+}
+
+macro_rules! covered_varint {
+    ($($ty:ty),*) => {$(
+        impl Covered for $ty {
+            fn put(self, out: &mut Vec<u8>) {
+                put_varint(out, u64::from(self));
+            }
+            fn take(bytes: &mut &[u8], _: u64) -> Option<Self> {
+                narrow(varint(bytes)?)
+            }
+        }
+    )*};
+}
+covered_varint!(u8, u16, u32);
+
+impl Covered for bool {
+    const BITS: u32 = 2;
+    fn flags(value: Option<Self>) -> u64 {
+        u64::from(value.is_some()) | (u64::from(value == Some(true)) << 1)
+    }
+    fn put(self, _: &mut Vec<u8>) {}
+    fn take(_: &mut &[u8], flags: u64) -> Option<Self> {
+        Some(flags & 2 != 0)
+    }
+}
+
+impl Covered for [u8; 6] {
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self);
+    }
+    fn take(bytes: &mut &[u8], _: u64) -> Option<Self> {
+        take(bytes)
+    }
+}
+
+impl Covered for Addr16 {
+    fn put(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.0);
+    }
+    fn take(bytes: &mut &[u8], _: u64) -> Option<Self> {
+        take(bytes).map(Addr16)
+    }
+}
+
+impl Covered for TunnelId {
+    fn put(self, out: &mut Vec<u8>) {
+        put_varint(out, self.to_u64());
+    }
+    fn take(bytes: &mut &[u8], _: u64) -> Option<Self> {
+        varint(bytes).map(TunnelId::from_u64)
+    }
+}
+
+/// The header fields of a row: `present` (each column's bits in column
+/// order), then each present value in column order.
+macro_rules! covered_headers {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        fn put_headers(h: &PacketHeaders, out: &mut Vec<u8>) {
+            let mut present = 0u64;
+            let mut shift = 0;
+            $(
+                present |= <$ty as Covered>::flags(h.$field) << shift;
+                shift += <$ty as Covered>::BITS;
+            )*
+            put_varint(out, present);
+            $(if let Some(value) = h.$field {
+                value.put(out);
+            })*
+        }
+
+        /// `None` if the bytes are not headers, or name a column this build
+        /// does not know (a posting written by a later one).
+        fn take_headers(bytes: &mut &[u8], status: DecodeStatus) -> Option<PacketHeaders> {
+            let present = varint(bytes)?;
+            let mut h = PacketHeaders { status, ..PacketHeaders::default() };
+            let mut shift = 0;
+            $(
+                let flags = (present >> shift) & ((1 << <$ty as Covered>::BITS) - 1);
+                shift += <$ty as Covered>::BITS;
+                if flags & 1 != 0 {
+                    h.$field = Some(<$ty as Covered>::take(bytes, flags)?);
+                }
+            )*
+            (present >> shift == 0).then_some(h)
+        }
+    };
+}
+crate::packet_header_columns!(covered_headers);
 
 impl CoveredRowsBuilder {
     /// Returns an empty builder.
@@ -131,82 +206,8 @@ impl CoveredRowsBuilder {
         put_varint(out, u64::from(record.cap_len));
         put_varint(out, u64::from(record.link_type.0));
         put_varint(out, u64::from(record.iface));
-        let h = &record.headers;
-        out.push(h.status as u8);
-        let mut present = 0u32;
-        let flags = [
-            (h.src_mac.is_some(), SRC_MAC),
-            (h.dst_mac.is_some(), DST_MAC),
-            (h.eth_type.is_some(), ETH_TYPE),
-            (h.vlan_outer.is_some(), VLAN_OUTER),
-            (h.vlan_inner.is_some(), VLAN_INNER),
-            (h.ip_version.is_some(), IP_VERSION),
-            (h.src_addr.is_some(), SRC_ADDR),
-            (h.dst_addr.is_some(), DST_ADDR),
-            (h.ip_proto.is_some(), IP_PROTO),
-            (h.ip_ttl.is_some(), IP_TTL),
-            (h.ip_id.is_some(), IP_ID),
-            (h.frag_offset.is_some(), FRAG_OFFSET),
-            (h.more_fragments.is_some(), MORE_FRAGMENTS),
-            (h.more_fragments == Some(true), MORE_FRAGMENTS_SET),
-            (h.dont_fragment.is_some(), DONT_FRAGMENT),
-            (h.dont_fragment == Some(true), DONT_FRAGMENT_SET),
-            (h.src_port.is_some(), SRC_PORT),
-            (h.dst_port.is_some(), DST_PORT),
-            (h.tcp_flags.is_some(), TCP_FLAGS),
-            (h.icmp_type.is_some(), ICMP_TYPE),
-            (h.icmp_code.is_some(), ICMP_CODE),
-            (h.tunnel.is_some(), TUNNEL),
-            (h.tunnel_src.is_some(), TUNNEL_SRC),
-            (h.tunnel_dst.is_some(), TUNNEL_DST),
-            (h.tunnel_id.is_some(), TUNNEL_ID),
-            (h.mpls_label.is_some(), MPLS_LABEL),
-        ];
-        for (is_set, bit) in flags {
-            if is_set {
-                present |= bit;
-            }
-        }
-        put_varint(out, u64::from(present));
-        for mac in [h.src_mac, h.dst_mac].into_iter().flatten() {
-            out.extend_from_slice(&mac);
-        }
-        for value in [h.eth_type, h.vlan_outer, h.vlan_inner]
-            .into_iter()
-            .flatten()
-        {
-            put_varint(out, u64::from(value));
-        }
-        if let Some(version) = h.ip_version {
-            put_varint(out, u64::from(version));
-        }
-        for address in [h.src_addr, h.dst_addr].into_iter().flatten() {
-            out.extend_from_slice(&address.0);
-        }
-        for value in [h.ip_proto, h.ip_ttl].into_iter().flatten() {
-            put_varint(out, u64::from(value));
-        }
-        for value in [h.ip_id, h.frag_offset].into_iter().flatten() {
-            put_varint(out, u64::from(value));
-        }
-        for value in [h.src_port, h.dst_port, h.tcp_flags].into_iter().flatten() {
-            put_varint(out, u64::from(value));
-        }
-        for value in [h.icmp_type, h.icmp_code].into_iter().flatten() {
-            put_varint(out, u64::from(value));
-        }
-        if let Some(bits) = h.tunnel {
-            put_varint(out, u64::from(bits));
-        }
-        for address in [h.tunnel_src, h.tunnel_dst].into_iter().flatten() {
-            out.extend_from_slice(&address.0);
-        }
-        if let Some(id) = h.tunnel_id {
-            put_varint(out, id.to_u64());
-        }
-        if let Some(label) = h.mpls_label {
-            put_varint(out, u64::from(label));
-        }
+        out.push(record.headers.status as u8);
+        put_headers(&record.headers, out);
         out.push(form.code());
         put_varint(out, data.len() as u64);
         out.extend_from_slice(data);
@@ -242,50 +243,7 @@ pub fn decode_covered_rows(bytes: &[u8]) -> Option<Vec<CoveredRow>> {
         let link_type = LinkType(narrow(varint(cursor)?)?);
         let iface = narrow(varint(cursor)?)?;
         let status = DecodeStatus::from_code(take::<1>(cursor)?[0])?;
-        let present: u32 = narrow(varint(cursor)?)?;
-        let has = |bit: u32| present & bit != 0;
-        let mut h = PacketHeaders {
-            status,
-            ..PacketHeaders::default()
-        };
-        if has(SRC_MAC) {
-            h.src_mac = Some(take::<6>(cursor)?);
-        }
-        if has(DST_MAC) {
-            h.dst_mac = Some(take::<6>(cursor)?);
-        }
-        h.eth_type = optional(cursor, has(ETH_TYPE))?;
-        h.vlan_outer = optional(cursor, has(VLAN_OUTER))?;
-        h.vlan_inner = optional(cursor, has(VLAN_INNER))?;
-        h.ip_version = optional(cursor, has(IP_VERSION))?;
-        if has(SRC_ADDR) {
-            h.src_addr = Some(Addr16(take::<16>(cursor)?));
-        }
-        if has(DST_ADDR) {
-            h.dst_addr = Some(Addr16(take::<16>(cursor)?));
-        }
-        h.ip_proto = optional(cursor, has(IP_PROTO))?;
-        h.ip_ttl = optional(cursor, has(IP_TTL))?;
-        h.ip_id = optional(cursor, has(IP_ID))?;
-        h.frag_offset = optional(cursor, has(FRAG_OFFSET))?;
-        h.more_fragments = has(MORE_FRAGMENTS).then_some(has(MORE_FRAGMENTS_SET));
-        h.dont_fragment = has(DONT_FRAGMENT).then_some(has(DONT_FRAGMENT_SET));
-        h.src_port = optional(cursor, has(SRC_PORT))?;
-        h.dst_port = optional(cursor, has(DST_PORT))?;
-        h.tcp_flags = optional(cursor, has(TCP_FLAGS))?;
-        h.icmp_type = optional(cursor, has(ICMP_TYPE))?;
-        h.icmp_code = optional(cursor, has(ICMP_CODE))?;
-        h.tunnel = optional(cursor, has(TUNNEL))?;
-        if has(TUNNEL_SRC) {
-            h.tunnel_src = Some(Addr16(take::<16>(cursor)?));
-        }
-        if has(TUNNEL_DST) {
-            h.tunnel_dst = Some(Addr16(take::<16>(cursor)?));
-        }
-        if has(TUNNEL_ID) {
-            h.tunnel_id = Some(TunnelId::from_u64(varint(cursor)?));
-        }
-        h.mpls_label = optional(cursor, has(MPLS_LABEL))?;
+        let h = take_headers(cursor, status)?;
         let form = if version == VERSION_VERBATIM {
             DataForm::VERBATIM
         } else {
@@ -348,14 +306,6 @@ fn narrow<T: TryFrom<u64>>(value: u64) -> Option<T> {
     T::try_from(value).ok()
 }
 
-fn optional<T: TryFrom<u64>>(bytes: &mut &[u8], present: bool) -> Option<Option<T>> {
-    if present {
-        narrow(varint(bytes)?).map(Some)
-    } else {
-        Some(None)
-    }
-}
-
 fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
     if bytes.len() < N {
         return None;
@@ -403,6 +353,7 @@ mod tests {
                     id: 0xff_ffff,
                 }),
                 mpls_label: Some(1 << 19),
+                ip_dscp: Some(46),
             }
         } else {
             PacketHeaders {
@@ -500,5 +451,28 @@ mod tests {
         // cap_len 128 (2 bytes), link_type 276 (2 bytes), iface, then status.
         bad_status[1 + 1 + 1 + 3 + 2 + 2 + 1] = 200;
         assert!(decode_covered_rows(&bad_status).is_none(), "bad status");
+    }
+
+    #[test]
+    fn columns_added_later_read_as_absent_before_and_refused_after() {
+        let mut builder = CoveredRowsBuilder::new();
+        builder.push(1, &record(10, false), DataForm::VERBATIM, b"");
+        let bytes = builder.finish();
+        // version, gap, ts, wire_len (3 bytes), cap_len (2), link_type (2),
+        // iface, status, then present (one byte: none).
+        let present_at = 1 + 1 + 1 + 3 + 2 + 2 + 1 + 1;
+        assert_eq!(bytes[present_at], 0);
+        // A posting written before a column has no bit for it: absent, as
+        // this record's are. One written by a later build, with a bit for a
+        // column this build does not know, is refused rather than misread.
+        assert_eq!(
+            decode_covered_rows(&bytes).unwrap()[0].record,
+            record(10, false)
+        );
+        let known: u32 = crate::col::HEADERS.len() as u32 + 2; // two flags
+        let mut later = bytes[..present_at].to_vec();
+        put_varint(&mut later, 1 << known);
+        later.extend_from_slice(&bytes[present_at + 1..]);
+        assert!(decode_covered_rows(&later).is_none(), "unknown column");
     }
 }

@@ -283,6 +283,116 @@ impl DecodeStatus {
     }
 }
 
+/// The header columns of the `packets` table, each declared once, in schema
+/// order: its constant in [`col`], its name, the [`PacketHeaders`] field it
+/// holds and the type of that field's value. `packet_header_columns!(m)` calls
+/// the macro `m` with the list, so that the header struct and the column
+/// names here, the store's schema, batch builder and view, the covering
+/// postings' layout, the filter's columns and the printed columns of the
+/// output all come from it. A new column is a new line at the end (where
+/// segments and postings written before it read it as absent) and the decoder
+/// line that sets it.
+#[macro_export]
+macro_rules! packet_header_columns {
+    ($then:ident) => {
+        $then! {
+            /// Ethernet source MAC address (also the SLL/SLL2 link-layer address when it is 6 bytes).
+            ETH_SRC = "eth_src", src_mac: [u8; 6];
+            /// Ethernet destination MAC address.
+            ETH_DST = "eth_dst", dst_mac: [u8; 6];
+            /// The ethertype after any VLAN tags (for SLL/SLL2 the protocol field; for raw
+            /// IP and loopback link types the ethertype of the IP version found).
+            ETH_TYPE = "eth_type", eth_type: u16;
+            /// The outer 802.1Q/802.1ad VLAN ID.
+            VLAN_OUTER = "vlan_outer", vlan_outer: u16;
+            /// The inner VLAN ID of a QinQ frame.
+            VLAN_INNER = "vlan_inner", vlan_inner: u16;
+            /// 4 or 6 for IP packets.
+            IP_VERSION = "ip_version", ip_version: u8;
+            /// Source address of the innermost IP header decoded (inside any tunnel),
+            /// IPv4 mapped; for ARP over IPv4 the sender protocol address (with
+            /// `ip_version` `None`), so `host X` finds ARP as tcpdump does.
+            SRC_ADDR = "src_addr", src_addr: $crate::Addr16;
+            /// Destination address of the innermost IP header decoded; for ARP the
+            /// target protocol address.
+            DST_ADDR = "dst_addr", dst_addr: $crate::Addr16;
+            /// The transport protocol: IPv4 protocol, or the IPv6 next header after the
+            /// extension headers (hop-by-hop, routing, fragment, destination options, AH).
+            IP_PROTO = "ip_proto", ip_proto: u8;
+            /// IPv4 TTL or IPv6 hop limit.
+            IP_TTL = "ip_ttl", ip_ttl: u8;
+            /// IPv4 identification, or the IPv6 fragment header identification (low 16 bits).
+            IP_ID = "ip_id", ip_id: u16;
+            /// Fragment offset in 8-byte units (13 bits), for IPv4 and the IPv6 fragment header.
+            FRAG_OFFSET = "frag_offset", frag_offset: u16;
+            /// The more-fragments flag, for IPv4 and the IPv6 fragment header.
+            MORE_FRAGMENTS = "more_fragments", more_fragments: bool;
+            /// The IPv4 don't-fragment flag.
+            DONT_FRAGMENT = "dont_fragment", dont_fragment: bool;
+            /// TCP, UDP or SCTP source port.
+            SRC_PORT = "src_port", src_port: u16;
+            /// TCP, UDP or SCTP destination port.
+            DST_PORT = "dst_port", dst_port: u16;
+            /// TCP flags, the low 12 bits of the data-offset/flags word (see `tcp_flags`).
+            TCP_FLAGS = "tcp_flags", tcp_flags: u16;
+            /// ICMP or ICMPv6 type.
+            ICMP_TYPE = "icmp_type", icmp_type: u8;
+            /// ICMP or ICMPv6 code.
+            ICMP_CODE = "icmp_code", icmp_code: u8;
+            /// The encapsulations decoded through to reach the fields above (bits of
+            /// `tunnel`), `None` for a packet in none.
+            TUNNEL = "tunnel", tunnel: u16;
+            /// Source address of the outermost IP header, where a tunnel was decoded
+            /// through an IP header (GRE, IP in IP, the UDP tunnels).
+            TUNNEL_SRC = "tunnel_src", tunnel_src: $crate::Addr16;
+            /// Destination address of the outermost IP header of a tunnelled packet.
+            TUNNEL_DST = "tunnel_dst", tunnel_dst: $crate::Addr16;
+            /// The identifier of the outermost encapsulation that has one (GRE key,
+            /// VXLAN or Geneve VNI, GTP-U TEID), with that encapsulation's bit (stored
+            /// with the bit in the high 32 bits, the identifier in the low 32).
+            TUNNEL_ID = "tunnel_id", tunnel_id: $crate::TunnelId;
+            /// The top (outermost) MPLS label.
+            MPLS_LABEL = "mpls_label", mpls_label: u32;
+            /// The Differentiated Services codepoint of the innermost IP header: the
+            /// high 6 bits of the IPv4 TOS byte or of the IPv6 traffic class.
+            IP_DSCP = "ip_dscp", ip_dscp: u8;
+        }
+    };
+}
+
+/// The header columns' names in [`col`], and [`col::HEADERS`].
+macro_rules! header_names {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        $($(#[$doc])* pub const $konst: &str = $name;)*
+        /// The header columns, in schema order (after `status`).
+        pub const HEADERS: &[&str] = &[$($konst),*];
+    };
+}
+
+/// [`PacketHeaders`], from the header columns.
+macro_rules! header_struct {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        /// The header fields hindsight keeps for every packet: one row of the
+        /// `packets` table (its columns are [`packet_header_columns!`]), less the
+        /// timestamp, lengths and captured bytes that come from the [`Frame`].
+        ///
+        /// Fields a frame does not have are `None`: a UDP packet has no
+        /// `tcp_flags`, an ARP frame no addresses. For IPv4 and IPv6 alike the
+        /// addresses are [`Addr16`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+        pub struct PacketHeaders {
+            /// How far decoding got.
+            pub status: DecodeStatus,
+            /// Length of the IP packet from its headers: the IPv4 total length, or 40
+            /// plus the IPv6 payload length (`None` when the field is 0, as with TSO
+            /// or jumbograms). Flow records count these bytes, as NetFlow does; the
+            /// `packets` table does not store it (its `wire_len` gives the frame size).
+            pub ip_len: Option<u32>,
+            $($(#[$doc])* pub $field: Option<$ty>,)*
+        }
+    };
+}
+
 /// Column names of the `packets` table, in schema order.
 pub mod col {
     /// Capture timestamp, `Timestamp(ns, UTC)`.
@@ -297,55 +407,8 @@ pub mod col {
     pub const CAP_LEN: &str = "cap_len";
     /// Decode status code (see `DecodeStatus`).
     pub const STATUS: &str = "status";
-    /// Ethernet source MAC.
-    pub const ETH_SRC: &str = "eth_src";
-    /// Ethernet destination MAC.
-    pub const ETH_DST: &str = "eth_dst";
-    /// Ethertype after VLAN tags.
-    pub const ETH_TYPE: &str = "eth_type";
-    /// Outer VLAN ID.
-    pub const VLAN_OUTER: &str = "vlan_outer";
-    /// Inner VLAN ID (QinQ).
-    pub const VLAN_INNER: &str = "vlan_inner";
-    /// IP version, 4 or 6.
-    pub const IP_VERSION: &str = "ip_version";
-    /// Source address, 16 bytes, IPv4 mapped.
-    pub const SRC_ADDR: &str = "src_addr";
-    /// Destination address, 16 bytes, IPv4 mapped.
-    pub const DST_ADDR: &str = "dst_addr";
-    /// Transport protocol number.
-    pub const IP_PROTO: &str = "ip_proto";
-    /// IPv4 TTL or IPv6 hop limit.
-    pub const IP_TTL: &str = "ip_ttl";
-    /// IPv4 identification or IPv6 fragment identification (low 16 bits).
-    pub const IP_ID: &str = "ip_id";
-    /// Fragment offset in 8-byte units.
-    pub const FRAG_OFFSET: &str = "frag_offset";
-    /// More-fragments flag.
-    pub const MORE_FRAGMENTS: &str = "more_fragments";
-    /// IPv4 don't-fragment flag.
-    pub const DONT_FRAGMENT: &str = "dont_fragment";
-    /// Transport source port.
-    pub const SRC_PORT: &str = "src_port";
-    /// Transport destination port.
-    pub const DST_PORT: &str = "dst_port";
-    /// TCP flags (low 12 bits of the flags word).
-    pub const TCP_FLAGS: &str = "tcp_flags";
-    /// ICMP/ICMPv6 type.
-    pub const ICMP_TYPE: &str = "icmp_type";
-    /// ICMP/ICMPv6 code.
-    pub const ICMP_CODE: &str = "icmp_code";
-    /// Encapsulations decoded through (bits of `hindsight_model::tunnel`).
-    pub const TUNNEL: &str = "tunnel";
-    /// Source address of the outermost IP header of a tunnelled packet.
-    pub const TUNNEL_SRC: &str = "tunnel_src";
-    /// Destination address of the outermost IP header of a tunnelled packet.
-    pub const TUNNEL_DST: &str = "tunnel_dst";
-    /// The outermost tunnel identifier: its encapsulation's bit in the high 32
-    /// bits, the identifier (GRE key, VNI, TEID) in the low 32.
-    pub const TUNNEL_ID: &str = "tunnel_id";
-    /// The top (outermost) MPLS label.
-    pub const MPLS_LABEL: &str = "mpls_label";
+    crate::packet_header_columns!(header_names);
+
     /// Which header fields `data` leaves out (a `DataForm` code; absent in
     /// segments written before it: verbatim).
     pub const DATA_FORM: &str = "data_form";
@@ -491,77 +554,7 @@ pub mod tcp_flags {
     pub const AE: u16 = 0x100;
 }
 
-/// The header fields hindsight keeps for every packet: one row of the `packets`
-/// table, less the timestamp, lengths and captured bytes that come from the [`Frame`].
-///
-/// Fields a frame does not have are `None`: a UDP packet has no `tcp_flags`, an ARP
-/// frame no addresses. For IPv4 and IPv6 alike the addresses are [`Addr16`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct PacketHeaders {
-    /// How far decoding got.
-    pub status: DecodeStatus,
-    /// Ethernet source MAC address (also the SLL/SLL2 link-layer address when it is 6 bytes).
-    pub src_mac: Option<[u8; 6]>,
-    /// Ethernet destination MAC address.
-    pub dst_mac: Option<[u8; 6]>,
-    /// The ethertype after any VLAN tags (for SLL/SLL2 the protocol field; for raw
-    /// IP and loopback link types the ethertype of the IP version found).
-    pub eth_type: Option<u16>,
-    /// The outer 802.1Q/802.1ad VLAN ID.
-    pub vlan_outer: Option<u16>,
-    /// The inner VLAN ID of a QinQ frame.
-    pub vlan_inner: Option<u16>,
-    /// 4 or 6 for IP packets.
-    pub ip_version: Option<u8>,
-    /// Source address of the innermost IP header decoded (inside any tunnel);
-    /// for ARP over IPv4 the sender protocol address (with `ip_version` `None`),
-    /// so `host X` finds ARP as tcpdump does.
-    pub src_addr: Option<Addr16>,
-    /// Destination address of the innermost IP header decoded; for ARP the
-    /// target protocol address.
-    pub dst_addr: Option<Addr16>,
-    /// The transport protocol: IPv4 protocol, or the IPv6 next header after the
-    /// extension headers (hop-by-hop, routing, fragment, destination options, AH).
-    pub ip_proto: Option<u8>,
-    /// IPv4 TTL or IPv6 hop limit.
-    pub ip_ttl: Option<u8>,
-    /// Length of the IP packet from its headers: the IPv4 total length, or 40 plus
-    /// the IPv6 payload length (`None` when the field is 0, as with TSO or jumbograms).
-    /// Flow records count these bytes, as NetFlow does; the `packets` table does not
-    /// store it (its `wire_len` gives the frame size).
-    pub ip_len: Option<u32>,
-    /// IPv4 identification, or the IPv6 fragment header identification (low 16 bits).
-    pub ip_id: Option<u16>,
-    /// Fragment offset in 8-byte units (13 bits), for IPv4 and the IPv6 fragment header.
-    pub frag_offset: Option<u16>,
-    /// The more-fragments flag, for IPv4 and the IPv6 fragment header.
-    pub more_fragments: Option<bool>,
-    /// The IPv4 don't-fragment flag.
-    pub dont_fragment: Option<bool>,
-    /// TCP, UDP or SCTP source port.
-    pub src_port: Option<u16>,
-    /// TCP, UDP or SCTP destination port.
-    pub dst_port: Option<u16>,
-    /// TCP flags, the low 12 bits of the data-offset/flags word (see [`tcp_flags`]).
-    pub tcp_flags: Option<u16>,
-    /// ICMP or ICMPv6 type.
-    pub icmp_type: Option<u8>,
-    /// ICMP or ICMPv6 code.
-    pub icmp_code: Option<u8>,
-    /// The encapsulations decoded through to reach the fields above (bits of
-    /// [`tunnel`]), `None` for a packet in none.
-    pub tunnel: Option<u16>,
-    /// Source address of the outermost IP header, where a tunnel was decoded
-    /// through an IP header (GRE, IP in IP, the UDP tunnels).
-    pub tunnel_src: Option<Addr16>,
-    /// Destination address of the outermost IP header of a tunnelled packet.
-    pub tunnel_dst: Option<Addr16>,
-    /// The identifier of the outermost encapsulation that has one (GRE key,
-    /// VXLAN or Geneve VNI, GTP-U TEID), with that encapsulation's bit.
-    pub tunnel_id: Option<TunnelId>,
-    /// The top (outermost) MPLS label.
-    pub mpls_label: Option<u32>,
-}
+packet_header_columns!(header_struct);
 
 /// A tunnel identifier and the encapsulation it belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

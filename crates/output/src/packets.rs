@@ -4,7 +4,10 @@
 use std::io::{self, Write};
 
 use hindsight_capture::{PcapWriter, PcapngWriter, TimestampPrecision};
-use hindsight_model::{Addr16, DataForm, LinkType, PacketRecord, ip_proto, mac_text, tunnel};
+use hindsight_model::{
+    Addr16, DataForm, LinkType, PacketHeaders, PacketRecord, TunnelId, col, ip_proto, mac_text,
+    tunnel,
+};
 use hindsight_model::{CoveredRow, CoveredRowsBuilder, decode_covered_rows};
 use serde_json::{Map, Value};
 
@@ -199,47 +202,49 @@ fn set_node(slot: &mut Option<String>, node: &str) {
     }
 }
 
-/// The columns of CSV output, in order.
-const CSV_COLUMNS: &[&str] = &[
-    "ts",
-    "ts_nanos",
-    "iface",
-    "link_type",
-    "wire_len",
-    "cap_len",
-    "status",
-    "eth_src",
-    "eth_dst",
-    "eth_type",
-    "vlan_outer",
-    "vlan_inner",
-    "ip_version",
-    "src_addr",
-    "dst_addr",
-    "ip_proto",
-    "ip_ttl",
-    "ip_id",
-    "frag_offset",
-    "more_fragments",
-    "dont_fragment",
-    "src_port",
-    "dst_port",
-    "tcp_flags",
-    "icmp_type",
-    "icmp_code",
-    "tunnel",
-    "tunnel_src",
-    "tunnel_dst",
-    "tunnel_id",
-    "mpls_label",
-];
+/// A header column's value as CSV and JSON print it.
+trait Text {
+    fn text(self) -> String;
+}
 
-fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
-    fn some<T: ToString>(value: Option<T>) -> Option<String> {
-        value.map(|v| v.to_string())
+macro_rules! text_display {
+    ($($ty:ty),*) => {$(
+        impl Text for $ty {
+            fn text(self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+text_display!(u8, u16, u32, bool, Addr16);
+
+impl Text for [u8; 6] {
+    fn text(self) -> String {
+        mac_text(self)
     }
+}
+
+impl Text for TunnelId {
+    fn text(self) -> String {
+        format!("{}:{}", tunnel::names(self.kind), self.id)
+    }
+}
+
+macro_rules! header_texts {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        /// The header columns' texts, in schema order.
+        fn header_texts(h: &PacketHeaders) -> [(&'static str, Option<String>); col::HEADERS.len()] {
+            [$((col::$konst, h.$field.map(Text::text))),*]
+        }
+    };
+}
+hindsight_model::packet_header_columns!(header_texts);
+
+/// Each printed column's name and text, in order: the time, the frame's
+/// columns and the header columns.
+fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
     let h = &record.headers;
-    vec![
+    let mut fields = vec![
         ("ts", Some(format_nanos(record.ts_nanos))),
         ("ts_nanos", Some(record.ts_nanos.to_string())),
         ("iface", Some(record.iface.to_string())),
@@ -247,35 +252,13 @@ fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
         ("wire_len", Some(record.wire_len.to_string())),
         ("cap_len", Some(record.cap_len.to_string())),
         ("status", Some(h.status.name().to_owned())),
-        ("eth_src", h.src_mac.map(mac_text)),
-        ("eth_dst", h.dst_mac.map(mac_text)),
-        ("eth_type", h.eth_type.map(|t| format!("0x{t:04x}"))),
-        ("vlan_outer", some(h.vlan_outer)),
-        ("vlan_inner", some(h.vlan_inner)),
-        ("ip_version", some(h.ip_version)),
-        ("src_addr", some(h.src_addr)),
-        ("dst_addr", some(h.dst_addr)),
-        ("ip_proto", some(h.ip_proto)),
-        ("ip_ttl", some(h.ip_ttl)),
-        ("ip_id", some(h.ip_id)),
-        ("frag_offset", some(h.frag_offset)),
-        ("more_fragments", some(h.more_fragments)),
-        ("dont_fragment", some(h.dont_fragment)),
-        ("src_port", some(h.src_port)),
-        ("dst_port", some(h.dst_port)),
-        ("tcp_flags", some(h.tcp_flags)),
-        ("icmp_type", some(h.icmp_type)),
-        ("icmp_code", some(h.icmp_code)),
-        ("tunnel", h.tunnel.map(tunnel::names)),
-        ("tunnel_src", some(h.tunnel_src)),
-        ("tunnel_dst", some(h.tunnel_dst)),
-        (
-            "tunnel_id",
-            h.tunnel_id
-                .map(|id| format!("{}:{}", tunnel::names(id.kind), id.id)),
-        ),
-        ("mpls_label", some(h.mpls_label)),
-    ]
+    ];
+    fields.extend(header_texts(h).map(|(name, text)| match name {
+        col::ETH_TYPE => (name, h.eth_type.map(|t| format!("0x{t:04x}"))),
+        col::TUNNEL => (name, h.tunnel.map(tunnel::names)),
+        _ => (name, text),
+    }));
+    fields
 }
 
 struct CsvSink<'a> {
@@ -286,23 +269,23 @@ struct CsvSink<'a> {
 
 impl PacketSink for CsvSink<'_> {
     fn write(&mut self, record: &PacketRecord, _data: &[u8]) -> io::Result<()> {
+        let (names, values): (Vec<&str>, Vec<String>) = record_fields(record)
+            .into_iter()
+            .map(|(name, value)| (name, value.unwrap_or_default()))
+            .unzip();
         if !self.header_written {
             self.header_written = true;
             if self.node.is_some() {
                 write!(self.out, "node,")?;
             }
-            writeln!(self.out, "{}", CSV_COLUMNS.join(","))?;
+            writeln!(self.out, "{}", names.join(","))?;
         }
         if let Some(node) = &self.node {
             // Node names are letters, digits, '-', '_' and '.'.
             write!(self.out, "{node},")?;
         }
-        let line: Vec<String> = record_fields(record)
-            .into_iter()
-            .map(|(_, value)| value.unwrap_or_default())
-            .collect();
         // No field can hold a comma, quote or newline, so no quoting is needed.
-        writeln!(self.out, "{}", line.join(","))
+        writeln!(self.out, "{}", values.join(","))
     }
 
     fn finish(&mut self) -> io::Result<()> {
@@ -539,15 +522,6 @@ mod tests {
         assert_eq!(tcp_flags_text(0x010), "[.]");
         assert_eq!(tcp_flags_text(0x004), "[R]");
         assert_eq!(tcp_flags_text(0), "[none]");
-    }
-
-    #[test]
-    fn csv_header_matches_fields() {
-        let names: Vec<&str> = record_fields(&PacketRecord::default())
-            .into_iter()
-            .map(|(name, _)| name)
-            .collect();
-        assert_eq!(names, CSV_COLUMNS);
     }
 
     #[test]

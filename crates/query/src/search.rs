@@ -160,40 +160,6 @@ const CAPTURE_COLUMNS: [&str; 5] = [
     col::CAP_LEN,
 ];
 
-/// Columns a filter may read; `data` is added for pcap export.
-const RECORD_COLUMNS: &[&str] = &[
-    col::TS,
-    col::IFACE,
-    col::LINK_TYPE,
-    col::WIRE_LEN,
-    col::CAP_LEN,
-    col::STATUS,
-    col::ETH_SRC,
-    col::ETH_DST,
-    col::ETH_TYPE,
-    col::VLAN_OUTER,
-    col::VLAN_INNER,
-    col::IP_VERSION,
-    col::SRC_ADDR,
-    col::DST_ADDR,
-    col::IP_PROTO,
-    col::IP_TTL,
-    col::IP_ID,
-    col::FRAG_OFFSET,
-    col::MORE_FRAGMENTS,
-    col::DONT_FRAGMENT,
-    col::SRC_PORT,
-    col::DST_PORT,
-    col::TCP_FLAGS,
-    col::ICMP_TYPE,
-    col::ICMP_CODE,
-    col::TUNNEL,
-    col::TUNNEL_SRC,
-    col::TUNNEL_DST,
-    col::TUNNEL_ID,
-    col::MPLS_LABEL,
-];
-
 /// What a filter's Community IDs give the planner: address ranges every match
 /// lies in, a cheaper test every match passes, the connections, and (for one
 /// connection) the address index's answer for where both its addresses occur.
@@ -493,7 +459,12 @@ impl PacketSearch {
             needed.extend(CAPTURE_COLUMNS);
             needed.into_iter().collect()
         } else {
-            RECORD_COLUMNS.to_vec()
+            // Every column a filter may read; `data` is added for pcap export.
+            CAPTURE_COLUMNS
+                .into_iter()
+                .chain([col::STATUS])
+                .chain(col::HEADERS.iter().copied())
+                .collect()
         };
         if request.with_data {
             columns.extend(col::FRAME);

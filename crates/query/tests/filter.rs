@@ -276,6 +276,8 @@ const WIRESHARK_FILTERS: &[(&str, Option<&str>)] = &[
     ("eth.addr == 08:00:27:8f:a4:be", None),
     ("eth.dst.ig == 1", None),
     ("eth.dst.ig == 0 && udp", None),
+    ("ip.dsfield.dscp == 48", None),
+    ("ip.dsfield.dscp in {46, 48} && udp", None),
     (
         "arp.src.proto_ipv4 == 10.64.88.105 || arp.dst.proto_ipv4 == 10.64.88.105",
         None,
@@ -808,6 +810,7 @@ mod stand_in_decode {
             0x0800 if ip.len() >= 20 => {
                 let ihl = usize::from(ip[0] & 0xf) * 4;
                 h.ip_version = Some(4);
+                h.ip_dscp = Some(ip[1] >> 2);
                 h.ip_id = be16(ip, 4);
                 let frag = be16(ip, 6).unwrap_or(0);
                 h.dont_fragment = Some(frag & 0x4000 != 0);
@@ -843,6 +846,7 @@ mod stand_in_decode {
             }
             0x86dd if ip.len() >= 40 => {
                 h.ip_version = Some(6);
+                h.ip_dscp = Some((ip[0] & 0xf) << 2 | ip[1] >> 6);
                 h.ip_ttl = Some(ip[7]);
                 h.src_addr = Some(Addr16(ip[8..24].try_into().unwrap_or_default()));
                 h.dst_addr = Some(Addr16(ip[24..40].try_into().unwrap_or_default()));

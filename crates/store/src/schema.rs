@@ -22,48 +22,25 @@ use hindsight_model::{
 
 pub use hindsight_model::col;
 
-/// Length of an Ethernet MAC address column value.
-const MAC_LEN: i32 = 6;
-/// Length of an [`Addr16`] column value.
-const ADDR_LEN: i32 = 16;
-
 static PACKETS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     let ts_type = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
-    Arc::new(Schema::new(vec![
+    let fields = [
         Field::new(col::TS, ts_type, false),
         Field::new(col::IFACE, DataType::UInt32, false),
         Field::new(col::LINK_TYPE, DataType::UInt16, false),
         Field::new(col::WIRE_LEN, DataType::UInt32, false),
         Field::new(col::CAP_LEN, DataType::UInt32, false),
         Field::new(col::STATUS, DataType::UInt8, false),
-        Field::new(col::ETH_SRC, DataType::FixedSizeBinary(MAC_LEN), true),
-        Field::new(col::ETH_DST, DataType::FixedSizeBinary(MAC_LEN), true),
-        Field::new(col::ETH_TYPE, DataType::UInt16, true),
-        Field::new(col::VLAN_OUTER, DataType::UInt16, true),
-        Field::new(col::VLAN_INNER, DataType::UInt16, true),
-        Field::new(col::IP_VERSION, DataType::UInt8, true),
-        Field::new(col::SRC_ADDR, DataType::FixedSizeBinary(ADDR_LEN), true),
-        Field::new(col::DST_ADDR, DataType::FixedSizeBinary(ADDR_LEN), true),
-        Field::new(col::IP_PROTO, DataType::UInt8, true),
-        Field::new(col::IP_TTL, DataType::UInt8, true),
-        Field::new(col::IP_ID, DataType::UInt16, true),
-        Field::new(col::FRAG_OFFSET, DataType::UInt16, true),
-        Field::new(col::MORE_FRAGMENTS, DataType::Boolean, true),
-        Field::new(col::DONT_FRAGMENT, DataType::Boolean, true),
-        Field::new(col::SRC_PORT, DataType::UInt16, true),
-        Field::new(col::DST_PORT, DataType::UInt16, true),
-        Field::new(col::TCP_FLAGS, DataType::UInt16, true),
-        Field::new(col::ICMP_TYPE, DataType::UInt8, true),
-        Field::new(col::ICMP_CODE, DataType::UInt8, true),
-        Field::new(col::TUNNEL, DataType::UInt16, true),
-        Field::new(col::TUNNEL_SRC, DataType::FixedSizeBinary(ADDR_LEN), true),
-        Field::new(col::TUNNEL_DST, DataType::FixedSizeBinary(ADDR_LEN), true),
-        Field::new(col::TUNNEL_ID, DataType::UInt64, true),
-        Field::new(col::MPLS_LABEL, DataType::UInt32, true),
+    ]
+    .into_iter()
+    .chain(header_fields())
+    .chain([
         // Nullable only so that segments written before it read with this schema.
         Field::new(col::DATA_FORM, DataType::UInt8, true),
         Field::new(col::DATA, DataType::Binary, false),
-    ]))
+    ])
+    .collect::<Vec<_>>();
+    Arc::new(Schema::new(fields))
 });
 
 /// Returns the Arrow schema of the `packets` table.
@@ -71,37 +48,29 @@ pub fn packets_schema() -> SchemaRef {
     Arc::clone(&PACKETS_SCHEMA)
 }
 
-/// One nullable column being built: values (a default where null) and validity.
-/// Unlike Arrow's builders, which start each batch empty, it starts each batch
-/// with the capacity of the last, so building a batch does not regrow buffers.
+/// One nullable column being built: values (the default where null) and
+/// validity. Unlike Arrow's builders, which start each batch empty, it starts
+/// each batch with the capacity of the last, so building a batch does not
+/// regrow buffers.
 #[derive(Debug)]
 struct Nullable<T> {
     values: Vec<T>,
     valid: Vec<bool>,
     nulls: usize,
-    /// The value stored where the column is null.
-    fill: T,
 }
 
 impl<T: Copy + Default> Nullable<T> {
     fn with_capacity(capacity: usize) -> Self {
-        Self::filled_with(capacity, T::default())
-    }
-}
-
-impl<T: Copy> Nullable<T> {
-    fn filled_with(capacity: usize, fill: T) -> Self {
         Self {
             values: Vec::with_capacity(capacity),
             valid: Vec::with_capacity(capacity),
             nulls: 0,
-            fill,
         }
     }
 
     #[inline]
     fn push(&mut self, value: Option<T>) {
-        self.values.push(value.unwrap_or(self.fill));
+        self.values.push(value.unwrap_or_default());
         self.valid.push(value.is_some());
         self.nulls += usize::from(value.is_none());
     }
@@ -150,29 +119,196 @@ fn pack_bools(bools: &[bool]) -> BooleanBuffer {
     BooleanBuffer::new(Buffer::from_vec(bytes), 0, bools.len())
 }
 
-/// A nullable fixed-width binary column of `N`-byte values.
-#[derive(Debug)]
-struct FixedBytes<const N: usize> {
-    values: Nullable<[u8; N]>,
+/// How a header column's values are held: the Arrow type, the value a builder
+/// keeps, and the array it is read back from.
+trait Stored: Copy {
+    /// What a builder keeps of a value (the value stored where it is null is
+    /// the default).
+    type Value: Copy + Default;
+    /// The array the column is read from.
+    type Array: Array + 'static;
+    fn data_type() -> DataType;
+    fn store(self) -> Self::Value;
+    fn array(column: (Vec<Self::Value>, Option<NullBuffer>)) -> ArrayRef;
+    /// The value at `row`, known not null.
+    fn load(array: &Self::Array, row: usize) -> Self;
 }
 
-impl<const N: usize> FixedBytes<N> {
-    fn with_capacity(capacity: usize) -> Self {
-        Self {
-            values: Nullable::filled_with(capacity, [0; N]),
+macro_rules! stored_primitive {
+    ($($ty:ty => $arrow:ty, $data_type:ident;)*) => {$(
+        impl Stored for $ty {
+            type Value = $ty;
+            type Array = PrimitiveArray<$arrow>;
+            fn data_type() -> DataType {
+                DataType::$data_type
+            }
+            #[inline]
+            fn store(self) -> $ty {
+                self
+            }
+            fn array(column: (Vec<$ty>, Option<NullBuffer>)) -> ArrayRef {
+                primitive::<$arrow>(column)
+            }
+            #[inline]
+            fn load(array: &Self::Array, row: usize) -> $ty {
+                array.value(row)
+            }
         }
-    }
+    )*};
+}
+stored_primitive! {
+    u8 => UInt8Type, UInt8;
+    u16 => UInt16Type, UInt16;
+    u32 => UInt32Type, UInt32;
+    u64 => UInt64Type, UInt64;
+}
 
-    fn array(&mut self) -> ArrayRef {
-        let (values, nulls) = self.values.take();
-        let bytes: Vec<u8> = values.into_flattened();
-        Arc::new(FixedSizeBinaryArray::new(
-            N as i32,
-            Buffer::from_vec(bytes),
-            nulls,
-        ))
+impl Stored for bool {
+    type Value = bool;
+    type Array = BooleanArray;
+    fn data_type() -> DataType {
+        DataType::Boolean
+    }
+    #[inline]
+    fn store(self) -> bool {
+        self
+    }
+    fn array((values, nulls): (Vec<bool>, Option<NullBuffer>)) -> ArrayRef {
+        Arc::new(BooleanArray::new(pack_bools(&values), nulls))
+    }
+    #[inline]
+    fn load(array: &BooleanArray, row: usize) -> bool {
+        array.value(row)
     }
 }
+
+/// A value held as `N` bytes (`FixedSizeBinary(N)`).
+trait FixedWidth<const N: usize>: Copy {
+    fn bytes(self) -> [u8; N];
+    fn from_bytes(bytes: [u8; N]) -> Self;
+}
+
+impl FixedWidth<6> for [u8; 6] {
+    fn bytes(self) -> [u8; 6] {
+        self
+    }
+    fn from_bytes(bytes: [u8; 6]) -> Self {
+        bytes
+    }
+}
+
+impl FixedWidth<16> for Addr16 {
+    fn bytes(self) -> [u8; 16] {
+        self.0
+    }
+    fn from_bytes(bytes: [u8; 16]) -> Self {
+        Addr16(bytes)
+    }
+}
+
+macro_rules! stored_fixed {
+    ($($ty:ty => $n:literal),*) => {$(
+        impl Stored for $ty {
+            type Value = [u8; $n];
+            type Array = FixedSizeBinaryArray;
+            fn data_type() -> DataType {
+                DataType::FixedSizeBinary($n)
+            }
+            #[inline]
+            fn store(self) -> [u8; $n] {
+                FixedWidth::bytes(self)
+            }
+            fn array((values, nulls): (Vec<[u8; $n]>, Option<NullBuffer>)) -> ArrayRef {
+                let bytes = Buffer::from_vec(values.into_flattened());
+                Arc::new(FixedSizeBinaryArray::new($n, bytes, nulls))
+            }
+            #[inline]
+            fn load(array: &FixedSizeBinaryArray, row: usize) -> Self {
+                // A damaged segment's column of another width reads as zeros.
+                FixedWidth::from_bytes(array.value(row).try_into().unwrap_or([0; $n]))
+            }
+        }
+    )*};
+}
+stored_fixed!([u8; 6] => 6, Addr16 => 16);
+
+impl Stored for TunnelId {
+    type Value = u64;
+    type Array = UInt64Array;
+    fn data_type() -> DataType {
+        DataType::UInt64
+    }
+    #[inline]
+    fn store(self) -> u64 {
+        self.to_u64()
+    }
+    fn array(column: (Vec<u64>, Option<NullBuffer>)) -> ArrayRef {
+        primitive::<UInt64Type>(column)
+    }
+    #[inline]
+    fn load(array: &UInt64Array, row: usize) -> Self {
+        TunnelId::from_u64(array.value(row))
+    }
+}
+
+/// The header columns' fields of the schema, their builders and their views.
+macro_rules! header_columns {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
+        fn header_fields() -> [Field; col::HEADERS.len()] {
+            [$(Field::new(col::$konst, <$ty as Stored>::data_type(), true)),*]
+        }
+
+        /// The header columns being built.
+        #[derive(Debug)]
+        struct HeaderColumns {
+            $($field: Nullable<<$ty as Stored>::Value>,)*
+        }
+
+        impl HeaderColumns {
+            fn with_capacity(capacity: usize) -> Self {
+                Self { $($field: Nullable::with_capacity(capacity),)* }
+            }
+
+            #[inline]
+            fn push(&mut self, h: &PacketHeaders) {
+                $(self.$field.push(h.$field.map(Stored::store));)*
+            }
+
+            fn move_last_to(&mut self, to: usize) {
+                $(self.$field.move_last_to(to);)*
+            }
+
+            fn arrays(&mut self, columns: &mut Vec<ArrayRef>) {
+                $(columns.push(<$ty as Stored>::array(self.$field.take()));)*
+            }
+        }
+
+        /// The header columns of a batch (those it has).
+        #[derive(Debug)]
+        struct HeaderViews<'a> {
+            $($field: Option<&'a <$ty as Stored>::Array>,)*
+        }
+
+        impl<'a> HeaderViews<'a> {
+            fn new(batch: &'a RecordBatch) -> Self {
+                Self { $($field: column(batch, col::$konst),)* }
+            }
+
+            #[inline]
+            fn read(&self, row: usize, status: DecodeStatus) -> PacketHeaders {
+                PacketHeaders {
+                    status,
+                    // Not a column: flows are built from it at ingest.
+                    ip_len: None,
+                    $($field: self.$field
+                        .filter(|array| !array.is_null(row))
+                        .map(|array| <$ty as Stored>::load(array, row)),)*
+                }
+            }
+        }
+    };
+}
+hindsight_model::packet_header_columns!(header_columns);
 
 /// Takes a vector, leaving an empty one with the same capacity in its place.
 fn take_vec<T>(values: &mut Vec<T>) -> Vec<T> {
@@ -208,30 +344,7 @@ pub struct PacketBatchBuilder {
     wire_len: Vec<u32>,
     cap_len: Vec<u32>,
     status: Vec<u8>,
-    eth_src: FixedBytes<{ MAC_LEN as usize }>,
-    eth_dst: FixedBytes<{ MAC_LEN as usize }>,
-    eth_type: Nullable<u16>,
-    vlan_outer: Nullable<u16>,
-    vlan_inner: Nullable<u16>,
-    ip_version: Nullable<u8>,
-    src_addr: FixedBytes<{ ADDR_LEN as usize }>,
-    dst_addr: FixedBytes<{ ADDR_LEN as usize }>,
-    ip_proto: Nullable<u8>,
-    ip_ttl: Nullable<u8>,
-    ip_id: Nullable<u16>,
-    frag_offset: Nullable<u16>,
-    more_fragments: Nullable<bool>,
-    dont_fragment: Nullable<bool>,
-    src_port: Nullable<u16>,
-    dst_port: Nullable<u16>,
-    tcp_flags: Nullable<u16>,
-    icmp_type: Nullable<u8>,
-    icmp_code: Nullable<u8>,
-    tunnel: Nullable<u16>,
-    tunnel_src: FixedBytes<{ ADDR_LEN as usize }>,
-    tunnel_dst: FixedBytes<{ ADDR_LEN as usize }>,
-    tunnel_id: Nullable<u64>,
-    mpls_label: Nullable<u32>,
+    headers: HeaderColumns,
     data_form: Vec<u8>,
     data_offsets: Vec<i32>,
     data: Vec<u8>,
@@ -250,30 +363,7 @@ impl PacketBatchBuilder {
             wire_len: Vec::with_capacity(capacity),
             cap_len: Vec::with_capacity(capacity),
             status: Vec::with_capacity(capacity),
-            eth_src: FixedBytes::with_capacity(capacity),
-            eth_dst: FixedBytes::with_capacity(capacity),
-            eth_type: Nullable::with_capacity(capacity),
-            vlan_outer: Nullable::with_capacity(capacity),
-            vlan_inner: Nullable::with_capacity(capacity),
-            ip_version: Nullable::with_capacity(capacity),
-            src_addr: FixedBytes::with_capacity(capacity),
-            dst_addr: FixedBytes::with_capacity(capacity),
-            ip_proto: Nullable::with_capacity(capacity),
-            ip_ttl: Nullable::with_capacity(capacity),
-            ip_id: Nullable::with_capacity(capacity),
-            frag_offset: Nullable::with_capacity(capacity),
-            more_fragments: Nullable::with_capacity(capacity),
-            dont_fragment: Nullable::with_capacity(capacity),
-            src_port: Nullable::with_capacity(capacity),
-            dst_port: Nullable::with_capacity(capacity),
-            tcp_flags: Nullable::with_capacity(capacity),
-            icmp_type: Nullable::with_capacity(capacity),
-            icmp_code: Nullable::with_capacity(capacity),
-            tunnel: Nullable::with_capacity(capacity),
-            tunnel_src: FixedBytes::with_capacity(capacity),
-            tunnel_dst: FixedBytes::with_capacity(capacity),
-            tunnel_id: Nullable::with_capacity(capacity),
-            mpls_label: Nullable::with_capacity(capacity),
+            headers: HeaderColumns::with_capacity(capacity),
             data_form: Vec::with_capacity(capacity),
             data_offsets,
             data: Vec::with_capacity(data_capacity),
@@ -301,30 +391,7 @@ impl PacketBatchBuilder {
         self.wire_len.push(record.wire_len);
         self.cap_len.push(record.cap_len);
         self.status.push(h.status as u8);
-        self.eth_src.values.push(h.src_mac);
-        self.eth_dst.values.push(h.dst_mac);
-        self.eth_type.push(h.eth_type);
-        self.vlan_outer.push(h.vlan_outer);
-        self.vlan_inner.push(h.vlan_inner);
-        self.ip_version.push(h.ip_version);
-        self.src_addr.values.push(h.src_addr.map(|a| a.0));
-        self.dst_addr.values.push(h.dst_addr.map(|a| a.0));
-        self.ip_proto.push(h.ip_proto);
-        self.ip_ttl.push(h.ip_ttl);
-        self.ip_id.push(h.ip_id);
-        self.frag_offset.push(h.frag_offset);
-        self.more_fragments.push(h.more_fragments);
-        self.dont_fragment.push(h.dont_fragment);
-        self.src_port.push(h.src_port);
-        self.dst_port.push(h.dst_port);
-        self.tcp_flags.push(h.tcp_flags);
-        self.icmp_type.push(h.icmp_type);
-        self.icmp_code.push(h.icmp_code);
-        self.tunnel.push(h.tunnel);
-        self.tunnel_src.values.push(h.tunnel_src.map(|a| a.0));
-        self.tunnel_dst.values.push(h.tunnel_dst.map(|a| a.0));
-        self.tunnel_id.push(h.tunnel_id.map(TunnelId::to_u64));
-        self.mpls_label.push(h.mpls_label);
+        self.headers.push(h);
         let form = snap::strip(record, data, &mut self.data);
         self.data_form.push(form.code());
         self.data_offsets.push(
@@ -355,30 +422,7 @@ impl PacketBatchBuilder {
         self.wire_len[to..].rotate_right(1);
         self.cap_len[to..].rotate_right(1);
         self.status[to..].rotate_right(1);
-        self.eth_src.values.move_last_to(to);
-        self.eth_dst.values.move_last_to(to);
-        self.eth_type.move_last_to(to);
-        self.vlan_outer.move_last_to(to);
-        self.vlan_inner.move_last_to(to);
-        self.ip_version.move_last_to(to);
-        self.src_addr.values.move_last_to(to);
-        self.dst_addr.values.move_last_to(to);
-        self.ip_proto.move_last_to(to);
-        self.ip_ttl.move_last_to(to);
-        self.ip_id.move_last_to(to);
-        self.frag_offset.move_last_to(to);
-        self.more_fragments.move_last_to(to);
-        self.dont_fragment.move_last_to(to);
-        self.src_port.move_last_to(to);
-        self.dst_port.move_last_to(to);
-        self.tcp_flags.move_last_to(to);
-        self.icmp_type.move_last_to(to);
-        self.icmp_code.move_last_to(to);
-        self.tunnel.move_last_to(to);
-        self.tunnel_src.values.move_last_to(to);
-        self.tunnel_dst.values.move_last_to(to);
-        self.tunnel_id.move_last_to(to);
-        self.mpls_label.move_last_to(to);
+        self.headers.move_last_to(to);
         self.data_form[to..].rotate_right(1);
         // Packet bytes: row i is data[offsets[i]..offsets[i + 1]].
         let offsets = &mut self.data_offsets;
@@ -403,8 +447,6 @@ impl PacketBatchBuilder {
             None,
         )
         .with_timezone("UTC");
-        let (more_fragments, more_fragments_nulls) = self.more_fragments.take();
-        let (dont_fragment, dont_fragment_nulls) = self.dont_fragment.take();
         let offsets = take_vec(&mut self.data_offsets);
         self.data_offsets.push(0);
         let data = BinaryArray::new(
@@ -412,46 +454,19 @@ impl PacketBatchBuilder {
             Buffer::from_vec(take_vec(&mut self.data)),
             None,
         );
-        let columns: Vec<ArrayRef> = vec![
+        let mut columns: Vec<ArrayRef> = vec![
             Arc::new(ts),
             primitive::<UInt32Type>((take_vec(&mut self.iface), None)),
             primitive::<UInt16Type>((take_vec(&mut self.link_type), None)),
             primitive::<UInt32Type>((take_vec(&mut self.wire_len), None)),
             primitive::<UInt32Type>((take_vec(&mut self.cap_len), None)),
             primitive::<UInt8Type>((take_vec(&mut self.status), None)),
-            self.eth_src.array(),
-            self.eth_dst.array(),
-            primitive::<UInt16Type>(self.eth_type.take()),
-            primitive::<UInt16Type>(self.vlan_outer.take()),
-            primitive::<UInt16Type>(self.vlan_inner.take()),
-            primitive::<UInt8Type>(self.ip_version.take()),
-            self.src_addr.array(),
-            self.dst_addr.array(),
-            primitive::<UInt8Type>(self.ip_proto.take()),
-            primitive::<UInt8Type>(self.ip_ttl.take()),
-            primitive::<UInt16Type>(self.ip_id.take()),
-            primitive::<UInt16Type>(self.frag_offset.take()),
-            Arc::new(BooleanArray::new(
-                pack_bools(&more_fragments),
-                more_fragments_nulls,
-            )),
-            Arc::new(BooleanArray::new(
-                pack_bools(&dont_fragment),
-                dont_fragment_nulls,
-            )),
-            primitive::<UInt16Type>(self.src_port.take()),
-            primitive::<UInt16Type>(self.dst_port.take()),
-            primitive::<UInt16Type>(self.tcp_flags.take()),
-            primitive::<UInt8Type>(self.icmp_type.take()),
-            primitive::<UInt8Type>(self.icmp_code.take()),
-            primitive::<UInt16Type>(self.tunnel.take()),
-            self.tunnel_src.array(),
-            self.tunnel_dst.array(),
-            primitive::<UInt64Type>(self.tunnel_id.take()),
-            primitive::<UInt32Type>(self.mpls_label.take()),
+        ];
+        self.headers.arrays(&mut columns);
+        columns.extend([
             primitive::<UInt8Type>((take_vec(&mut self.data_form), None)),
             Arc::new(data),
-        ];
+        ]);
         RecordBatch::try_new(packets_schema(), columns)
             .expect("builder columns match the packets schema by construction")
     }
@@ -467,30 +482,7 @@ pub struct PacketBatchView<'a> {
     wire_len: Option<&'a UInt32Array>,
     cap_len: Option<&'a UInt32Array>,
     status: Option<&'a UInt8Array>,
-    eth_src: Option<&'a FixedSizeBinaryArray>,
-    eth_dst: Option<&'a FixedSizeBinaryArray>,
-    eth_type: Option<&'a UInt16Array>,
-    vlan_outer: Option<&'a UInt16Array>,
-    vlan_inner: Option<&'a UInt16Array>,
-    ip_version: Option<&'a UInt8Array>,
-    src_addr: Option<&'a FixedSizeBinaryArray>,
-    dst_addr: Option<&'a FixedSizeBinaryArray>,
-    ip_proto: Option<&'a UInt8Array>,
-    ip_ttl: Option<&'a UInt8Array>,
-    ip_id: Option<&'a UInt16Array>,
-    frag_offset: Option<&'a UInt16Array>,
-    more_fragments: Option<&'a BooleanArray>,
-    dont_fragment: Option<&'a BooleanArray>,
-    src_port: Option<&'a UInt16Array>,
-    dst_port: Option<&'a UInt16Array>,
-    tcp_flags: Option<&'a UInt16Array>,
-    icmp_type: Option<&'a UInt8Array>,
-    icmp_code: Option<&'a UInt8Array>,
-    tunnel: Option<&'a UInt16Array>,
-    tunnel_src: Option<&'a FixedSizeBinaryArray>,
-    tunnel_dst: Option<&'a FixedSizeBinaryArray>,
-    tunnel_id: Option<&'a UInt64Array>,
-    mpls_label: Option<&'a UInt32Array>,
+    headers: HeaderViews<'a>,
     data_form: Option<&'a UInt8Array>,
     data: Option<&'a BinaryArray>,
     rows: usize,
@@ -503,38 +495,11 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Option<&'a T> {
 }
 
 #[inline]
-fn opt<A: ArrayAccessor>(array: Option<&A>, row: usize) -> Option<A::Item> {
-    let array = array?;
-    if array.is_null(row) {
-        None
-    } else {
-        Some(array.value_at(row))
-    }
+fn opt<T: ArrowPrimitiveType>(array: Option<&PrimitiveArray<T>>, row: usize) -> Option<T::Native> {
+    array
+        .filter(|array| !array.is_null(row))
+        .map(|array| array.value(row))
 }
-
-/// Reads one value of an Arrow array whose nullness was already checked.
-trait ArrayAccessor: Array {
-    type Item;
-    fn value_at(&self, row: usize) -> Self::Item;
-}
-
-macro_rules! primitive_accessor {
-    ($array:ty, $item:ty) => {
-        impl ArrayAccessor for $array {
-            type Item = $item;
-            #[inline]
-            fn value_at(&self, row: usize) -> $item {
-                self.value(row)
-            }
-        }
-    };
-}
-primitive_accessor!(UInt8Array, u8);
-primitive_accessor!(UInt16Array, u16);
-primitive_accessor!(UInt32Array, u32);
-primitive_accessor!(UInt64Array, u64);
-primitive_accessor!(TimestampNanosecondArray, i64);
-primitive_accessor!(BooleanArray, bool);
 
 impl<'a> PacketBatchView<'a> {
     /// Returns a view of `batch`; it must use the `packets` column names and types.
@@ -546,30 +511,7 @@ impl<'a> PacketBatchView<'a> {
             wire_len: column(batch, col::WIRE_LEN),
             cap_len: column(batch, col::CAP_LEN),
             status: column(batch, col::STATUS),
-            eth_src: column(batch, col::ETH_SRC),
-            eth_dst: column(batch, col::ETH_DST),
-            eth_type: column(batch, col::ETH_TYPE),
-            vlan_outer: column(batch, col::VLAN_OUTER),
-            vlan_inner: column(batch, col::VLAN_INNER),
-            ip_version: column(batch, col::IP_VERSION),
-            src_addr: column(batch, col::SRC_ADDR),
-            dst_addr: column(batch, col::DST_ADDR),
-            ip_proto: column(batch, col::IP_PROTO),
-            ip_ttl: column(batch, col::IP_TTL),
-            ip_id: column(batch, col::IP_ID),
-            frag_offset: column(batch, col::FRAG_OFFSET),
-            more_fragments: column(batch, col::MORE_FRAGMENTS),
-            dont_fragment: column(batch, col::DONT_FRAGMENT),
-            src_port: column(batch, col::SRC_PORT),
-            dst_port: column(batch, col::DST_PORT),
-            tcp_flags: column(batch, col::TCP_FLAGS),
-            icmp_type: column(batch, col::ICMP_TYPE),
-            icmp_code: column(batch, col::ICMP_CODE),
-            tunnel: column(batch, col::TUNNEL),
-            tunnel_src: column(batch, col::TUNNEL_SRC),
-            tunnel_dst: column(batch, col::TUNNEL_DST),
-            tunnel_id: column(batch, col::TUNNEL_ID),
-            mpls_label: column(batch, col::MPLS_LABEL),
+            headers: HeaderViews::new(batch),
             data_form: column(batch, col::DATA_FORM),
             data: column(batch, col::DATA),
             rows: batch.num_rows(),
@@ -595,37 +537,12 @@ impl<'a> PacketBatchView<'a> {
             cap_len: opt(self.cap_len, row).unwrap_or(0),
             link_type: LinkType(opt(self.link_type, row).unwrap_or(0)),
             iface: opt(self.iface, row).unwrap_or(0),
-            headers: PacketHeaders {
-                status: opt(self.status, row)
+            headers: self.headers.read(
+                row,
+                opt(self.status, row)
                     .and_then(DecodeStatus::from_code)
                     .unwrap_or_default(),
-                src_mac: fixed(self.eth_src, row),
-                dst_mac: fixed(self.eth_dst, row),
-                eth_type: opt(self.eth_type, row),
-                vlan_outer: opt(self.vlan_outer, row),
-                vlan_inner: opt(self.vlan_inner, row),
-                ip_version: opt(self.ip_version, row),
-                src_addr: fixed(self.src_addr, row).map(Addr16),
-                dst_addr: fixed(self.dst_addr, row).map(Addr16),
-                ip_proto: opt(self.ip_proto, row),
-                ip_ttl: opt(self.ip_ttl, row),
-                // Not a column: flows are built from it at ingest.
-                ip_len: None,
-                ip_id: opt(self.ip_id, row),
-                frag_offset: opt(self.frag_offset, row),
-                more_fragments: opt(self.more_fragments, row),
-                dont_fragment: opt(self.dont_fragment, row),
-                src_port: opt(self.src_port, row),
-                dst_port: opt(self.dst_port, row),
-                tcp_flags: opt(self.tcp_flags, row),
-                icmp_type: opt(self.icmp_type, row),
-                icmp_code: opt(self.icmp_code, row),
-                tunnel: opt(self.tunnel, row),
-                tunnel_src: fixed(self.tunnel_src, row).map(Addr16),
-                tunnel_dst: fixed(self.tunnel_dst, row).map(Addr16),
-                tunnel_id: opt(self.tunnel_id, row).map(TunnelId::from_u64),
-                mpls_label: opt(self.mpls_label, row),
-            },
+            ),
         }
     }
 
@@ -645,15 +562,6 @@ impl<'a> PacketBatchView<'a> {
             Some(forms) => DataForm::from_code(forms.value(row)),
         }
     }
-}
-
-#[inline]
-fn fixed<const N: usize>(array: Option<&FixedSizeBinaryArray>, row: usize) -> Option<[u8; N]> {
-    let array = array?;
-    if array.is_null(row) {
-        return None;
-    }
-    array.value(row).try_into().ok()
 }
 
 #[cfg(test)]
