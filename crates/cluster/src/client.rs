@@ -160,16 +160,6 @@ impl ClusterClient {
         answer_of(request.call())
     }
 
-    /// `POST url/api/v1/route` with a JSON body.
-    pub fn post_json(
-        &self,
-        url: &str,
-        route: &str,
-        body: &[u8],
-    ) -> Result<ureq::http::Response<ureq::Body>, String> {
-        self.post(url, route, "application/json", body)
-    }
-
     /// `POST url/api/v1/route` with a binary body.
     pub fn post_bytes(
         &self,
@@ -177,20 +167,10 @@ impl ClusterClient {
         route: &str,
         body: &[u8],
     ) -> Result<ureq::http::Response<ureq::Body>, String> {
-        self.post(url, route, "application/octet-stream", body)
-    }
-
-    fn post(
-        &self,
-        url: &str,
-        route: &str,
-        content_type: &str,
-        body: &[u8],
-    ) -> Result<ureq::http::Response<ureq::Body>, String> {
         self.post_with(
             url,
             route,
-            content_type,
+            "application/octet-stream",
             body,
             &self.bearer(),
             "the cluster's token",

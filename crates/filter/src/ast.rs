@@ -59,12 +59,6 @@ impl Field {
         self.def().ty
     }
 
-    /// Returns true if a packet can carry the field more than once (`ip.addr` is
-    /// both `ip.src` and `ip.dst`), where `==` means "any equal" and `!=` "all differ".
-    pub fn is_multi_valued(self) -> bool {
-        self.def().reads.len() > 1
-    }
-
     /// Returns the field of the other IP family with the same role (`ip.addr` for
     /// `ipv6.addr` and back), used to suggest a fix when the literal's family is wrong.
     pub fn other_family(self) -> Option<Self> {

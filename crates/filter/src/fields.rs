@@ -310,10 +310,7 @@ impl FieldDef {
         };
         tests
             .iter()
-            .map(|test| {
-                test.replace('F', self.name)
-                    .replace('M', &high.to_string())
-            })
+            .map(|test| test.replace('F', self.name).replace('M', &high.to_string()))
             .collect()
     }
 }

@@ -247,11 +247,6 @@ impl Archive {
         Ok(moved)
     }
 
-    /// The directory of set-aside segment files.
-    pub fn quarantine_dir(&self) -> PathBuf {
-        self.root.join(QUARANTINE_DIR)
-    }
-
     /// Returns the archive root directory.
     pub fn root(&self) -> &Path {
         &self.root
