@@ -11,58 +11,6 @@ use arrow::array::{
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, UInt8Type, UInt16Type, UInt32Type};
 use hindsight_model::app::{AppFields, DnsFields, HttpFields, SshFields, TlsFields};
 
-/// Column names, in schema order.
-pub mod col {
-    /// Zeek's `service`: `dns`, `ssl`, `http`, `quic`, `ssh`.
-    pub const SERVICE: &str = "service";
-    /// The first DNS query's name (Wireshark `dns.qry.name`).
-    pub const DNS_QUERY: &str = "dns_query";
-    /// Its type (`dns.qry.type`).
-    pub const DNS_QTYPE: &str = "dns_qtype";
-    /// The response code (`dns.flags.rcode`).
-    pub const DNS_RCODE: &str = "dns_rcode";
-    /// The answers' addresses and names, comma-separated (a comma inside one
-    /// is written `\x2c`, as Zeek writes its sets).
-    pub const DNS_ANSWERS: &str = "dns_answers";
-    /// The answers' TTLs in seconds, comma-separated.
-    pub const DNS_TTLS: &str = "dns_ttls";
-    /// The TLS server name (`tls.handshake.extensions_server_name`).
-    pub const TLS_SNI: &str = "tls_sni";
-    /// The ALPN protocols offered, comma-separated as `dns_answers`
-    /// (`tls.handshake.extensions_alpn_str`).
-    pub const TLS_ALPN: &str = "tls_alpn";
-    /// The ClientHello's version field.
-    pub const TLS_CLIENT_VERSION: &str = "tls_client_version";
-    /// The version the server chose.
-    pub const TLS_VERSION: &str = "tls_version";
-    /// The cipher suite the server chose.
-    pub const TLS_CIPHER: &str = "tls_cipher";
-    /// JA3 of the ClientHello (`tls.handshake.ja3`).
-    pub const JA3: &str = "ja3";
-    /// JA3S of the ServerHello (`tls.handshake.ja3s`).
-    pub const JA3S: &str = "ja3s";
-    /// JA4 of the ClientHello.
-    pub const JA4: &str = "ja4";
-    /// The first request's method (`http.request.method`).
-    pub const HTTP_METHOD: &str = "http_method";
-    /// Its Host header (`http.host`).
-    pub const HTTP_HOST: &str = "http_host";
-    /// Its URI (`http.request.uri`).
-    pub const HTTP_URI: &str = "http_uri";
-    /// Its User-Agent header (`http.user_agent`).
-    pub const HTTP_USER_AGENT: &str = "http_user_agent";
-    /// The response's status code (`http.response.code`).
-    pub const HTTP_STATUS: &str = "http_status";
-    /// The response's Content-Type header (`http.content_type`).
-    pub const HTTP_CONTENT_TYPE: &str = "http_content_type";
-    /// The QUIC version (`quic.version`).
-    pub const QUIC_VERSION: &str = "quic_version";
-    /// The originator's SSH identification string (`ssh.protocol`).
-    pub const SSH_CLIENT: &str = "ssh_client";
-    /// The responder's.
-    pub const SSH_SERVER: &str = "ssh_server";
-}
-
 /// `items` joined with commas, a comma inside one written `\x2c`.
 pub fn join_list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
     let mut out = String::new();
@@ -85,188 +33,198 @@ pub fn split_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The application columns' fields, in schema order.
-pub fn fields() -> Vec<Field> {
-    let text = |name| Field::new(name, DataType::Utf8, true);
-    vec![
-        text(col::SERVICE),
-        text(col::DNS_QUERY),
-        Field::new(col::DNS_QTYPE, DataType::UInt16, true),
-        Field::new(col::DNS_RCODE, DataType::UInt8, true),
-        text(col::DNS_ANSWERS),
-        text(col::DNS_TTLS),
-        text(col::TLS_SNI),
-        text(col::TLS_ALPN),
-        Field::new(col::TLS_CLIENT_VERSION, DataType::UInt16, true),
-        Field::new(col::TLS_VERSION, DataType::UInt16, true),
-        Field::new(col::TLS_CIPHER, DataType::UInt16, true),
-        text(col::JA3),
-        text(col::JA3S),
-        text(col::JA4),
-        text(col::HTTP_METHOD),
-        text(col::HTTP_HOST),
-        text(col::HTTP_URI),
-        text(col::HTTP_USER_AGENT),
-        Field::new(col::HTTP_STATUS, DataType::UInt16, true),
-        text(col::HTTP_CONTENT_TYPE),
-        Field::new(col::QUIC_VERSION, DataType::UInt32, true),
-        text(col::SSH_CLIENT),
-        text(col::SSH_SERVER),
-    ]
+/// How a column is built and read back: text (a list is text joined by
+/// [`join_list`]) or an unsigned integer.
+trait Kind: Default {
+    /// A value read back.
+    type Value;
+    const TYPE: DataType;
+    fn read(batch: &RecordBatch, name: &str, row: usize) -> Option<Self::Value>;
 }
 
-/// Builds the application columns.
+impl Kind for StringBuilder {
+    type Value = String;
+    const TYPE: DataType = DataType::Utf8;
+    fn read(batch: &RecordBatch, name: &str, row: usize) -> Option<String> {
+        let array = crate::flows::column::<StringArray>(batch, name)?;
+        array.is_valid(row).then(|| array.value(row).to_owned())
+    }
+}
+
+macro_rules! kind_number {
+    ($($builder:ty => $arrow:ty, $data_type:ident;)*) => {$(
+        impl Kind for $builder {
+            type Value = <$arrow as ArrowPrimitiveType>::Native;
+            const TYPE: DataType = DataType::$data_type;
+            fn read(batch: &RecordBatch, name: &str, row: usize) -> Option<Self::Value> {
+                let array = crate::flows::column::<PrimitiveArray<$arrow>>(batch, name)?;
+                array.is_valid(row).then(|| array.value(row))
+            }
+        }
+    )*};
+}
+kind_number! {
+    UInt8Builder => UInt8Type, UInt8;
+    UInt16Builder => UInt16Type, UInt16;
+    UInt32Builder => UInt32Type, UInt32;
+}
+
+/// Text made from the other fields (`service`): written, never read back.
 #[derive(Debug, Default)]
-pub(crate) struct AppColumnsBuilder {
-    service: StringBuilder,
-    dns_query: StringBuilder,
-    dns_qtype: UInt16Builder,
-    dns_rcode: UInt8Builder,
-    dns_answers: StringBuilder,
-    dns_ttls: StringBuilder,
-    tls_sni: StringBuilder,
-    tls_alpn: StringBuilder,
-    tls_client_version: UInt16Builder,
-    tls_version: UInt16Builder,
-    tls_cipher: UInt16Builder,
-    ja3: StringBuilder,
-    ja3s: StringBuilder,
-    ja4: StringBuilder,
-    http_method: StringBuilder,
-    http_host: StringBuilder,
-    http_uri: StringBuilder,
-    http_user_agent: StringBuilder,
-    http_status: UInt16Builder,
-    http_content_type: StringBuilder,
-    quic_version: UInt32Builder,
-    ssh_client: StringBuilder,
-    ssh_server: StringBuilder,
-    /// Rows without application fields not yet appended: most connections
-    /// have none (98% of lan-hour's), and appending them a run at a time, not
-    /// a null a column a row, took the builder from 1,342 to 172
-    /// instructions a connection (callgrind, 100,673 connections).
-    nulls: usize,
+struct Derived(StringBuilder);
+
+impl std::ops::Deref for Derived {
+    type Target = StringBuilder;
+    fn deref(&self) -> &StringBuilder {
+        &self.0
+    }
 }
 
-impl AppColumnsBuilder {
-    pub(crate) fn append(&mut self, app: Option<&AppFields>) {
-        // An empty `AppFields` is all nulls too, as the columns below make it.
-        let Some(app) = app.filter(|app| !app.is_empty()) else {
-            self.nulls += 1;
-            return;
-        };
-        self.append_nulls();
-        self.service.append_option(app.service());
-        let dns = app.dns.as_ref();
-        self.dns_query.append_option(dns.map(|d| &d.query));
-        self.dns_qtype.append_option(dns.map(|d| d.qtype));
-        self.dns_rcode.append_option(dns.and_then(|d| d.rcode));
-        let answered = dns.filter(|d| d.rcode.is_some());
-        self.dns_answers
-            .append_option(answered.map(|d| join_list(&d.answers)));
-        self.dns_ttls
-            .append_option(answered.map(|d| join_list(&d.ttls)));
-        let tls = app.tls.as_ref();
-        self.tls_sni.append_option(tls.and_then(|t| t.sni.as_ref()));
-        self.tls_alpn.append_option(
-            tls.filter(|t| t.client_version.is_some())
-                .map(|t| join_list(&t.alpn)),
-        );
-        self.tls_client_version
-            .append_option(tls.and_then(|t| t.client_version));
-        self.tls_version.append_option(tls.and_then(|t| t.version));
-        self.tls_cipher.append_option(tls.and_then(|t| t.cipher));
-        self.ja3.append_option(tls.and_then(|t| t.ja3.as_ref()));
-        self.ja3s.append_option(tls.and_then(|t| t.ja3s.as_ref()));
-        self.ja4.append_option(tls.and_then(|t| t.ja4.as_ref()));
-        let http = app.http.as_ref();
-        self.http_method
-            .append_option(http.and_then(|h| h.method.as_ref()));
-        self.http_host
-            .append_option(http.and_then(|h| h.host.as_ref()));
-        self.http_uri
-            .append_option(http.and_then(|h| h.uri.as_ref()));
-        self.http_user_agent
-            .append_option(http.and_then(|h| h.user_agent.as_ref()));
-        self.http_status.append_option(http.and_then(|h| h.status));
-        self.http_content_type
-            .append_option(http.and_then(|h| h.content_type.as_ref()));
-        self.quic_version.append_option(app.quic_version);
-        let ssh = app.ssh.as_ref();
-        self.ssh_client
-            .append_option(ssh.and_then(|s| s.client.as_ref()));
-        self.ssh_server
-            .append_option(ssh.and_then(|s| s.server.as_ref()));
+impl std::ops::DerefMut for Derived {
+    fn deref_mut(&mut self) -> &mut StringBuilder {
+        &mut self.0
     }
+}
 
-    /// Appends the pending rows without application fields: a null in
-    /// every column, as the fields of `AppFields::default()` are.
-    fn append_nulls(&mut self) {
-        let n = std::mem::take(&mut self.nulls);
-        if n == 0 {
-            return;
-        }
-        for text in [
-            &mut self.service,
-            &mut self.dns_query,
-            &mut self.dns_answers,
-            &mut self.dns_ttls,
-            &mut self.tls_sni,
-            &mut self.tls_alpn,
-            &mut self.ja3,
-            &mut self.ja3s,
-            &mut self.ja4,
-            &mut self.http_method,
-            &mut self.http_host,
-            &mut self.http_uri,
-            &mut self.http_user_agent,
-            &mut self.http_content_type,
-            &mut self.ssh_client,
-            &mut self.ssh_server,
-        ] {
-            text.append_nulls(n);
-        }
-        for number in [
-            &mut self.dns_qtype,
-            &mut self.tls_client_version,
-            &mut self.tls_version,
-            &mut self.tls_cipher,
-            &mut self.http_status,
-        ] {
-            number.append_nulls(n);
-        }
-        self.dns_rcode.append_nulls(n);
-        self.quic_version.append_nulls(n);
+impl Kind for Derived {
+    type Value = ();
+    const TYPE: DataType = DataType::Utf8;
+    fn read(_: &RecordBatch, _: &str, _: usize) -> Option<()> {
+        None
     }
+}
 
-    pub(crate) fn finish(&mut self) -> Vec<ArrayRef> {
-        self.append_nulls();
-        vec![
-            Arc::new(self.service.finish()),
-            Arc::new(self.dns_query.finish()),
-            Arc::new(self.dns_qtype.finish()),
-            Arc::new(self.dns_rcode.finish()),
-            Arc::new(self.dns_answers.finish()),
-            Arc::new(self.dns_ttls.finish()),
-            Arc::new(self.tls_sni.finish()),
-            Arc::new(self.tls_alpn.finish()),
-            Arc::new(self.tls_client_version.finish()),
-            Arc::new(self.tls_version.finish()),
-            Arc::new(self.tls_cipher.finish()),
-            Arc::new(self.ja3.finish()),
-            Arc::new(self.ja3s.finish()),
-            Arc::new(self.ja4.finish()),
-            Arc::new(self.http_method.finish()),
-            Arc::new(self.http_host.finish()),
-            Arc::new(self.http_uri.finish()),
-            Arc::new(self.http_user_agent.finish()),
-            Arc::new(self.http_status.finish()),
-            Arc::new(self.http_content_type.finish()),
-            Arc::new(self.quic_version.finish()),
-            Arc::new(self.ssh_client.finish()),
-            Arc::new(self.ssh_server.finish()),
-        ]
-    }
+type Text = StringBuilder;
+type U8 = UInt8Builder;
+type U16 = UInt16Builder;
+type U32 = UInt32Builder;
+
+/// The columns, each declared once: its constant, name, how it is built and
+/// its value in a connection's [`AppFields`].
+macro_rules! app_columns {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $kind:ident = |$app:ident| $get:expr;)*) => {
+        /// Column names, in schema order.
+        pub mod col {
+            $($(#[$doc])* pub const $konst: &str = $name;)*
+        }
+
+        /// The application columns' fields, in schema order.
+        pub fn fields() -> Vec<Field> {
+            vec![$(Field::new(col::$konst, <$kind as Kind>::TYPE, true)),*]
+        }
+
+        /// Builds the application columns.
+        #[derive(Debug, Default)]
+        pub(crate) struct AppColumnsBuilder {
+            $($field: $kind,)*
+            /// Rows without application fields not yet appended: most
+            /// connections have none (98% of lan-hour's), and appending them
+            /// a run at a time, not a null a column a row, took the builder
+            /// from 1,342 to 172 instructions a connection (callgrind,
+            /// 100,673 connections).
+            nulls: usize,
+        }
+
+        impl AppColumnsBuilder {
+            pub(crate) fn append(&mut self, app: Option<&AppFields>) {
+                // An empty `AppFields` is all nulls too, as the columns make it.
+                let Some(app) = app.filter(|app| !app.is_empty()) else {
+                    self.nulls += 1;
+                    return;
+                };
+                self.append_nulls();
+                $({
+                    let $app = app;
+                    self.$field.append_option($get);
+                })*
+            }
+
+            /// Appends the pending rows without application fields: a null
+            /// in every column, as the fields of `AppFields::default()` are.
+            fn append_nulls(&mut self) {
+                let n = std::mem::take(&mut self.nulls);
+                if n > 0 {
+                    $(self.$field.append_nulls(n);)*
+                }
+            }
+
+            pub(crate) fn finish(&mut self) -> Vec<ArrayRef> {
+                self.append_nulls();
+                vec![$(Arc::new(self.$field.finish()),)*]
+            }
+        }
+
+        /// One row's columns, read back (absent where null or missing; a
+        /// derived column is never read).
+        #[allow(dead_code)]
+        struct Row {
+            $($field: Option<<$kind as Kind>::Value>,)*
+        }
+
+        impl Row {
+            fn read(batch: &RecordBatch, row: usize) -> Self {
+                Self { $($field: <$kind as Kind>::read(batch, col::$konst, row),)* }
+            }
+        }
+    };
+}
+
+app_columns! {
+    /// Zeek's `service`: `dns`, `ssl`, `http`, `quic`, `ssh`.
+    SERVICE = "service", service: Derived = |a| a.service();
+    /// The first DNS query's name (Wireshark `dns.qry.name`).
+    DNS_QUERY = "dns_query", dns_query: Text = |a| a.dns.as_ref().map(|d| &d.query);
+    /// Its type (`dns.qry.type`).
+    DNS_QTYPE = "dns_qtype", dns_qtype: U16 = |a| a.dns.as_ref().map(|d| d.qtype);
+    /// The response code (`dns.flags.rcode`).
+    DNS_RCODE = "dns_rcode", dns_rcode: U8 = |a| a.dns.as_ref().and_then(|d| d.rcode);
+    /// The answers' addresses and names, comma-separated (a comma inside one
+    /// is written `\x2c`, as Zeek writes its sets).
+    DNS_ANSWERS = "dns_answers", dns_answers: Text =
+        |a| a.dns.as_ref().filter(|d| d.rcode.is_some()).map(|d| join_list(&d.answers));
+    /// The answers' TTLs in seconds, comma-separated.
+    DNS_TTLS = "dns_ttls", dns_ttls: Text =
+        |a| a.dns.as_ref().filter(|d| d.rcode.is_some()).map(|d| join_list(&d.ttls));
+    /// The TLS server name (`tls.handshake.extensions_server_name`).
+    TLS_SNI = "tls_sni", tls_sni: Text = |a| a.tls.as_ref().and_then(|t| t.sni.as_ref());
+    /// The ALPN protocols offered, comma-separated as `dns_answers`
+    /// (`tls.handshake.extensions_alpn_str`).
+    TLS_ALPN = "tls_alpn", tls_alpn: Text =
+        |a| a.tls.as_ref().filter(|t| t.client_version.is_some()).map(|t| join_list(&t.alpn));
+    /// The ClientHello's version field.
+    TLS_CLIENT_VERSION = "tls_client_version", tls_client_version: U16 =
+        |a| a.tls.as_ref().and_then(|t| t.client_version);
+    /// The version the server chose.
+    TLS_VERSION = "tls_version", tls_version: U16 = |a| a.tls.as_ref().and_then(|t| t.version);
+    /// The cipher suite the server chose.
+    TLS_CIPHER = "tls_cipher", tls_cipher: U16 = |a| a.tls.as_ref().and_then(|t| t.cipher);
+    /// JA3 of the ClientHello (`tls.handshake.ja3`).
+    JA3 = "ja3", ja3: Text = |a| a.tls.as_ref().and_then(|t| t.ja3.as_ref());
+    /// JA3S of the ServerHello (`tls.handshake.ja3s`).
+    JA3S = "ja3s", ja3s: Text = |a| a.tls.as_ref().and_then(|t| t.ja3s.as_ref());
+    /// JA4 of the ClientHello.
+    JA4 = "ja4", ja4: Text = |a| a.tls.as_ref().and_then(|t| t.ja4.as_ref());
+    /// The first request's method (`http.request.method`).
+    HTTP_METHOD = "http_method", http_method: Text =
+        |a| a.http.as_ref().and_then(|h| h.method.as_ref());
+    /// Its Host header (`http.host`).
+    HTTP_HOST = "http_host", http_host: Text = |a| a.http.as_ref().and_then(|h| h.host.as_ref());
+    /// Its URI (`http.request.uri`).
+    HTTP_URI = "http_uri", http_uri: Text = |a| a.http.as_ref().and_then(|h| h.uri.as_ref());
+    /// Its User-Agent header (`http.user_agent`).
+    HTTP_USER_AGENT = "http_user_agent", http_user_agent: Text =
+        |a| a.http.as_ref().and_then(|h| h.user_agent.as_ref());
+    /// The response's status code (`http.response.code`).
+    HTTP_STATUS = "http_status", http_status: U16 = |a| a.http.as_ref().and_then(|h| h.status);
+    /// The response's Content-Type header (`http.content_type`).
+    HTTP_CONTENT_TYPE = "http_content_type", http_content_type: Text =
+        |a| a.http.as_ref().and_then(|h| h.content_type.as_ref());
+    /// The QUIC version (`quic.version`).
+    QUIC_VERSION = "quic_version", quic_version: U32 = |a| a.quic_version;
+    /// The originator's SSH identification string (`ssh.protocol`).
+    SSH_CLIENT = "ssh_client", ssh_client: Text = |a| a.ssh.as_ref().and_then(|s| s.client.as_ref());
+    /// The responder's.
+    SSH_SERVER = "ssh_server", ssh_server: Text = |a| a.ssh.as_ref().and_then(|s| s.server.as_ref());
 }
 
 /// The application columns of a batch, where it has them (each one is
@@ -280,67 +238,48 @@ impl<'a> AppColumns<'a> {
         Self { batch }
     }
 
-    fn text(&self, name: &str, row: usize) -> Option<String> {
-        let array = crate::flows::column::<StringArray>(self.batch, name)?;
-        array.is_valid(row).then(|| array.value(row).to_owned())
-    }
-
-    /// Row `row` of the integer column `name`, where it is there and not null.
-    fn number<T: ArrowPrimitiveType>(&self, name: &str, row: usize) -> Option<T::Native> {
-        let array = crate::flows::column::<PrimitiveArray<T>>(self.batch, name)?;
-        array.is_valid(row).then(|| array.value(row))
-    }
-
-    fn u16(&self, name: &str, row: usize) -> Option<u16> {
-        self.number::<UInt16Type>(name, row)
-    }
-
-    fn texts(&self, name: &str, row: usize) -> Option<Vec<String>> {
-        self.text(name, row).map(|text| split_list(&text))
-    }
-
     /// Row `row`'s fields; `None` where every application column is null.
     pub(crate) fn row(&self, row: usize) -> Option<Box<AppFields>> {
-        let dns = self.text(col::DNS_QUERY, row).map(|query| DnsFields {
+        let r = Row::read(self.batch, row);
+        let list = |text: Option<String>| text.map(|text| split_list(&text)).unwrap_or_default();
+        let dns = r.dns_query.map(|query| DnsFields {
             id: 0,
             query,
-            qtype: self.u16(col::DNS_QTYPE, row).unwrap_or(0),
-            rcode: self.number::<UInt8Type>(col::DNS_RCODE, row),
-            answers: self.texts(col::DNS_ANSWERS, row).unwrap_or_default(),
-            ttls: self
-                .texts(col::DNS_TTLS, row)
-                .unwrap_or_default()
+            qtype: r.dns_qtype.unwrap_or(0),
+            rcode: r.dns_rcode,
+            answers: list(r.dns_answers),
+            ttls: list(r.dns_ttls)
                 .iter()
                 .filter_map(|ttl| ttl.parse().ok())
                 .collect(),
         });
         let tls = TlsFields {
-            sni: self.text(col::TLS_SNI, row),
-            alpn: self.texts(col::TLS_ALPN, row).unwrap_or_default(),
-            client_version: self.u16(col::TLS_CLIENT_VERSION, row),
-            version: self.u16(col::TLS_VERSION, row),
-            cipher: self.u16(col::TLS_CIPHER, row),
-            ja3: self.text(col::JA3, row),
-            ja3s: self.text(col::JA3S, row),
-            ja4: self.text(col::JA4, row),
+            sni: r.tls_sni,
+            alpn: list(r.tls_alpn),
+            client_version: r.tls_client_version,
+            version: r.tls_version,
+            cipher: r.tls_cipher,
+            ja3: r.ja3,
+            ja3s: r.ja3s,
+            ja4: r.ja4,
         };
         let http = HttpFields {
-            method: self.text(col::HTTP_METHOD, row),
-            host: self.text(col::HTTP_HOST, row),
-            uri: self.text(col::HTTP_URI, row),
-            user_agent: self.text(col::HTTP_USER_AGENT, row),
-            status: self.u16(col::HTTP_STATUS, row),
-            content_type: self.text(col::HTTP_CONTENT_TYPE, row),
+            method: r.http_method,
+            host: r.http_host,
+            uri: r.http_uri,
+            user_agent: r.http_user_agent,
+            status: r.http_status,
+            content_type: r.http_content_type,
         };
         let ssh = SshFields {
-            client: self.text(col::SSH_CLIENT, row),
-            server: self.text(col::SSH_SERVER, row),
+            client: r.ssh_client,
+            server: r.ssh_server,
         };
         let app = AppFields {
             dns,
             tls: (tls != TlsFields::default()).then_some(tls),
             http: (http != HttpFields::default()).then_some(http),
-            quic_version: self.number::<UInt32Type>(col::QUIC_VERSION, row),
+            quic_version: r.quic_version,
             ssh: (ssh != SshFields::default()).then_some(ssh),
         };
         (!app.is_empty()).then(|| Box::new(app))
