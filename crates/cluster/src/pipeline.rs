@@ -12,7 +12,7 @@
 //! framing, and every read has the cluster's deadline.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ pub(crate) struct Sent {
     pool: Arc<Connections>,
     addr: SocketAddr,
     request: Vec<u8>,
-    reader: BufReader<Timed>,
+    reader: Input<Timed>,
     call: Call<RecvResponse>,
     /// Whether the connection was a kept one (which the node may have closed
     /// meanwhile: then the request is sent once more on a new one).
@@ -114,7 +114,7 @@ pub(crate) fn send(
         pool: Arc::clone(pool),
         addr,
         request,
-        reader: BufReader::new(Timed::new(stream, deadline)),
+        reader: Input::new(Timed::new(stream, deadline)),
         call,
         reused,
         deadline,
@@ -130,7 +130,7 @@ pub(crate) fn send(
 
 impl Sent {
     fn write(&mut self) -> Result<(), String> {
-        let stream = &mut self.reader.get_mut().stream;
+        let stream = &mut self.reader.source.stream;
         stream
             .set_write_timeout(Some(remaining(self.deadline)?))
             .and_then(|()| stream.write_all(&self.request))
@@ -140,7 +140,7 @@ impl Sent {
     /// The request once more, on a new connection.
     fn reconnect(&mut self) -> Result<(), String> {
         let stream = connect(self.addr, self.deadline)?;
-        self.reader = BufReader::new(Timed::new(stream, self.deadline));
+        self.reader = Input::new(Timed::new(stream, self.deadline));
         self.reused = false;
         self.write()
     }
@@ -172,7 +172,7 @@ impl Sent {
 /// incomplete), else why not, in words. A kept-alive connection goes `home`
 /// once its body has been read.
 fn answered<R: Source>(
-    reader: BufReader<R>,
+    reader: Input<R>,
     call: Call<RecvResponse>,
     head: ureq_proto::http::Response<()>,
     home: Option<(Arc<Connections>, SocketAddr)>,
@@ -224,7 +224,7 @@ pub(crate) fn refusal(code: u16, status: &str, body: String, token: &str) -> Str
 /// tests and fuzzing: nothing a node sends is trusted.
 pub fn read_answer(bytes: &[u8]) -> Result<(Option<String>, Vec<u8>), String> {
     let (_, mut call) = call("http://node/api/v1/query", "Bearer t")?;
-    let mut reader = BufReader::new(bytes);
+    let mut reader = Input::new(bytes);
     let head = read_head(&mut reader, &mut call).map_err(|e| match e {
         Head::Closed => "it closed the connection without an answer".to_owned(),
         Head::Io(e) => failure(&e),
@@ -242,7 +242,7 @@ pub fn read_answer(bytes: &[u8]) -> Result<(Option<String>, Vec<u8>), String> {
 /// it has been read to its end.
 pub(crate) struct Answer<R: Source = Timed> {
     /// None once the connection has gone back to the pool.
-    reader: Option<BufReader<R>>,
+    reader: Option<Input<R>>,
     /// How the body is framed; none once it has ended (or if there is none).
     body: Option<Call<RecvBody>>,
     /// Where the connection goes back, if it is kept alive.
@@ -273,9 +273,12 @@ impl<R: Source> Answer<R> {
         };
         if kept
             && let Some((pool, addr)) = self.home.take()
-            && self.reader.as_ref().is_some_and(|r| r.buffer().is_empty())
+            && self
+                .reader
+                .as_ref()
+                .is_some_and(|r| r.available().is_empty())
             && let Some(reader) = self.reader.take()
-            && let Some(stream) = reader.into_inner().into_stream()
+            && let Some(stream) = reader.source.into_stream()
         {
             pool.put(addr, stream);
         }
@@ -294,18 +297,8 @@ impl<R: Source> Answer<R> {
             if ended(body) {
                 return Ok((0, true));
             }
-            let input = reader.fill_buf()?;
-            if input.is_empty() {
-                if to_close {
-                    return Ok((0, true));
-                }
-                return Err(std::io::Error::new(
-                    ErrorKind::UnexpectedEof,
-                    "the node closed the connection inside its answer",
-                ));
-            }
             let (used, written) = body
-                .read(input, buf)
+                .read(reader.available(), buf)
                 .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.to_string()))?;
             reader.consume(used);
             if written > 0 {
@@ -314,10 +307,14 @@ impl<R: Source> Answer<R> {
                 // own end.
                 return Ok((written, ended(body)));
             }
-            if used == 0 {
+            // Nothing taken: the engine needs more bytes than have come.
+            if used == 0 && !reader.more()? {
+                if to_close {
+                    return Ok((0, true));
+                }
                 return Err(std::io::Error::new(
-                    ErrorKind::InvalidData,
-                    "an answer whose framing does not go on",
+                    ErrorKind::UnexpectedEof,
+                    "the node closed the connection inside its answer",
                 ));
             }
         }
@@ -391,31 +388,14 @@ enum Head {
 }
 
 /// Reads a response's head for `call`, consuming exactly its bytes.
-fn read_head(
-    reader: &mut impl BufRead,
+fn read_head<R: Read>(
+    reader: &mut Input<R>,
     call: &mut Call<RecvResponse>,
 ) -> Result<ureq_proto::http::Response<()>, Head> {
-    let mut head = Vec::new();
     loop {
-        let available = match reader.fill_buf() {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if head.is_empty() && is_reset(&e) => return Err(Head::Closed),
-            Err(e) => return Err(Head::Io(e)),
-        };
-        if available.is_empty() {
-            return Err(if head.is_empty() {
-                Head::Closed
-            } else {
-                Head::Bad("the connection ended inside its head".to_owned())
-            });
-        }
-        let before = head.len();
-        let n = available.len();
-        head.extend_from_slice(available);
-        match call.try_response(&head, false) {
+        match call.try_response(reader.available(), false) {
             Ok((used, Some(response))) => {
-                reader.consume(used.saturating_sub(before));
+                reader.consume(used);
                 // Read to its close, a body in another coding would be taken
                 // for an answer: hindsight's nodes send none.
                 if let Some(coding) = response.headers().get("transfer-encoding")
@@ -429,12 +409,73 @@ fn read_head(
             Ok((used, None)) if used > 0 => {
                 return Err(Head::Bad("an informational answer".to_owned()));
             }
-            Ok(_) if head.len() > MAX_HEAD => {
+            Ok(_) if reader.available().len() > MAX_HEAD => {
                 return Err(Head::Bad(format!("a head longer than {MAX_HEAD} bytes")));
             }
-            Ok(_) => reader.consume(n),
+            Ok(_) => {}
             Err(e) => return Err(Head::Bad(e.to_string())),
         }
+        let started = !reader.available().is_empty();
+        match reader.more() {
+            Ok(true) => {}
+            Ok(false) if started => {
+                return Err(Head::Bad("the connection ended inside its head".to_owned()));
+            }
+            Ok(false) => return Err(Head::Closed),
+            Err(e) if !started && is_reset(&e) => return Err(Head::Closed),
+            Err(e) => return Err(Head::Io(e)),
+        }
+    }
+}
+
+/// Bytes read from a node and not yet taken by the protocol engine, which
+/// may need more than have come before it takes any (a chunk's size line).
+pub(crate) struct Input<R> {
+    source: R,
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+/// Most bytes read ahead and not taken.
+const MAX_PENDING: usize = MAX_HEAD + (16 << 10);
+
+impl<R: Read> Input<R> {
+    fn new(source: R) -> Self {
+        Self {
+            source,
+            bytes: Vec::new(),
+            at: 0,
+        }
+    }
+
+    fn available(&self) -> &[u8] {
+        &self.bytes[self.at..]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.bytes.len());
+    }
+
+    /// Reads more bytes after those not taken yet; false at the source's end.
+    fn more(&mut self) -> std::io::Result<bool> {
+        self.bytes.drain(..self.at);
+        self.at = 0;
+        let kept = self.bytes.len();
+        if kept >= MAX_PENDING {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                "an answer whose framing does not go on",
+            ));
+        }
+        self.bytes.resize(kept + (16 << 10), 0);
+        let read = loop {
+            match self.source.read(&mut self.bytes[kept..]) {
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                read => break read,
+            }
+        };
+        self.bytes.truncate(kept + *read.as_ref().unwrap_or(&0));
+        Ok(read? > 0)
     }
 }
 
@@ -498,7 +539,7 @@ fn percent_encode(text: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::BufRead;
+    use std::io::{BufRead, BufReader};
     use std::net::TcpListener;
 
     #[test]
@@ -555,6 +596,48 @@ mod tests {
         long.extend(std::iter::repeat_n(b'x', MAX_HEAD + 10));
         let error = read_answer(&long).unwrap_err();
         assert!(error.contains("longer than"), "{error}");
+    }
+
+    /// A node's bytes a byte at a time, as a slow network gives them.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match (self.0.split_first(), buf.first_mut()) {
+                (Some((&byte, rest)), Some(first)) => {
+                    *first = byte;
+                    self.0 = rest;
+                    Ok(1)
+                }
+                _ => Ok(0),
+            }
+        }
+    }
+
+    impl Source for Trickle<'_> {
+        fn into_stream(self) -> Option<TcpStream> {
+            None
+        }
+    }
+
+    #[test]
+    fn answers_arriving_a_byte_at_a_time_read_whole() {
+        let cases: [(&[u8], &[u8]); 2] = [
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n1\r\n!\r\n0\r\n\r\n",
+                b"hello!",
+            ),
+            (b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello", b"hello"),
+        ];
+        for (bytes, body) in cases {
+            let (_, mut call) = call("http://node/api/v1/query", "Bearer t").unwrap();
+            let mut input = Input::new(Trickle(bytes));
+            let head = read_head(&mut input, &mut call).ok().unwrap();
+            let (mut answer, _) = answered(input, call, head, None).unwrap();
+            let mut got = Vec::new();
+            answer.read_to_end(&mut got).unwrap();
+            assert_eq!(got, body);
+        }
     }
 
     /// What the fuzz target checks, on answers mutated at random: a body or an
