@@ -204,28 +204,39 @@ fn set_node(slot: &mut Option<String>, node: &str) {
 
 /// A header column's value as CSV and JSON print it.
 trait Text {
-    fn text(self) -> String;
+    /// The value of the column named `column` as text.
+    fn text(self, column: &str) -> String;
 }
 
 macro_rules! text_display {
     ($($ty:ty),*) => {$(
         impl Text for $ty {
-            fn text(self) -> String {
+            fn text(self, _: &str) -> String {
                 self.to_string()
             }
         }
     )*};
 }
-text_display!(u8, u16, u32, bool, Addr16);
+text_display!(u8, u32, bool, Addr16);
+
+impl Text for u16 {
+    fn text(self, column: &str) -> String {
+        match column {
+            col::ETH_TYPE => format!("0x{self:04x}"),
+            col::TUNNEL => tunnel::names(self),
+            _ => self.to_string(),
+        }
+    }
+}
 
 impl Text for [u8; 6] {
-    fn text(self) -> String {
+    fn text(self, _: &str) -> String {
         mac_text(self)
     }
 }
 
 impl Text for TunnelId {
-    fn text(self) -> String {
+    fn text(self, _: &str) -> String {
         format!("{}:{}", tunnel::names(self.kind), self.id)
     }
 }
@@ -234,7 +245,7 @@ macro_rules! header_texts {
     ($($(#[$doc:meta])* $konst:ident = $name:literal, $field:ident: $ty:ty;)*) => {
         /// The header columns' texts, in schema order.
         fn header_texts(h: &PacketHeaders) -> [(&'static str, Option<String>); col::HEADERS.len()] {
-            [$((col::$konst, h.$field.map(Text::text))),*]
+            [$((col::$konst, h.$field.map(|value| value.text(col::$konst)))),*]
         }
     };
 }
@@ -253,11 +264,7 @@ fn record_fields(record: &PacketRecord) -> Vec<(&'static str, Option<String>)> {
         ("cap_len", Some(record.cap_len.to_string())),
         ("status", Some(h.status.name().to_owned())),
     ];
-    fields.extend(header_texts(h).map(|(name, text)| match name {
-        col::ETH_TYPE => (name, h.eth_type.map(|t| format!("0x{t:04x}"))),
-        col::TUNNEL => (name, h.tunnel.map(tunnel::names)),
-        _ => (name, text),
-    }));
+    fields.extend(header_texts(h));
     fields
 }
 

@@ -130,8 +130,9 @@ trait Stored: Copy {
     fn data_type() -> DataType;
     fn store(self) -> Self::Value;
     fn array(column: (Vec<Self::Value>, Option<NullBuffer>)) -> ArrayRef;
-    /// The value at `row`, known not null.
-    fn load(array: &Self::Array, row: usize) -> Self;
+    /// The value at `row`, known not null; `None` if the array cannot hold
+    /// one (a damaged segment's column of another width).
+    fn load(array: &Self::Array, row: usize) -> Option<Self>;
 }
 
 macro_rules! stored_primitive {
@@ -150,8 +151,8 @@ macro_rules! stored_primitive {
                 primitive::<$arrow>(column)
             }
             #[inline]
-            fn load(array: &Self::Array, row: usize) -> $ty {
-                array.value(row)
+            fn load(array: &Self::Array, row: usize) -> Option<$ty> {
+                Some(array.value(row))
             }
         }
     )*};
@@ -177,8 +178,8 @@ impl Stored for bool {
         Arc::new(BooleanArray::new(pack_bools(&values), nulls))
     }
     #[inline]
-    fn load(array: &BooleanArray, row: usize) -> bool {
-        array.value(row)
+    fn load(array: &BooleanArray, row: usize) -> Option<bool> {
+        Some(array.value(row))
     }
 }
 
@@ -223,9 +224,8 @@ macro_rules! stored_fixed {
                 Arc::new(FixedSizeBinaryArray::new($n, bytes, nulls))
             }
             #[inline]
-            fn load(array: &FixedSizeBinaryArray, row: usize) -> Self {
-                // A damaged segment's column of another width reads as zeros.
-                FixedWidth::from_bytes(array.value(row).try_into().unwrap_or([0; $n]))
+            fn load(array: &FixedSizeBinaryArray, row: usize) -> Option<Self> {
+                array.value(row).try_into().ok().map(FixedWidth::from_bytes)
             }
         }
     )*};
@@ -246,8 +246,8 @@ impl Stored for TunnelId {
         primitive::<UInt64Type>(column)
     }
     #[inline]
-    fn load(array: &UInt64Array, row: usize) -> Self {
-        TunnelId::from_u64(array.value(row))
+    fn load(array: &UInt64Array, row: usize) -> Option<Self> {
+        Some(TunnelId::from_u64(array.value(row)))
     }
 }
 
@@ -302,7 +302,7 @@ macro_rules! header_columns {
                     ip_len: None,
                     $($field: self.$field
                         .filter(|array| !array.is_null(row))
-                        .map(|array| <$ty as Stored>::load(array, row)),)*
+                        .and_then(|array| <$ty as Stored>::load(array, row)),)*
                 }
             }
         }
