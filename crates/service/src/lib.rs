@@ -13,9 +13,12 @@ mod snapshots;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use hindsight_model::PacketRecord;
 use hindsight_output::Format;
 use hindsight_output::connections::ConnWriter;
+use hindsight_output::packets::packet_sink;
+use hindsight_query::search::SearchStats;
 use hindsight_store::TimeRange;
 
 pub use cluster::Cluster;
@@ -138,6 +141,29 @@ pub trait PacketPlan: Send {
     fn histogram(self: Box<Self>, _buckets: usize, _cancel: Cancel) -> Result<Histogram> {
         anyhow::bail!("packets are counted by time by a reader of the archive (hindsight serve)")
     }
+}
+
+/// What visits the packets a search finds: `true` to go on.
+pub(crate) type Visit<'v> = dyn FnMut(&PacketRecord, &[u8]) -> io::Result<bool> + 'v;
+
+/// Writes the packets `search` visits to `out` as `format` or, with `count`,
+/// their number on a line; gives what the search says of itself.
+pub(crate) fn write_found<E: Into<anyhow::Error>>(
+    format: Format,
+    count: bool,
+    out: &mut dyn Write,
+    search: impl FnOnce(&mut Visit<'_>) -> Result<SearchStats, E>,
+) -> Result<SearchStats> {
+    if count {
+        let stats = search(&mut |_, _| Ok(true)).map_err(Into::into)?;
+        writeln!(out, "{}", stats.rows_matched)?;
+        return Ok(stats);
+    }
+    let mut sink = packet_sink(format, Box::new(out)).map_err(anyhow::Error::msg)?;
+    let stats =
+        search(&mut |record, data| sink.write(record, data).map(|()| true)).map_err(Into::into)?;
+    sink.finish().context("cannot write the answer")?;
+    Ok(stats)
 }
 
 /// One connection of a page, with its node in a cluster's answer.

@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use hindsight_filter::Filter;
 use hindsight_output::Format;
-use hindsight_output::packets::packet_sink;
 use hindsight_query::search::{
     PacketSearch, SearchPlan, SearchRequest, incomplete_lines, unknown_line,
 };
@@ -16,7 +15,7 @@ use hindsight_sql::{Limits, SqlSession};
 
 use crate::{
     Answered, Cancel, ConnQuestion, Output, PacketPlan, PacketQuestion, Page, Questions,
-    SqlQuestion,
+    SqlQuestion, write_found,
 };
 
 /// The archive at a directory.
@@ -73,18 +72,9 @@ impl PacketPlan for Planned {
             plan,
             ..
         } = *self;
-        let stats = if self.count {
-            let stats = search.execute(&request, &plan, &mut |_, _| Ok(true))?;
-            writeln!(out, "{}", stats.rows_matched)?;
-            stats
-        } else {
-            let mut sink = packet_sink(format, Box::new(out)).map_err(anyhow::Error::msg)?;
-            let stats = search.execute(&request, &plan, &mut |record, data| {
-                sink.write(record, data).map(|()| true)
-            })?;
-            sink.finish()?;
-            stats
-        };
+        let stats = write_found(format, self.count, out, |visit| {
+            search.execute(&request, &plan, visit)
+        })?;
         let mut lines = incomplete_lines(search.archive(), &stats.skipped);
         lines.extend(unknown_line(&stats).map(|line| format!("warning: {line}")));
         let mut answered = Answered::went_without(lines);

@@ -70,16 +70,6 @@ impl Serving {
             self.client.url()
         )
     }
-
-    /// The parameters of `GET /api/v1/flows` for `question`.
-    fn flow_params(question: &ConnQuestion) -> Vec<(&'static str, String)> {
-        let mut params = window_params(question.time);
-        params.push(("limit", question.limit.to_string()));
-        params.extend(question.ip.clone().map(|ip| ("ip", ip)));
-        params.extend(question.filter.clone().map(|filter| ("filter", filter)));
-        params.extend(question.after.clone().map(|after| ("after", after)));
-        params
-    }
 }
 
 /// A packet question for the serving process, asked when it is written.
@@ -95,8 +85,29 @@ impl PacketPlan for Planned {
         out: &mut dyn Write,
         _cancel: Cancel,
     ) -> Result<Answered> {
-        self.serving
-            .packets(&self.question, format, &mut Output::over(out))
+        let (serving, question) = (&self.serving, &self.question);
+        let mut params = window_params(question.time);
+        params.push(("filter", question.filter.clone()));
+        let asked = if question.count {
+            params.push(("buckets", "1".to_owned()));
+            serving.client.get("histogram", &params)
+        } else {
+            params.extend(question.limit.map(|n| ("limit", n.to_string())));
+            params.push(("format", format.name().to_owned()));
+            serving.client.get("query", &params)
+        };
+        let write = |answer: ServerAnswer, out: &mut Output| {
+            let answered = answer.answered();
+            if question.count {
+                writeln!(out, "{}", answer.json()?["total"])?;
+            } else {
+                answer.copy_to(out.open()?)?;
+            }
+            Ok(answered)
+        };
+        serving.ask(&mut Output::over(out), asked, write, |out| {
+            serving.local.packets(question, format, out)
+        })
     }
 }
 
@@ -114,7 +125,11 @@ impl Questions for Serving {
 
     fn page(&self, question: &ConnQuestion) -> Result<Page> {
         conn_query(question)?;
-        let mut params = Self::flow_params(question);
+        let mut params = window_params(question.time);
+        params.push(("limit", question.limit.to_string()));
+        params.extend(question.ip.clone().map(|ip| ("ip", ip)));
+        params.extend(question.filter.clone().map(|filter| ("filter", filter)));
+        params.extend(question.after.clone().map(|after| ("after", after)));
         params.push(("stored", "true".to_owned()));
         let asked = self.client.get("flows", &params).and_then(|answer| {
             let page = hindsight_cluster::client::parse_connections(&answer.json()?)
@@ -135,61 +150,6 @@ impl Questions for Serving {
                 Ok(page)
             }
         }
-    }
-
-    fn packets(
-        &self,
-        question: &PacketQuestion,
-        format: Format,
-        out: &mut Output<'_>,
-    ) -> Result<Answered> {
-        if question.explain {
-            return self.local.packets(question, format, out);
-        }
-        crate::local::parse_filter(&question.filter)?;
-        let mut params = window_params(question.time);
-        params.push(("filter", question.filter.clone()));
-        let asked = if question.count {
-            params.push(("buckets", "1".to_owned()));
-            self.client.get("histogram", &params)
-        } else {
-            params.extend(question.limit.map(|n| ("limit", n.to_string())));
-            params.push(("format", format.name().to_owned()));
-            self.client.get("query", &params)
-        };
-        let write = |answer: ServerAnswer, out: &mut Output| {
-            let answered = answer.answered();
-            if question.count {
-                writeln!(out, "{}", answer.json()?["total"])?;
-            } else {
-                answer.copy_to(out.open()?)?;
-            }
-            Ok(answered)
-        };
-        self.ask(out, asked, write, |out| {
-            self.local.packets(question, format, out)
-        })
-    }
-
-    fn connections(
-        &self,
-        question: &ConnQuestion,
-        format: Format,
-        out: &mut Output<'_>,
-    ) -> Result<Answered> {
-        // A question the index cannot take is refused here, as the archive would.
-        conn_query(question)?;
-        let mut params = Self::flow_params(question);
-        params.push(("format", format.name().to_owned()));
-        let asked = self.client.get("flows", &params);
-        let write = |answer: ServerAnswer, out: &mut Output| {
-            let answered = answer.answered();
-            answer.copy_to(out.open()?)?;
-            Ok(answered)
-        };
-        self.ask(out, asked, write, |out| {
-            self.local.connections(question, format, out)
-        })
     }
 
     fn sql(
@@ -254,11 +214,7 @@ impl Client {
             .agent
             .get(format!("{}/api/v1/{route}", self.serving.url))
             .query_pairs(params.iter().map(|(k, v)| (*k, v.as_str())));
-        let request = match token() {
-            Some(token) => request.header("Authorization", token),
-            None => request,
-        };
-        ServerAnswer::of(request.call()?)
+        ServerAnswer::of(authorized(request).call()?)
     }
 
     /// `POST /api/v1/{route}` with a JSON body; an answer other than 200 is an error.
@@ -267,20 +223,18 @@ impl Client {
             .agent
             .post(format!("{}/api/v1/{route}", self.serving.url))
             .header("Content-Type", "application/json");
-        let request = match token() {
-            Some(token) => request.header("Authorization", token),
-            None => request,
-        };
-        ServerAnswer::of(request.send(body.to_string().as_bytes())?)
+        ServerAnswer::of(authorized(request).send(body.to_string().as_bytes())?)
     }
 }
 
-/// The `Authorization` header from `HINDSIGHT_API_TOKEN`, if set.
-fn token() -> Option<String> {
-    std::env::var("HINDSIGHT_API_TOKEN")
-        .ok()
-        .filter(|token| !token.is_empty())
-        .map(|token| format!("Bearer {token}"))
+/// `request` with the `Authorization` header of `HINDSIGHT_API_TOKEN`, if set.
+fn authorized<B>(request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+    match std::env::var("HINDSIGHT_API_TOKEN") {
+        Ok(token) if !token.is_empty() => {
+            request.header("Authorization", format!("Bearer {token}"))
+        }
+        _ => request,
+    }
 }
 
 impl ServerAnswer {

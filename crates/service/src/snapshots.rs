@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use hindsight_output::Format;
-use hindsight_output::packets::packet_sink;
 use hindsight_query::search::{SearchPlan, SearchRequest, unknown_line};
-use hindsight_reader::{HistogramMethod, Limits, Reader, ReaderError, Snapshot};
+use hindsight_reader::{HistogramMethod, Limits, Reader, Snapshot};
 use hindsight_store::{TailView, TimeRange};
 
 use crate::local::{conn_query, search_request};
 use crate::{
     Answered, Cancel, ConnQuestion, Histogram, Output, PacketPlan, PacketQuestion, Page, Questions,
-    SqlQuestion,
+    SqlQuestion, write_found,
 };
 
 /// The archive a reader holds open, within `limits` (rows and time).
@@ -91,23 +90,9 @@ impl PacketPlan for Planned {
     ) -> Result<Answered> {
         let limits = self.limits(cancel);
         let (request, plan) = (&self.request, &self.plan);
-        let stats = if self.count {
-            let stats = self
-                .snapshot
-                .search_planned(request, plan, &limits, &mut |_, _| Ok(true))?;
-            writeln!(out, "{}", stats.rows_matched)?;
-            stats
-        } else {
-            let mut sink = packet_sink(format, Box::new(out)).map_err(ReaderError::Request)?;
-            let stats =
-                self.snapshot
-                    .search_planned(request, plan, &limits, &mut |record, data| {
-                        sink.write(record, data).map(|()| true)
-                    })?;
-            sink.finish()
-                .map_err(|e| ReaderError::Request(format!("cannot write the answer: {e}")))?;
-            stats
-        };
+        let stats = write_found(format, self.count, out, |visit| {
+            self.snapshot.search_planned(request, plan, &limits, visit)
+        })?;
         // The plan's skipped segments are the first of the execution's.
         let before = self.plan.stats.skipped.len().min(stats.skipped.len());
         let notes: Vec<String> = stats.skipped[before..]

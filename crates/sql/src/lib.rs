@@ -383,7 +383,8 @@ impl SqlSession {
         let config = session_config();
         let runtime_env = environment(memory_bytes).with_cache_manager(shared_caches());
         let context = SessionContext::new_with_config_rt(config, runtime_env.build_arc()?);
-        functions::register(&context);
+        let session = Self::of_context(context)?;
+        let context = &session.context;
         let segments = Arc::new(
             SegmentTable::new(
                 Arc::clone(&archive),
@@ -410,13 +411,11 @@ impl SqlSession {
         );
         context.register_table("flows", table::with_uid("flows", Arc::clone(&records))?)?;
         Ok(Self {
-            context,
-            runtime: runtime()?,
-            writes: false,
             scans,
             catalog_damage,
             sources: vec![(Table::Packets, packets), (Table::Flows, records)],
             archive_root: Some(root),
+            ..session
         })
     }
 
@@ -433,6 +432,11 @@ impl SqlSession {
             session_config(),
             environment(memory_bytes).build_arc()?,
         );
+        Self::of_context(context)
+    }
+
+    /// A session of `context`, with hindsight's functions and no tables.
+    fn of_context(context: SessionContext) -> Result<Self, SqlError> {
         functions::register(&context);
         Ok(Self {
             context,
@@ -465,31 +469,22 @@ impl SqlSession {
                 max_answer_bytes,
             )))
             .build();
-        let context = SessionContext::new_with_state(state);
-        functions::register(&context);
-        context.register_table(
+        let session = Self::of_context(SessionContext::new_with_state(state))?;
+        session.context.register_table(
             "packets",
             Arc::new(federate::RemoteTable::new(
                 Table::Packets,
                 Arc::clone(&nodes),
             )),
         )?;
-        context.register_table(
+        session.context.register_table(
             "flows",
             table::with_uid(
                 "flows",
                 Arc::new(federate::RemoteTable::new(Table::Flows, nodes)),
             )?,
         )?;
-        Ok(Self {
-            context,
-            runtime: runtime()?,
-            writes: false,
-            scans: table::Scans::default(),
-            catalog_damage: Vec::new(),
-            sources: Vec::new(),
-            archive_root: None,
-        })
+        Ok(session)
     }
 
     /// Reads the segments whose local file is gone from their copies in the
