@@ -9,10 +9,18 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// The version and the commit it was built from (see `build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("HINDSIGHT_COMMIT"),
+    ")"
+);
+
 /// hindsight: a network flight recorder. Records traffic into a compressed, indexed
 /// archive and answers questions about it.
 #[derive(Debug, Parser)]
-#[command(name = "hindsight", version, about, max_term_width = 100)]
+#[command(name = "hindsight", version = VERSION, about, max_term_width = 100)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -94,6 +102,9 @@ enum Command {
     Cluster(cmd::cluster::Args),
     /// Run continuously: live capture, archive, retention, triggers, and the HTTP API and web UI.
     Serve(cmd::serve::Args),
+    /// Write the man pages or shell completions (for packagers).
+    #[command(hide = true)]
+    Generate(cmd::generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -135,6 +146,9 @@ fn run() -> ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Watch(args) => cmd::watch::run(args),
         Command::Cluster(args) => cmd::cluster::run(args),
+        Command::Generate(args) => {
+            cmd::generate::run(args, <Cli as clap::CommandFactory>::command())
+        }
     };
     match result {
         Ok(code) => code,

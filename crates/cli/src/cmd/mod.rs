@@ -4,6 +4,7 @@ pub mod check;
 pub mod cluster;
 pub mod collect;
 pub mod flows;
+pub mod generate;
 pub mod ingest;
 pub mod query;
 pub mod record;
