@@ -14,55 +14,12 @@ pub mod slow_disk;
 
 const NANOS: i64 = 1_000_000_000;
 
-/// The command line of a benchmark binary: `--flag value` pairs and switches.
-/// `--help` prints the usage and exits 0; a missing or unreadable value, or an
-/// unknown flag, prints what is wrong and the usage and exits 2.
-#[derive(Debug)]
-pub struct Flags {
-    /// The binary's name.
-    name: &'static str,
-    /// The flags it takes, as the usage line shows them.
-    usage: &'static str,
-    args: std::vec::IntoIter<String>,
-}
-
-impl Flags {
-    /// The process's arguments, for the binary `name` taking `usage`.
-    pub fn new(name: &'static str, usage: &'static str) -> Self {
-        Self {
-            name,
-            usage,
-            args: std::env::args().skip(1).collect::<Vec<_>>().into_iter(),
-        }
-    }
-
-    /// The next flag, if any (after `--help`, the usage, and exit).
-    pub fn next_flag(&mut self) -> Option<String> {
-        let flag = self.args.next()?;
-        if flag == "--help" || flag == "-h" {
-            println!("usage: {} {}", self.name, self.usage);
-            std::process::exit(0);
-        }
-        Some(flag)
-    }
-
-    /// The value of `flag`, parsed.
-    pub fn value<T: std::str::FromStr>(&mut self, flag: &str) -> T {
-        let Some(text) = self.args.next() else {
-            self.fail(&format!("{flag} needs a value"));
-        };
-        text.parse()
-            .unwrap_or_else(|_| self.fail(&format!("{flag}: cannot read {text:?}")))
-    }
-
-    /// Exits for a flag the binary does not take.
-    pub fn unknown(&self, flag: &str) -> ! {
-        self.fail(&format!("unknown flag {flag}"))
-    }
-
-    fn fail(&self, what: &str) -> ! {
-        eprintln!("{}: {what}\nusage: {} {}", self.name, self.name, self.usage);
-        std::process::exit(2)
+/// A count flag's parser (`value_parser = count_from(1)`): a number of at
+/// least `min`.
+pub fn count_from(min: usize) -> impl Fn(&str) -> Result<usize, String> + Clone {
+    move |text| match text.parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(format!("{text:?} is not a number of at least {min}")),
     }
 }
 

@@ -21,41 +21,24 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{Server, median};
 use hindsight_query::filter::Filter;
 use hindsight_query::search::SearchRequest;
 use hindsight_reader::{HistogramMethod, Limits, Reader};
 use hindsight_store::TimeRange;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 5_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 5, value_parser = hindsight_bench::count_from(1))]
     runs: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
     /// An archive already made (load_bench's), instead of the replicated one.
+    #[arg(long)]
     archive: Option<PathBuf>,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 5_000_000,
-        runs: 5,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        archive: None,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "aggregate_bench",
-        "[--packets N] [--runs N] [--work DIR] [--archive DIR]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--runs" => args.runs = flags.value::<usize>(&flag).max(1),
-            "--work" => args.work = flags.value(&flag),
-            "--archive" => args.archive = Some(flags.value(&flag)),
-            _ => flags.unknown(&flag),
-        }
-    }
-    args
 }
 
 /// A histogram's filter, and the same condition in DuckDB's SQL over the
@@ -164,7 +147,7 @@ fn duckdb(
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
     let (archive, packets) = match &args.archive {

@@ -22,41 +22,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{Server, median, time_command};
 
 const NANOS: i64 = 1_000_000_000;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 5_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 21)]
     runs: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
+    #[arg(long)]
     before: Option<PathBuf>,
+    #[arg(long, default_value_t = 10, value_parser = hindsight_bench::count_from(1))]
     turn: usize,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 5_000_000,
-        runs: 21,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        before: None,
-        turn: 10,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "api_bench",
-        "[--packets N] [--runs N] [--work DIR] [--before BINARY] [--turn N]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--runs" => args.runs = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--before" => args.before = Some(flags.value(&flag)),
-            "--turn" => args.turn = flags.value::<usize>(&flag).max(1),
-            other => flags.unknown(other),
-        }
-    }
-    args
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -64,7 +46,7 @@ fn ms(duration: Duration) -> f64 {
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
     let (archive, capture, packets, first_ts) =

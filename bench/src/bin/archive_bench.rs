@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{
     cpu_seconds, median, replicate, run_quiet, run_quiet_keeping_stdout, segment_column_bytes,
     time_command,
@@ -27,50 +28,28 @@ use hindsight_store::{FooterCache, TimeRange};
 
 const NANOS: i64 = 1_000_000_000;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 5_000_000)]
     packets: u64,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    #[arg(long)]
     stenographer: bool,
+    #[arg(long)]
     page_rows: Option<usize>,
+    #[arg(long)]
     data_page_bytes: Option<usize>,
+    #[arg(long)]
     covering_rows: Option<u32>,
 }
 
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 5_000_000,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        source: hindsight_bench::default_source(),
-        runs: 3,
-        stenographer: false,
-        page_rows: None,
-        data_page_bytes: None,
-        covering_rows: None,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "archive_bench",
-        "[--packets N] [--work DIR] [--source PCAP] [--runs N] [--page-rows N] [--data-page-bytes N] [--covering-rows N] [--stenographer]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--stenographer" => args.stenographer = true,
-            "--packets" => args.packets = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            "--runs" => args.runs = flags.value(&flag),
-            "--page-rows" => args.page_rows = Some(flags.value(&flag)),
-            "--data-page-bytes" => args.data_page_bytes = Some(flags.value(&flag)),
-            "--covering-rows" => args.covering_rows = Some(flags.value(&flag)),
-            other => flags.unknown(other),
-        }
-    }
-    args
-}
-
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     println!("# hindsight archive benchmark");
     println!(

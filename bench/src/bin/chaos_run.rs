@@ -37,8 +37,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::netns::{Link, is_root};
-use hindsight_bench::{Flags, default_source, hindsight_binary, read_frames};
+use hindsight_bench::{default_source, hindsight_binary, read_frames};
 
 const RX: &str = "hs-chaos-rx";
 const TX: &str = "hs-chaos-tx";
@@ -68,7 +69,19 @@ fn node_token(name: &str) -> String {
     format!("chaos-{name}-node-token-0123456789")
 }
 
-const USAGE: &str = "[--seconds S] [--pps N] [--clients N] [--capture PCAP] [--work DIR]";
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(10..))]
+    seconds: u64,
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pps: u64,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    clients: u64,
+    #[arg(long, default_value_os_t = default_source())]
+    capture: PathBuf,
+    #[arg(long)]
+    work: Option<PathBuf>,
+}
 
 /// Node `name`'s configuration.
 fn config(name: &str, archive: &Path, capturing: bool) -> String {
@@ -176,20 +189,13 @@ fn main() {
         clients(&args[2..]);
         return;
     }
-    let mut flags = Flags::new("chaos_run", USAGE);
-    let (mut seconds, mut pps, mut threads) = (120u64, 3000u64, 4u64);
-    let mut capture = default_source();
-    let mut work: Option<PathBuf> = None;
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--seconds" => seconds = flags.value::<u64>(&flag).max(10),
-            "--pps" => pps = flags.value::<u64>(&flag).max(1),
-            "--clients" => threads = flags.value::<u64>(&flag).max(1),
-            "--capture" => capture = flags.value(&flag),
-            "--work" => work = Some(flags.value::<PathBuf>(&flag)),
-            other => flags.unknown(other),
-        }
-    }
+    let Args {
+        seconds,
+        pps,
+        clients: threads,
+        capture,
+        work,
+    } = Args::parse();
     if !is_root() {
         eprintln!("chaos_run: needs root (it makes network namespaces and captures)");
         std::process::exit(2);

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_cluster::ClusterConfig;
 use hindsight_cluster::index::{ClusterIndex, SummaryUpload, SyncRequest};
 use hindsight_cluster::summary::{Digest, SegmentSummary, id_ranges};
@@ -31,29 +32,14 @@ use hindsight_store::Archive;
 const NANOS: i64 = 1_000_000_000;
 const TOKEN: &str = "cluster-bench-token-0123456789";
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench-cluster"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
+    #[arg(long, default_value_t = 51)]
     runs: usize,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        work: std::env::temp_dir().join("hindsight-bench-cluster"),
-        source: hindsight_bench::default_source(),
-        runs: 51,
-    };
-    let mut flags =
-        hindsight_bench::Flags::new("cluster_bench", "[--runs N] [--work DIR] [--source PCAP]");
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--runs" => args.runs = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            other => flags.unknown(other),
-        }
-    }
-    args
 }
 
 type Frames = Vec<(i64, u32, Vec<u8>)>;
@@ -248,7 +234,7 @@ fn rare_address(frames: &Frames) -> Addr16 {
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create the work directory");
     let hindsight = hindsight_bench::hindsight_binary();
     let base = hindsight_bench::read_frames(&args.source);

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use clap::Parser;
 use hindsight_bench::{
     FILE_PACKETS, Rng, hindsight_binary, median, percentile, read_frames, replicate_hosts,
     run_quiet, shift_hosts,
@@ -24,41 +25,22 @@ use hindsight_query::filter::Filter;
 use hindsight_query::search::{PacketSearch, SearchRequest};
 use hindsight_store::TimeRange;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 50_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 200)]
     lookups: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
+    #[arg(long = "no-tshark", action = clap::ArgAction::SetFalse)]
     tshark: bool,
 }
 
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 50_000_000,
-        lookups: 200,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        source: hindsight_bench::default_source(),
-        tshark: true,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "community_bench",
-        "[--packets N] [--lookups N] [--work DIR] [--source PCAP] [--no-tshark]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--lookups" => args.lookups = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            "--no-tshark" => args.tshark = false,
-            other => flags.unknown(other),
-        }
-    }
-    args
-}
-
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("work directory");
     let frames = read_frames(&args.source);
     let (pcaps, copies) = replicate_hosts(&frames, args.packets, &args.work, "hosts");

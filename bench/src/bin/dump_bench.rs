@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::median;
 use hindsight_capture::{CaptureReader, PcapWriter, TimestampPrecision};
 use hindsight_model::LinkType;
@@ -24,17 +25,12 @@ use hindsight_query::Filter;
 use hindsight_ring::{Ring, RingConfig};
 use hindsight_trigger::{DumpLimits, DumpRequest, dump, write_pcap};
 
-fn parse_args() -> (usize, usize) {
-    let (mut copies, mut runs) = (16usize, 5usize);
-    let mut flags = hindsight_bench::Flags::new("dump_bench", "[--copies N] [--runs N]");
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--copies" => copies = flags.value::<usize>(&flag).max(1),
-            "--runs" => runs = flags.value::<usize>(&flag).max(1),
-            other => flags.unknown(other),
-        }
-    }
-    (copies, runs)
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 16, value_parser = hindsight_bench::count_from(1))]
+    copies: usize,
+    #[arg(long, default_value_t = 5, value_parser = hindsight_bench::count_from(1))]
+    runs: usize,
 }
 
 fn buffered(path: &Path, link_type: LinkType, packets: &[(i64, u32, &[u8])]) {
@@ -57,7 +53,7 @@ fn buffered(path: &Path, link_type: LinkType, packets: &[(i64, u32, &[u8])]) {
 }
 
 fn main() {
-    let (copies, runs) = parse_args();
+    let Args { copies, runs } = Args::parse();
     let source = hindsight_bench::default_source();
     let mut reader = CaptureReader::open(&source).expect("open lan-hour");
     let mut frames: Vec<(i64, u32, Vec<u8>, LinkType)> = Vec::new();

@@ -24,41 +24,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{HOUR, median, read_frames};
 use hindsight_output::time::format_nanos;
 
 const NANOS: i64 = 1_000_000_000;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, value_delimiter = ',', default_values_t = [5_000_000, 50_000_000, 500_000_000])]
     sizes: Vec<u64>,
+    #[arg(long, default_value_t = 5, value_parser = hindsight_bench::count_from(1))]
     runs: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        sizes: vec![5_000_000, 50_000_000, 500_000_000],
-        runs: 5,
-        work: std::env::temp_dir().join("hindsight-bench"),
-    };
-    let mut flags =
-        hindsight_bench::Flags::new("growth_bench", "[--sizes N,N,...] [--runs N] [--work DIR]");
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--sizes" => {
-                let text: String = flags.value(&flag);
-                args.sizes = text
-                    .split(',')
-                    .map(|size| size.trim().parse().unwrap_or_else(|_| flags.unknown(&flag)))
-                    .collect();
-                args.sizes.sort_unstable();
-            }
-            "--runs" => args.runs = flags.value::<usize>(&flag).max(1),
-            "--work" => args.work = flags.value(&flag),
-            _ => flags.unknown(&flag),
-        }
-    }
-    args
 }
 
 /// A command's wall time and peak RSS (KiB), run under `/usr/bin/time`.
@@ -96,7 +75,8 @@ fn mib(kib: u64) -> f64 {
 }
 
 fn main() {
-    let args = parse_args();
+    let mut args = Args::parse();
+    args.sizes.sort_unstable();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
     let frames = read_frames(&hindsight_bench::default_source());

@@ -31,6 +31,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{HOUR, Rng, median};
 use hindsight_capture::CaptureReader;
 use hindsight_flow::{FlowTable, FlowTableConfig};
@@ -40,87 +41,60 @@ use hindsight_model::{Addr16, FlowRecord};
 /// Addresses kept in every copy (the busiest of the capture).
 const KEPT: usize = 12;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 400)]
     copies: usize,
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-index-bench"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
     /// Only the insert figures of the base run, no queries and no peers (the
     /// growth run, if asked for, still runs).
+    #[arg(long)]
     insert_only: bool,
     /// Expiration schedule of the insert run with expiration.
-    cutoff_interval: Duration,
-    compaction_interval: Duration,
+    #[arg(long, default_value_t = 500)]
+    cutoff_ms: u64,
+    #[arg(long, default_value_t = 2000)]
+    compaction_ms: u64,
     /// Start an OpenSearch node (bench/opensearch.sh) as a third peer.
+    #[arg(long = "no-opensearch", action = clap::ArgAction::SetFalse)]
     opensearch: bool,
+    #[arg(long, default_value_t = 9251)]
     opensearch_port: u16,
     /// The growth run: connections to insert with expiration (0: no growth run).
+    #[arg(long, default_value_t = 0)]
     grow_to: u64,
     /// N of the growth run's expiration, in connections.
+    #[arg(long, default_value_t = 25_000_000)]
     keep: u64,
     /// Connections of the growth run without expiration.
+    #[arg(long, default_value_t = 100_000_000)]
     plain_to: u64,
-    /// Connections of the random-address growth run (expiration keeps `keep`).
-    random_to: u64,
-    /// Connections between two rows of the growth tables.
-    step: u64,
+    /// Connections of the random-address growth run, expiration keeping
+    /// `keep` (default: --grow-to).
+    #[arg(long)]
+    random_to: Option<u64>,
+    /// Connections between two rows of the growth tables (default: a tenth
+    /// of --grow-to).
+    #[arg(long)]
+    step: Option<u64>,
     /// Full-compaction interval of the growth runs.
-    grow_compaction: Duration,
+    #[arg(long, default_value_t = 30)]
+    grow_compaction_s: u64,
 }
 
-fn parse_args() -> Args {
-    let mut args = Args {
-        copies: 400,
-        runs: 3,
-        work: std::env::temp_dir().join("hindsight-index-bench"),
-        source: hindsight_bench::default_source(),
-        insert_only: false,
-        cutoff_interval: Duration::from_millis(500),
-        compaction_interval: Duration::from_secs(2),
-        opensearch: true,
-        opensearch_port: 9251,
-        grow_to: 0,
-        keep: 25_000_000,
-        plain_to: 100_000_000,
-        random_to: u64::MAX,
-        step: 0,
-        grow_compaction: Duration::from_secs(30),
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "index_bench",
-        "[--copies N] [--runs N] [--work DIR] [--source PCAP] [--insert-only] [--cutoff-ms N] [--compaction-ms N] [--no-opensearch] [--opensearch-port N] [--grow-to N] [--keep N] [--plain-to N] [--random-to N] [--step N] [--grow-compaction-s N]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--insert-only" => args.insert_only = true,
-            "--copies" => args.copies = flags.value(&flag),
-            "--runs" => args.runs = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            "--cutoff-ms" => args.cutoff_interval = Duration::from_millis(flags.value(&flag)),
-            "--compaction-ms" => {
-                args.compaction_interval = Duration::from_millis(flags.value(&flag));
-            }
-            "--no-opensearch" => args.opensearch = false,
-            "--opensearch-port" => args.opensearch_port = flags.value(&flag),
-            "--grow-to" => args.grow_to = flags.value(&flag),
-            "--keep" => args.keep = flags.value(&flag),
-            "--plain-to" => args.plain_to = flags.value(&flag),
-            "--random-to" => args.random_to = flags.value(&flag),
-            "--step" => args.step = flags.value(&flag),
-            "--grow-compaction-s" => {
-                args.grow_compaction = Duration::from_secs(flags.value(&flag));
-            }
-            other => flags.unknown(other),
-        }
+impl Args {
+    fn random_to(&self) -> u64 {
+        self.random_to.unwrap_or(self.grow_to)
     }
-    if args.random_to == u64::MAX {
-        args.random_to = args.grow_to;
+
+    fn step(&self) -> u64 {
+        self.step.unwrap_or((self.grow_to / 10).max(1))
     }
-    if args.step == 0 {
-        args.step = (args.grow_to / 10).max(1);
-    }
-    args
 }
 
 /// The flow records of the capture.
@@ -255,7 +229,7 @@ fn bucket(n: u64) -> &'static str {
 const BUCKETS: [&str; 5] = ["0", "1-1k", "1k-10k", "10k-100k", ">100k"];
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create the work directory");
     let flows = capture_flows(&args.source);
     let replicator = Replicator::new(&flows);
@@ -276,8 +250,8 @@ fn main() {
     let expiry = Expiry {
         keep_events: events / 2,
         histogram_granularity: Duration::from_secs(60),
-        cutoff_interval: args.cutoff_interval,
-        compaction_interval: args.compaction_interval,
+        cutoff_interval: Duration::from_millis(args.cutoff_ms),
+        compaction_interval: Duration::from_millis(args.compaction_ms),
     };
     let (mut plain, mut expiring) = (Vec::new(), Vec::new());
     let mut kept_entries = 0;
@@ -712,7 +686,7 @@ fn grow_run(
         .then(|| Maintenance::start(Arc::clone(&index), |e| panic!("expiration: {e}")));
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut batch = Vec::new();
-    let (mut inserted, mut copy, mut next_row) = (0u64, 0usize, args.step);
+    let (mut inserted, mut copy, mut next_row) = (0u64, 0usize, args.step());
     let mut busy_thread: Option<QueryThread> = None;
     let ingesting = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let per_copy = match workload {
@@ -769,7 +743,7 @@ fn grow_run(
                 hindsight_bench::disk_bytes(&dir),
                 "",
             );
-            next_row += args.step;
+            next_row += args.step();
         }
     }
     ingesting.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -903,7 +877,7 @@ fn growth(args: &Args, replicator: &Replicator) {
         keep_events: args.keep,
         histogram_granularity: Duration::from_secs(60),
         cutoff_interval: Duration::from_secs(1),
-        compaction_interval: args.grow_compaction,
+        compaction_interval: Duration::from_secs(args.grow_compaction_s),
     };
     println!(
         "## growth (Diventi section 6): expiration keeps N = {} connections, cutoff every {:?}, full compaction every {:?}\n",
@@ -945,17 +919,17 @@ fn growth(args: &Args, replicator: &Replicator) {
         );
         println!();
     }
-    if args.random_to > 0 {
+    if args.random_to() > 0 {
         let random = Workload::Random(replicator.flows);
         let grown = grow_run(
             args,
             &random,
             expiry,
-            args.random_to,
+            args.random_to(),
             "expiring",
             &format!(
                 "random-address workload to {} connections, expiration on",
-                args.random_to
+                args.random_to()
             ),
         );
         println!(

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{
     cpu_seconds, default_source, median, replicate, run_quiet, segment_column_bytes,
 };
@@ -30,45 +31,41 @@ use hindsight_store::flows::FlowBatchBuilder;
 use hindsight_store::schema::PacketBatchBuilder;
 use hindsight_store::{SealedSegment, SegmentOptions, SegmentWriter, Table};
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 5_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
-    /// Stages to run (all if empty).
+    /// Stages to run (all if none): tcpdump, read, decode, columns, flows,
+    /// flow-encode, encode, ingest.
+    #[arg(long, value_delimiter = ',')]
     stages: Vec<String>,
-    /// Segment options of the encode and ingest stages.
-    segment: SegmentOptions,
+    /// Segment options of the encode and ingest stages (default: the archive's).
+    #[arg(long)]
+    zstd_level: Option<i32>,
+    #[arg(long)]
+    data_zstd_level: Option<i32>,
+    #[arg(long)]
+    encode_threads: Option<usize>,
+    #[arg(long)]
+    page_rows: Option<usize>,
 }
 
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 5_000_000,
-        runs: 3,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        stages: Vec::new(),
-        segment: SegmentOptions::default(),
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "ingest_stages",
-        "[--packets N] [--runs N] [--work DIR] [--stages tcpdump,read,decode,columns,flows,flow-encode,encode,ingest] [--zstd-level N] [--data-zstd-level N] [--encode-threads N] [--page-rows N]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--runs" => args.runs = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--stages" => {
-                let stages: String = flags.value(&flag);
-                args.stages = stages.split(',').map(str::to_owned).collect();
-            }
-            "--zstd-level" => args.segment.zstd_level = flags.value(&flag),
-            "--encode-threads" => args.segment.encode_threads = flags.value(&flag),
-            "--data-zstd-level" => args.segment.data_zstd_level = flags.value(&flag),
-            "--page-rows" => args.segment.page_rows = flags.value(&flag),
-            other => flags.unknown(other),
+impl Args {
+    /// The segment options the flags ask for.
+    fn segment(&self) -> SegmentOptions {
+        let default = SegmentOptions::default();
+        SegmentOptions {
+            zstd_level: self.zstd_level.unwrap_or(default.zstd_level),
+            data_zstd_level: self.data_zstd_level.unwrap_or(default.data_zstd_level),
+            encode_threads: self.encode_threads.unwrap_or(default.encode_threads),
+            page_rows: self.page_rows.unwrap_or(default.page_rows),
+            ..default
         }
     }
-    args
 }
 
 /// One frame held in memory.
@@ -146,7 +143,7 @@ fn flow_encode(args: &Args, held: &[Held], decoded: &[PacketHeaders], dir: &std:
     }
     table.flush(&mut records);
     let partition = IngestOptions::default().partition_nanos;
-    let options = &args.segment;
+    let options = &args.segment();
     let mut column_cpu = Vec::new();
     let (wall, cpu) = time(args.runs, || {
         let _ = std::fs::remove_dir_all(dir);
@@ -189,7 +186,7 @@ fn flow_encode(args: &Args, held: &[Held], decoded: &[PacketHeaders], dir: &std:
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let (capture, packets, _) = replicate(&default_source(), args.packets, &args.work);
     println!(
@@ -273,7 +270,7 @@ fn main() {
         .map(|f| hindsight_decode::decode(f.link_type, &f.data))
         .collect();
 
-    let options = args.segment.clone();
+    let options = args.segment();
     let snaplen = IngestOptions::default().snaplen as usize;
     let build = |keep: bool| {
         let mut builder = PacketBatchBuilder::with_capacity(

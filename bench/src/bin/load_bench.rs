@@ -29,39 +29,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{HOUR, Rng, Server, epoch_arg, percentile, read_frames};
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 200_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 32, value_parser = hindsight_bench::count_from(4))]
     clients: usize,
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
+    #[arg(long = "no-aggregates", action = clap::ArgAction::SetFalse)]
     aggregates: bool,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        packets: 200_000_000,
-        clients: 32,
-        seconds: 60,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        aggregates: true,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "load_bench",
-        "[--packets N] [--clients N] [--seconds N] [--work DIR] [--no-aggregates]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--clients" => args.clients = flags.value::<usize>(&flag).max(4),
-            "--seconds" => args.seconds = flags.value::<u64>(&flag).max(1),
-            "--work" => args.work = flags.value(&flag),
-            "--no-aggregates" => args.aggregates = false,
-            _ => flags.unknown(&flag),
-        }
-    }
-    args
 }
 
 /// The kinds of request, in the order clients take them.
@@ -112,7 +94,7 @@ fn sample_rss(pid: u32, stop: Arc<AtomicBool>, peak: Arc<AtomicU64>) {
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create work dir");
     let hindsight = hindsight_bench::hindsight_binary();
     let frames = read_frames(&hindsight_bench::default_source());

@@ -26,8 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::netns::{Link, must};
-use hindsight_bench::{Flags, default_source, hindsight_binary};
+use hindsight_bench::{default_source, hindsight_binary};
 
 const RX: &str = "hs-loss-rx";
 const TX: &str = "hs-loss-tx";
@@ -383,8 +384,32 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / per_second
 }
 
+/// The command line.
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_os_t = default_source())]
+    capture: PathBuf,
+    /// Seconds of each cell.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Rates in packets per second (0: top speed).
+    #[arg(long, value_delimiter = ',', default_values_t = [25_000, 50_000, 100_000, 200_000, 400_000, 0])]
+    rates: Vec<u64>,
+    #[arg(long, value_enum, default_value_t = Sender::Frames)]
+    sender: Sender,
+    #[arg(long = "no-stenographer", action = clap::ArgAction::SetFalse)]
+    stenographer: bool,
+    #[arg(long)]
+    queries: bool,
+    /// Every tool writes to a disk this slow (MB/s).
+    #[arg(long)]
+    disk_mbps: Option<f64>,
+    #[arg(long, default_value_t = 16.0, requires = "disk_mbps")]
+    disk_dirty_mb: f64,
+}
+
 /// What replays the capture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Sender {
     /// This benchmark's own sender ([`send_frames`]).
     Frames,
@@ -545,43 +570,16 @@ fn main() {
         send_frames(&args[1..]);
         return;
     }
-    let mut flags = Flags::new(
-        "loss_bench",
-        "[--capture PCAP] [--seconds S] [--rates PPS,PPS,...,0 (0: top speed)] [--sender frames|tcpreplay] [--no-stenographer] [--queries] [--disk-mbps MB/S [--disk-dirty-mb MB]]",
-    );
-    let mut capture: PathBuf = default_source();
-    let mut seconds = 5.0f64;
-    let mut rates: Vec<u64> = vec![25_000, 50_000, 100_000, 200_000, 400_000, 0];
-    let mut stenographer = true;
-    let mut queries = false;
-    let mut sender = Sender::Frames;
-    let mut disk_mbps: Option<f64> = None;
-    let mut dirty_mb = 16.0f64;
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--sender" => {
-                sender = match flags.value::<String>("--sender").as_str() {
-                    "frames" => Sender::Frames,
-                    "tcpreplay" => Sender::Tcpreplay,
-                    _ => flags.unknown("--sender"),
-                }
-            }
-            "--no-stenographer" => stenographer = false,
-            "--queries" => queries = true,
-            "--disk-mbps" => disk_mbps = Some(flags.value("--disk-mbps")),
-            "--disk-dirty-mb" => dirty_mb = flags.value("--disk-dirty-mb"),
-            "--capture" => capture = flags.value::<PathBuf>("--capture"),
-            "--seconds" => seconds = flags.value("--seconds"),
-            "--rates" => {
-                let text: String = flags.value("--rates");
-                rates = text
-                    .split(',')
-                    .map(|r| r.trim().parse().expect("a rate in packets per second"))
-                    .collect();
-            }
-            other => flags.unknown(other),
-        }
-    }
+    let Args {
+        capture,
+        seconds,
+        rates,
+        sender,
+        stenographer,
+        queries,
+        disk_mbps,
+        disk_dirty_mb: dirty_mb,
+    } = Args::parse();
     let packets = hindsight_bench::read_frames(&capture).len() as u64;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let by = match sender {

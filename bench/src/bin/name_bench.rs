@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{
     FILE_PACKETS, Rng, hindsight_binary, median, percentile, read_frames, replicate_hosts,
     run_quiet,
@@ -43,44 +44,29 @@ const EXTRAS: &[&str] = &[
     "tls_verylong_certificate.pcap",
 ];
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 50_000_000)]
     packets: u64,
+    #[arg(long, default_value_t = 200)]
     lookups: usize,
+    #[arg(long, default_value_t = 1000)]
     page: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
+    /// More captures of applications (default: nDPI's, from scripts/fetch-fixtures).
+    #[arg(long = "extra", value_name = "PCAP")]
     extras: Vec<PathBuf>,
+    #[arg(long = "no-tshark", action = clap::ArgAction::SetFalse)]
     tshark: bool,
 }
 
 fn parse_args() -> Args {
-    let ndpi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.fixtures/ndpi");
-    let mut args = Args {
-        packets: 50_000_000,
-        lookups: 200,
-        page: 1000,
-        work: std::env::temp_dir().join("hindsight-bench"),
-        source: hindsight_bench::default_source(),
-        extras: Vec::new(),
-        tshark: true,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "name_bench",
-        "[--packets N] [--lookups N] [--page N] [--work DIR] [--source PCAP] [--extra PCAP]... [--no-tshark]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--packets" => args.packets = flags.value(&flag),
-            "--lookups" => args.lookups = flags.value(&flag),
-            "--page" => args.page = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            "--extra" => args.extras.push(flags.value(&flag)),
-            "--no-tshark" => args.tshark = false,
-            other => flags.unknown(other),
-        }
-    }
+    let mut args = Args::parse();
     if args.extras.is_empty() {
+        let ndpi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.fixtures/ndpi");
         args.extras = EXTRAS.iter().map(|name| ndpi.join(name)).collect();
         assert!(
             args.extras.iter().all(|p| p.exists()),

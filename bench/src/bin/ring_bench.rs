@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use crossbeam_channel::bounded;
 use hindsight_ring::{Ring, RingConfig, RingError};
 
@@ -25,29 +26,14 @@ const BATCH: usize = 64;
 /// Packets pushed between two looks at the stop flag.
 const BURST: u64 = 256;
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 1.0)]
     seconds: f64,
+    #[arg(long, default_value_t = 3)]
     runs: usize,
+    #[arg(long, default_value_t = 512)]
     ring_mib: usize,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        seconds: 1.0,
-        runs: 3,
-        ring_mib: 512,
-    };
-    let mut flags =
-        hindsight_bench::Flags::new("ring_bench", "[--seconds S] [--runs N] [--ring-mib M]");
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--seconds" => args.seconds = flags.value(&flag),
-            "--runs" => args.runs = flags.value(&flag),
-            "--ring-mib" => args.ring_mib = flags.value(&flag),
-            other => flags.unknown(other),
-        }
-    }
-    args
 }
 
 /// One measurement: packets moved by the producers in `elapsed`, and the
@@ -255,7 +241,7 @@ fn channel_cell(size: usize, producers: usize, consumers: usize, duration: Durat
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     let duration = Duration::from_secs_f64(args.seconds);
     let ring_bytes = args.ring_mib << 20;
     let cores = thread::available_parallelism().map_or(1, |n| n.get());

@@ -41,9 +41,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_bench::{
-    ChildrenPeak, Flags, Rng, default_source, file_rss_kib, hindsight_binary, peak_rss_kib,
-    run_quiet,
+    ChildrenPeak, Rng, default_source, file_rss_kib, hindsight_binary, peak_rss_kib, run_quiet,
 };
 
 /// The servers' bound on one statement's memory, MiB.
@@ -57,7 +57,26 @@ const RESIDENT_MIB: u64 = 1024;
 /// kernel refuses a worker's allocation past it.
 const WORKER_MIB: u64 = 1024;
 
-const USAGE: &str = "[--statements N] [--seed S] [--threads T] [--cli-every K] [--cluster-every K] [--timeout-secs S] [--work DIR] [--print FROM..TO]";
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 100_000)]
+    statements: u64,
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    threads: u64,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    cli_every: u64,
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    cluster_every: u64,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout_secs: u64,
+    #[arg(long)]
+    work: Option<PathBuf>,
+    /// Print the statements FROM..TO of each thread instead of running them.
+    #[arg(long, value_name = "FROM..TO")]
+    print: Option<String>,
+}
 
 /// The columns of a table, by name and a coarse type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1039,24 +1058,16 @@ fn ask(
 }
 
 fn main() {
-    let mut flags = Flags::new("sql_fuzz", USAGE);
-    let (mut statements, mut seed, mut cli_every) = (100_000u64, 0x5eed_u64, 100u64);
-    let (mut threads, mut cluster_every, mut timeout_secs) = (2u64, 2u64, 10u64);
-    let mut work: Option<PathBuf> = None;
-    let mut print: Option<String> = None;
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--statements" => statements = flags.value(&flag),
-            "--seed" => seed = flags.value(&flag),
-            "--cli-every" => cli_every = flags.value::<u64>(&flag).max(1),
-            "--threads" => threads = flags.value::<u64>(&flag).max(1),
-            "--cluster-every" => cluster_every = flags.value::<u64>(&flag).max(1),
-            "--timeout-secs" => timeout_secs = flags.value::<u64>(&flag).max(1),
-            "--work" => work = Some(flags.value::<PathBuf>(&flag)),
-            "--print" => print = Some(flags.value::<String>(&flag)),
-            other => flags.unknown(other),
-        }
-    }
+    let Args {
+        statements,
+        seed,
+        cli_every,
+        threads,
+        cluster_every,
+        timeout_secs,
+        work,
+        print,
+    } = Args::parse();
     if let Some(range) = print {
         let bounds = range
             .split_once("..")

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use hindsight_flow::{FlowTable, FlowTableConfig};
 use hindsight_ingest::{IngestOptions, Ingestor};
 use hindsight_model::{Addr16, FlowRecord, Frame, LinkType};
@@ -35,49 +36,26 @@ const NANOS: i64 = 1_000_000_000;
 const DAY: i64 = 86_400 * NANOS;
 const HOME: &str = "10.64.0.0/16";
 
+#[derive(Parser)]
 struct Args {
+    #[arg(long, default_value_t = 5_000_000)]
     flows: usize,
+    #[arg(long, default_value_t = 1_000_000)]
     rate: i64,
+    #[arg(long, default_value_t = 10_000_000)]
     packets: usize,
+    #[arg(long, default_value_t = 2_000_000)]
     packet_rate: i64,
+    #[arg(long, default_value_t = 1_000_000)]
     history: usize,
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("hindsight-bench-watch"))]
     work: PathBuf,
+    #[arg(long, default_value_os_t = hindsight_bench::default_source())]
     source: PathBuf,
+    #[arg(long = "no-duckdb", action = clap::ArgAction::SetFalse)]
     duckdb: bool,
+    #[arg(long, default_value_t = 3)]
     runs: usize,
-}
-
-fn parse_args() -> Args {
-    let mut args = Args {
-        flows: 5_000_000,
-        rate: 1_000_000,
-        packets: 10_000_000,
-        packet_rate: 2_000_000,
-        history: 1_000_000,
-        work: std::env::temp_dir().join("hindsight-bench-watch"),
-        source: hindsight_bench::default_source(),
-        duckdb: true,
-        runs: 3,
-    };
-    let mut flags = hindsight_bench::Flags::new(
-        "watch_bench",
-        "[--flows N] [--rate N] [--packets N] [--packet-rate N] [--history N] [--runs N] [--work DIR] [--source PCAP] [--no-duckdb]",
-    );
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "--flows" => args.flows = flags.value(&flag),
-            "--rate" => args.rate = flags.value(&flag),
-            "--packets" => args.packets = flags.value(&flag),
-            "--packet-rate" => args.packet_rate = flags.value(&flag),
-            "--history" => args.history = flags.value(&flag),
-            "--work" => args.work = flags.value(&flag),
-            "--source" => args.source = flags.value(&flag),
-            "--no-duckdb" => args.duckdb = false,
-            "--runs" => args.runs = flags.value(&flag),
-            other => flags.unknown(other),
-        }
-    }
-    args
 }
 
 /// The connection records of the source, by the time they ended.
@@ -438,7 +416,7 @@ fn print_run(name: &str, unit: &str, run: &Run) {
 }
 
 fn main() {
-    let args = parse_args();
+    let args = Args::parse();
     std::fs::create_dir_all(&args.work).expect("create the work directory");
     println!("# hindsight continuous-query benchmark: five analyses, 1-second windows");
     let frames = hindsight_bench::read_frames(&args.source);
