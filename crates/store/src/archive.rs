@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! ARCHIVE/
-//!   HINDSIGHT            marker: says this directory is a hindsight archive (format version)
+//!   HINDSIGHT            marker: says this directory is a hindsight archive, and the
+//!                        version of each of its formats (formats.rs)
 //!   LOCK                 flock(2)ed by the one writer (ingest, serve)
 //!   config.toml          the archive's settings (optional; expiration of the connection index)
 //!   catalog.jsonl        the catalog of both tables (see catalog.rs)
@@ -24,15 +25,12 @@ use hindsight_model::SegmentId;
 use crate::Table;
 use crate::catalog::{Catalog, CatalogDamage, CatalogEntry, PrefixCheck};
 use crate::error::{Result, StoreError};
+use crate::formats::{MARKER_FILE, check_marker, current_marker, write_marker};
 use crate::segment::reader::SegmentReader;
 use crate::segment::reader::TimeRange;
 use crate::segment::writer::{SealedSegment, sync_dir};
 use crate::segment::{TEMP_SUFFIX, parse_segment_file_name, segment_file_name};
 
-/// Name of the marker file at the archive root.
-const MARKER_FILE: &str = "HINDSIGHT";
-/// Contents of the marker file: product and archive layout version.
-const MARKER_CONTENTS: &str = "hindsight archive v1\n";
 /// Name of the archive's settings file (read by the commands that write it).
 pub const CONFIG_FILE: &str = "config.toml";
 /// Name of the writer lock file.
@@ -119,9 +117,10 @@ impl Archive {
                         .to_owned(),
                 });
             }
-            fs::write(&marker, MARKER_CONTENTS).map_err(StoreError::io("write marker", &marker))?;
+            fs::write(&marker, current_marker())
+                .map_err(StoreError::io("write marker", &marker))?;
         }
-        check_marker(root)?;
+        let found = check_marker(root)?;
         let lock_path = root.join(LOCK_FILE);
         let lock = File::create(&lock_path).map_err(StoreError::io("create lock", &lock_path))?;
         match lock.try_lock() {
@@ -139,6 +138,7 @@ impl Archive {
             let path = root.join(dir);
             fs::create_dir_all(&path).map_err(StoreError::io("create directory", &path))?;
         }
+        write_marker(root, Some(&found))?;
         sync_dir(root)?;
         let dropped = if repair_catalog {
             Catalog::drop_damaged_lines(&root.join(CATALOG_FILE))?
@@ -187,7 +187,7 @@ impl Archive {
     /// opening nothing else: for a question that needs one of its indexes
     /// and not its catalog.
     pub fn check_reader(root: &Path) -> Result<()> {
-        check_marker(root)
+        check_marker(root).map(drop)
     }
 
     /// The directory of the RocksDB connection index of the archive at `root`.
@@ -494,32 +494,6 @@ pub fn checksum_file(path: &Path) -> Result<(u64, u32)> {
         size += n as u64;
     }
     Ok((size, hasher.finalize()))
-}
-
-fn check_marker(root: &Path) -> Result<()> {
-    let marker = root.join(MARKER_FILE);
-    match fs::read_to_string(&marker) {
-        Ok(text) if text == MARKER_CONTENTS => Ok(()),
-        Ok(text) => Err(StoreError::NotAnArchive {
-            path: root.to_owned(),
-            reason: match text.trim().strip_prefix("hindsight archive ") {
-                Some(version) => format!(
-                    "{} says archive format {version}; this build reads {} \
-                     (a newer hindsight wrote it?)",
-                    marker.display(),
-                    MARKER_CONTENTS
-                        .trim()
-                        .trim_start_matches("hindsight archive "),
-                ),
-                None => format!("unsupported archive marker {:?}", text.trim()),
-            },
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::NotAnArchive {
-            path: root.to_owned(),
-            reason: "no HINDSIGHT marker file (create one with `hindsight ingest`)".to_owned(),
-        }),
-        Err(e) => Err(StoreError::io("read marker", &marker)(e)),
-    }
 }
 
 fn now_nanos() -> i64 {

@@ -47,13 +47,33 @@ pub enum StoreError {
         /// The version the file names.
         found: String,
         /// The newest version this build reads.
-        supported: &'static str,
+        supported: u32,
     },
     /// Another process holds the archive's writer lock.
     #[error("archive {} is locked by another writer (another `hindsight ingest` or `serve`?)", path.display())]
     Locked {
         /// The archive directory.
         path: PathBuf,
+    },
+    /// A part of the archive is in a format version this build does not read
+    /// (`Archive`'s marker names each part's version).
+    #[error(
+        "archive {}: {what} is format version {found}; this build reads versions {oldest} to {current} ({})",
+        path.display(),
+        if found > current { "a newer hindsight wrote it: upgrade hindsight to read it" }
+        else { "an older hindsight wrote it: open it with that version" }
+    )]
+    FormatVersion {
+        /// The archive directory.
+        path: PathBuf,
+        /// The part, as a user knows it ("the connection index (connections/)").
+        what: &'static str,
+        /// The version the marker names.
+        found: u32,
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The version this build writes.
+        current: u32,
     },
     /// The directory is not a hindsight archive.
     #[error("{} is not a hindsight archive: {reason}", path.display())]

@@ -16,6 +16,7 @@ pub mod catalog;
 pub mod disk;
 pub mod error;
 pub mod flows;
+pub mod formats;
 pub mod objects;
 pub mod schema;
 pub mod segment;

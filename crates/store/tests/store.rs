@@ -447,7 +447,11 @@ fn newer_format_versions_are_refused_by_name() {
         + key.len()
         + bytes[at + key.len()..]
             .iter()
-            .position(|&b| b == hindsight_store::segment::FORMAT_VERSION.as_bytes()[0])
+            .position(|&b| {
+                b == hindsight_store::segment::FORMAT_VERSION
+                    .to_string()
+                    .as_bytes()[0]
+            })
             .unwrap();
     bytes[value] = b'9';
     fs::write(&sealed.path, &bytes).unwrap();
@@ -457,7 +461,7 @@ fn newer_format_versions_are_refused_by_name() {
     assert!(
         text.contains("seg-")
             && text.contains("version 9")
-            && text.contains(hindsight_store::segment::FORMAT_VERSION),
+            && text.contains(&hindsight_store::segment::FORMAT_VERSION.to_string()),
         "{text}"
     );
 

@@ -25,7 +25,7 @@ pub const FORMAT_VERSION_KEY: &str = "hindsight.format_version";
 /// (`data_form` codes above 8); 2 since it leaves out header fields
 /// (`data_form`); version 1 segments hold the frames' bytes verbatim and read as
 /// such.
-pub const FORMAT_VERSION: &str = "5";
+pub const FORMAT_VERSION: u32 = 5;
 /// Key of the Parquet key-value metadata entry naming the table (`packets`, `flows`).
 pub const TABLE_KEY: &str = "hindsight.table";
 

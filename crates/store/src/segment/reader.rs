@@ -901,9 +901,8 @@ fn check_format_version(path: &Path, metadata: &ArrowReaderMetadata) -> Result<(
     let Some(found) = key_value(metadata, FORMAT_VERSION_KEY) else {
         return Ok(());
     };
-    let supported: u32 = FORMAT_VERSION.parse().unwrap_or(0);
     match found.trim().parse::<u32>() {
-        Ok(version) if version <= supported => Ok(()),
+        Ok(version) if version <= FORMAT_VERSION => Ok(()),
         _ => Err(StoreError::NewerFormat {
             path: path.to_owned(),
             found: found.to_owned(),

@@ -167,7 +167,7 @@ impl SegmentOptions {
         WriterProperties::builder()
             .set_created_by(format!("hindsight {}", env!("CARGO_PKG_VERSION")))
             .set_key_value_metadata(Some(vec![
-                KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_owned()),
+                KeyValue::new(FORMAT_VERSION_KEY.to_owned(), FORMAT_VERSION.to_string()),
                 KeyValue::new(TABLE_KEY.to_owned(), table.name().to_owned()),
             ]))
             .set_max_row_group_row_count(Some(self.row_group_rows))
