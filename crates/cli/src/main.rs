@@ -134,6 +134,7 @@ fn run() -> ExitCode {
             };
         }
     };
+    hindsight_output::log::init(hindsight_output::log::LogFormat::Plain);
     let result = match cli.command {
         Command::Ingest(args) => cmd::ingest::run(args),
         Command::Query(args) => cmd::query::run(args),

@@ -98,6 +98,27 @@ impl Namespaces {
         command.args(["netns", "exec", ns, program]);
         command
     }
+
+    /// Starts replaying lan-hour from the sender at `pps` packets a second.
+    fn start_replay(&self, pps: u32) -> Reaped {
+        Reaped(
+            self.exec(&self.sender, "tcpreplay")
+                .args(["-i", "hs-b", "--pps", &pps.to_string()])
+                .arg(lan_hour())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// Replays lan-hour at 20,000 packets a second (3.1 s), running `then`
+    /// meanwhile.
+    fn replay(&self, then: &mut dyn FnMut()) {
+        let mut tcpreplay = self.start_replay(20_000);
+        then();
+        assert!(tcpreplay.wait().unwrap().success());
+    }
 }
 
 impl Drop for Namespaces {
@@ -484,18 +505,7 @@ fn serve_survives_sigkill_and_seals_everything_on_sigterm() {
     let ns = Namespaces::new();
     run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
     let serve = || start_serve(&ns, &config);
-    let replay = |then: &mut dyn FnMut()| {
-        let mut tcpreplay = ns
-            .exec(&ns.sender, "tcpreplay")
-            .args(["-i", "hs-b", "--pps", "20000"])
-            .arg(lan_hour())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        then();
-        assert!(tcpreplay.wait().unwrap().success());
-    };
+    let replay = |then: &mut dyn FnMut()| ns.replay(then);
 
     // 1. SIGKILL 2.5 s into a 3.1 s replay, after about two seals.
     let (mut first, first_err, _) = serve();
@@ -698,14 +708,7 @@ fn serve_answers_from_the_unsealed_tail_within_two_seconds() {
             String::from_utf8_lossy(&output.stderr)
         );
     };
-    let mut tcpreplay = ns
-        .exec(&ns.sender, "tcpreplay")
-        .args(["-i", "hs-b", "--pps", "5000"])
-        .arg(lan_hour())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut tcpreplay = ns.start_replay(5000);
     // Questions every 500 ms during the replay (12.6 s) and a little after.
     let mut answers = Vec::new();
     let started = std::time::Instant::now();
@@ -1005,15 +1008,7 @@ fn a_portscan_watch_reports_a_scan_and_dumps_its_packets() {
     });
 
     // Background traffic (lan-hour) and, in the middle of it, the scan.
-    let mut background = Reaped(
-        ns.exec(&ns.sender, "tcpreplay")
-            .args(["-i", "hs-b", "--pps", "5000"])
-            .arg(lan_hour())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut background = ns.start_replay(5000);
     std::thread::sleep(Duration::from_secs(3));
     let replay = ns
         .exec(&ns.sender, "tcpreplay")
@@ -1149,15 +1144,7 @@ fn an_endless_or_hungry_watch_is_removed_at_once_and_shutdown_does_not_wait_on_i
     let reference = work.path().join("tcpdump.pcap");
     let tcpdump = Tcpdump::start(&ns, &reference);
     let (mut serve, serve_err, address) = start_serve(&ns, &config);
-    let mut replay = Reaped(
-        ns.exec(&ns.sender, "tcpreplay")
-            .args(["-i", "hs-b", "--pps", "5000"])
-            .arg(lan_hour())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut replay = ns.start_replay(5000);
     // A statement that computes for hours over each window's packets.
     let endless = |name: &str| {
         serde_json::json!({
@@ -1559,4 +1546,132 @@ fn a_full_disk_stops_record_cleanly_with_every_sealed_segment_kept() {
         archive.to_str().unwrap(),
     ]));
     assert_eq!(count_packets(&archive), sealed_rows);
+}
+
+/// SIGHUP while `serve` captures a replay: its file now names another watch
+/// and a lower `[api] max_rows`, and the archive's config.toml a bound on
+/// the packets' bytes; all three are taken without stopping the capture
+/// (tcpdump's recording of the replay is archived whole), and a file that
+/// does not parse is refused with the configuration in use kept.
+#[test]
+fn sighup_takes_a_watch_an_api_limit_and_a_retention_bound_while_capturing() {
+    if !live_tests_enabled() {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    let config = work.path().join("hindsight.toml");
+    let write_config = |watch: &str, sql: &str, max_rows: u64| {
+        std::fs::write(
+            &config,
+            format!(
+                "archive = {:?}\n[capture]\ninterface = \"hs-a\"\nseal_secs = 1\n\
+                 [api]\nlisten = \"127.0.0.1:0\"\nmax_rows = {max_rows}\n\
+                 [[watch]]\nname = \"{watch}\"\nsql = \"{sql}\"\nwindow = \"1s\"\n",
+                archive.to_str().unwrap()
+            ),
+        )
+        .unwrap();
+    };
+    write_config(
+        "syns",
+        "SELECT count(*) AS syns FROM live_packets WHERE tcp_flags = 2",
+        1_000_000,
+    );
+    let ns = Namespaces::new();
+    run(privileged("ip").args(["-n", &ns.receiver, "link", "set", "lo", "up"]));
+    let (serve, serve_err, address) = start_serve(&ns, &config);
+    let replay = |then: &mut dyn FnMut()| {
+        ns.replay(then);
+        // Two seals: what was replayed is in sealed segments.
+        std::thread::sleep(Duration::from_millis(2500));
+    };
+    let get = |path: &str| api(&ns, &address, "GET", path, "");
+    let health =
+        || -> serde_json::Value { serde_json::from_str(&get("/api/v1/health").1).unwrap() };
+    // Whether every UDP packet comes whole: a status past 400, or a transfer
+    // broken once the answer has streamed past max_rows, is not.
+    let all_udp = || {
+        ns.exec(&ns.receiver, "curl")
+            .args(["-sS", "--fail-with-body", "-o", "/dev/null"])
+            .arg(format!(
+                "http://{address}/api/v1/query?filter=udp&format=jsonl"
+            ))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    let watches = || -> Vec<String> {
+        let listed: serde_json::Value = serde_json::from_str(&get("/api/v1/watches").1).unwrap();
+        listed["watches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    replay(&mut || {});
+    let first = stats_json(&archive);
+    let first_bytes = first["bytes_on_disk"].as_u64().unwrap();
+    assert!(first["packets"].as_u64().unwrap() >= 62_781, "{first}");
+    assert_eq!(watches(), ["syns"]);
+    assert_eq!(health()["limits"]["max_rows"], 1_000_000);
+    assert!(all_udp());
+
+    // The second replay: half a replay more than the first's bytes may stay,
+    // so the first's oldest segments go and none of the second's.
+    let bound = first_bytes * 3 / 2;
+    std::fs::write(
+        archive.join("config.toml"),
+        format!("[packets]\nmax_bytes = {bound}\n"),
+    )
+    .unwrap();
+    write_config(
+        "udps",
+        "SELECT count(*) AS udps FROM live_packets WHERE ip_proto = 17",
+        10,
+    );
+    let reference = work.path().join("tcpdump.pcap");
+    let tcpdump = Tcpdump::start(&ns, &reference);
+    replay(&mut || {
+        std::thread::sleep(Duration::from_millis(1000));
+        signal(&serve, "HUP");
+    });
+    assert_eq!(watches(), ["udps"]);
+    assert_eq!(health()["limits"]["max_rows"], 10);
+    assert!(!all_udp());
+    let second = stats_json(&archive);
+    let second_bytes = second["bytes_on_disk"].as_u64().unwrap();
+    assert!(
+        second_bytes <= bound && second["packets"].as_u64().unwrap() < 2 * 62_781,
+        "{bound}: {second}"
+    );
+
+    // A file that does not parse changes nothing.
+    std::fs::write(&config, "[api\nmax_rows = \n").unwrap();
+    signal(&serve, "HUP");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(health()["limits"]["max_rows"], 10);
+    assert_eq!(watches(), ["udps"]);
+
+    signal(&serve, "TERM");
+    let mut serve = serve;
+    assert!(serve.wait().unwrap().success());
+    let log = serve_err.join().unwrap();
+    tcpdump.stop();
+    for said in [
+        "SIGHUP: [api] max_rows 10",
+        "SIGHUP: [[watch]] syns: stopped",
+        "SIGHUP: [[watch]] udps: started",
+        "SIGHUP: the retention of config.toml: taken",
+        "SIGHUP: refused, the configuration in use is kept",
+    ] {
+        assert!(log.contains(said), "{said}: {log}");
+    }
+    eprintln!("{log}");
+    // Nothing of the replay during the reload was lost.
+    assert_archive_holds(&archive, &reference, &log);
 }

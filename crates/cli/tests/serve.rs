@@ -992,3 +992,113 @@ fn cheap_questions_are_answered_while_scans_hold_every_scan_slot_and_a_refused_s
     );
     await_metric(&server, "hindsight_api_running", "class=\"scan\"", 0.0);
 }
+
+/// `--log-format json`: every line serve says is one JSON object; and a
+/// SIGHUP of a server that does not capture takes new request bounds, names
+/// what takes a restart, and refuses a file that does not parse.
+#[test]
+fn a_json_log_is_one_object_a_line_and_sighup_takes_new_request_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = archive_lan_hour(dir.path());
+    let config = dir.path().join("hindsight.toml");
+    let write = |text: &str| std::fs::write(&config, text).unwrap();
+    let file = |max_rows: u64, listen: &str| {
+        format!(
+            "archive = {:?}\n[api]\nlisten = \"{listen}\"\nmax_rows = {max_rows}\n",
+            archive.to_str().unwrap()
+        )
+    };
+    write(&file(5, "127.0.0.1:0"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hindsight"))
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, said) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let value: serde_json::Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            let _ = lines.send(value);
+        }
+    });
+    let next = |containing: &str| -> serde_json::Value {
+        loop {
+            let line = said
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("serve did not say {containing:?}"));
+            assert!(
+                line["ts"].as_str().is_some_and(|ts| ts.ends_with('Z'))
+                    && line["target"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with("hindsight_serve")),
+                "{line}"
+            );
+            if line["message"].as_str().unwrap().contains(containing) {
+                return line;
+            }
+        }
+    };
+    let listening = next("listening on http://");
+    assert_eq!(listening["level"], "info");
+    let base = listening["message"]
+        .as_str()
+        .unwrap()
+        .split("listening on ")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let max_rows = || -> serde_json::Value {
+        let health: serde_json::Value = agent()
+            .get(&format!("{base}/api/v1/health"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_json()
+            .unwrap();
+        health["limits"]["max_rows"].clone()
+    };
+    let hangup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    assert_eq!(max_rows(), 5);
+
+    write(&file(7, "127.0.0.1:1"));
+    hangup();
+    assert_eq!(next("SIGHUP: [api] max_rows 7")["level"], "info");
+    let restart = next("takes a restart");
+    assert!(
+        restart["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(": api.listen"),
+        "{restart}"
+    );
+    assert_eq!(max_rows(), 7);
+
+    write("[api\n");
+    hangup();
+    let refused = next("SIGHUP: refused, the configuration in use is kept");
+    assert_eq!(refused["level"], "warn");
+    assert!(
+        !refused["message"].as_str().unwrap().contains('\n'),
+        "{refused}"
+    );
+    assert_eq!(max_rows(), 7);
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(child.wait().unwrap().success());
+    next("SIGTERM: stopping");
+}

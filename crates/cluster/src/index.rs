@@ -284,7 +284,7 @@ impl ClusterIndex {
             // Every id is summarised, yet not as the node's catalog is now:
             // which summaries are stale cannot be told, so none is kept.
             node.mismatches += 1;
-            eprintln!(
+            log::warn!(
                 "cluster: node {}'s summaries do not match its catalog (replaced archive, replayed upload?): dropped, asked again",
                 request.node
             );

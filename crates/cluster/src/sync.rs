@@ -82,9 +82,10 @@ pub fn run(
                                 Some(summary)
                             }
                             Err(error) => {
-                                eprintln!(
+                                log::warn!(
                                     "cluster: cannot summarise segment {} ({}): {error}",
-                                    e.id, e.file
+                                    e.id,
+                                    e.file
                                 );
                                 None
                             }
@@ -113,7 +114,7 @@ pub fn run(
                     sync_with(client, &index_node.url, &request, &mut summarise, counters)
                 {
                     counters.failures.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("cluster: sync with index node {}: {why}", index_node.name);
+                    log::warn!("cluster: sync with index node {}: {why}", index_node.name);
                 }
             }
             counters.rounds.fetch_add(1, Ordering::Relaxed);

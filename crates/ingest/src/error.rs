@@ -44,6 +44,9 @@ pub enum IngestError {
         /// Why it stopped rather than expiring.
         reason: String,
     },
+    /// A change of settings a running writer cannot take.
+    #[error("{0}: that takes a restart")]
+    Reload(String),
     /// The segment sink thread stopped without saying why (it panicked).
     #[error("the segment writer thread stopped unexpectedly")]
     SinkStopped,

@@ -405,7 +405,7 @@ impl Ingestor {
         reindexed.extend(restage_flows(&archive, &connections)?);
         let maintenance = options.expiry.expires().then(|| {
             Maintenance::start(Arc::clone(&connections), |error| {
-                eprintln!("hindsight: connection index expiration: {error}");
+                log::warn!("connection index expiration: {error}");
             })
         });
         let tail = (options.tail_bytes > 0).then(|| Tail::new(options.tail_bytes));
@@ -554,6 +554,19 @@ impl Ingestor {
     /// The unsealed rows, if this ingestor keeps them (`tail_bytes`).
     pub fn tail(&self) -> Option<Arc<Tail>> {
         self.tail.clone()
+    }
+
+    /// Takes new retention bounds (`serve` reloading the archive's
+    /// config.toml): the sink expires by them from its next seal. The
+    /// classes cannot change while the archive is open (each has segments
+    /// of its own): that is refused, saying what changed, and nothing is.
+    pub fn set_retention(&mut self, retention: Retention) -> Result<(), IngestError> {
+        if let Some(change) = self.options.retention.classes_changed(&retention) {
+            return Err(IngestError::Reload(change));
+        }
+        self.sink.set_retention(retention.clone())?;
+        self.options.retention = retention;
+        Ok(())
     }
 
     /// Seals the open segment: everything pushed so far becomes durable and queryable.

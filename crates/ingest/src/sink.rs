@@ -39,6 +39,8 @@ enum Command {
     /// without an acknowledgement stops the sink with the error, which the next
     /// command's sender then receives.
     Seal(Option<Sender<Result<(), IngestError>>>),
+    /// Expire by these bounds from the next seal on (the same classes).
+    Retention(Retention),
 }
 
 /// Connection entries staged (see `ConnectionIndex::stage`) beyond which they are
@@ -81,7 +83,8 @@ impl SegmentSink {
                     connections,
                     tail,
                 };
-                let result = run(archive, &indexes, &options, &retention, &receiver);
+                let mut retention = retention;
+                let result = run(archive, &indexes, &options, &mut retention, &receiver);
                 if let Some(tail) = &indexes.tail {
                     // What was not sealed is not in the archive.
                     tail.clear();
@@ -109,6 +112,12 @@ impl SegmentSink {
     /// before, without waiting: reading goes on while the sink encodes.
     pub fn roll(&mut self) -> Result<(), IngestError> {
         self.send(Command::Seal(None))
+    }
+
+    /// Hands the sink new retention bounds for the same classes (see
+    /// `Ingestor::set_retention`).
+    pub fn set_retention(&mut self, retention: Retention) -> Result<(), IngestError> {
+        self.send(Command::Retention(retention))
     }
 
     /// Seals the open segment and waits until it is catalogued and indexed.
@@ -246,7 +255,7 @@ fn run(
     mut archive: Archive,
     indexes: &Indexes,
     options: &SegmentOptions,
-    retention: &Retention,
+    retention: &mut Retention,
     commands: &Receiver<Command>,
 ) -> Result<(SinkReport, Archive), IngestError> {
     let mut report = SinkReport::default();
@@ -257,7 +266,7 @@ fn run(
     let result = run_commands(
         &mut archive,
         indexes,
-        (options, retention),
+        (options, &mut *retention),
         commands,
         &mut report,
         &mut opens,
@@ -300,7 +309,7 @@ fn run(
 fn run_commands(
     archive: &mut Archive,
     indexes: &Indexes,
-    (options, retention): (&SegmentOptions, &Retention),
+    (options, retention): (&SegmentOptions, &mut Retention),
     commands: &Receiver<Command>,
     report: &mut SinkReport,
     opens: &mut [Open],
@@ -385,6 +394,7 @@ fn run_commands(
                     (None, Err(error)) => return Err(error),
                 }
             }
+            Command::Retention(bounds) => *retention = bounds,
         }
     }
     Ok(())

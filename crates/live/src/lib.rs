@@ -260,7 +260,39 @@ pub struct Recorder {
     capture: Vec<JoinHandle<Result<CaptureCounts, LiveError>>>,
     archiver: Option<JoinHandle<Result<(u64, u64), LiveError>>>,
     analyzer: Option<JoinHandle<Result<Analyzed, LiveError>>>,
+    /// New retention bounds for the archiver.
+    retention: RetentionControl,
 }
+
+/// Changes the retention bounds a recorder's archiver runs with.
+#[derive(Clone, Debug)]
+pub struct RetentionControl(std::sync::mpsc::Sender<RetentionChange>);
+
+impl RetentionControl {
+    /// Has the archiver expire by `retention` from its next seal on (`serve`
+    /// reloading the archive's config.toml), and waits until it has taken
+    /// it. New bounds are taken; new classes are refused, saying what
+    /// changed, and nothing is.
+    pub fn set_retention(&self, retention: hindsight_ingest::Retention) -> Result<(), LiveError> {
+        let (answer, answered) = std::sync::mpsc::channel();
+        let stopped = || LiveError::Ingest(IngestError::SinkStopped);
+        self.0.send((retention, answer)).map_err(|_| stopped())?;
+        match answered.recv_timeout(RETENTION_ANSWER) {
+            Ok(result) => result.map_err(LiveError::Ingest),
+            Err(_) => Err(stopped()),
+        }
+    }
+}
+
+/// New retention bounds, and where the archiver says whether it took them.
+type RetentionChange = (
+    hindsight_ingest::Retention,
+    std::sync::mpsc::Sender<Result<(), IngestError>>,
+);
+
+/// How long [`RetentionControl::set_retention`] waits for the archiver to answer (it
+/// looks for changes between chunks, at least every 200 ms).
+const RETENTION_ANSWER: Duration = Duration::from_secs(10);
 
 /// The analyzer's dumps, the matches its hold-off suppressed, the triggers whose
 /// packet could not fill the dump template, and the ring chunks it missed.
@@ -354,6 +386,7 @@ impl Recorder {
         };
 
         let tail = ingestor.tail();
+        let (retention, changes) = std::sync::mpsc::channel();
         // Readers first, so that they see the first chunk.
         let archiver = {
             let cursor = ring.cursor_at_oldest();
@@ -362,7 +395,8 @@ impl Recorder {
             std::thread::Builder::new()
                 .name("archiver".to_owned())
                 .spawn(move || {
-                    let archived = archive(cursor, ingestor, link_type, seal_every, &counters);
+                    let archived =
+                        archive(cursor, ingestor, link_type, seal_every, &counters, &changes);
                     if archived.is_err() {
                         counters.archiver_failed.store(true, Ordering::Relaxed);
                     }
@@ -406,7 +440,13 @@ impl Recorder {
             capture: capture_threads,
             archiver: Some(archiver),
             analyzer,
+            retention: RetentionControl(retention),
         })
+    }
+
+    /// What changes the retention the archiver runs with.
+    pub fn retention_control(&self) -> RetentionControl {
+        self.retention.clone()
     }
 
     /// The link type of the interface.
@@ -716,13 +756,15 @@ fn join<T: Default>(handle: Option<JoinHandle<Result<T, LiveError>>>) -> Result<
 /// (2 s), the rest for the reader.
 const PUBLISH_EVERY: Duration = Duration::from_millis(500);
 
-/// The archiver: every packet of every chunk into the archive, sealed on a clock.
+/// The archiver: every packet of every chunk into the archive, sealed on a
+/// clock, under retention bounds that may change.
 fn archive(
     mut cursor: hindsight_ring::Cursor,
     mut ingestor: Ingestor,
     link_type: LinkType,
     seal_every: Duration,
     counters: &LiveCounters,
+    changes: &std::sync::mpsc::Receiver<RetentionChange>,
 ) -> Result<(u64, u64), LiveError> {
     let mut archived = 0u64;
     let mut last_seal = Instant::now();
@@ -747,6 +789,10 @@ fn archive(
             }
             Ok(None) => {}
             Err(_) => break,
+        }
+        // A sink that stopped fails the next write too, which stops this loop.
+        while let Ok((retention, answer)) = changes.try_recv() {
+            let _asker_gone = answer.send(ingestor.set_retention(retention));
         }
         if cursor.skipped() > skipped {
             add(&counters.archive_missed_chunks, cursor.skipped() - skipped);

@@ -2,9 +2,11 @@
 //! writes them: packets ([`packets`]), connections ([`connections`]) and SQL rows
 //! ([`rows`]) in the [`Format`]s people and tools read (an aligned table, CSV,
 //! JSON lines, pcap, pcapng, Parquet), with times ([`time`]) and units as the
-//! command line and the API print them.
+//! command line and the API print them; and what a running command says on
+//! stderr ([`log`]).
 
 pub mod connections;
+pub mod log;
 pub mod packets;
 pub mod rows;
 pub mod time;

@@ -40,10 +40,12 @@ struct Class {
     /// The configuration key of its slots.
     key: &'static str,
     slots: Arc<Semaphore>,
-    size: usize,
+    size: AtomicUsize,
+    /// Requests holding a slot.
+    running: AtomicUsize,
     /// Requests waiting for a slot.
     queued: AtomicUsize,
-    max_queued: usize,
+    max_queued: AtomicUsize,
     /// Mean run time of the class's recent requests, µs (a moving average).
     mean_micros: AtomicU64,
     /// Requests admitted and refused, for the metrics.
@@ -72,9 +74,10 @@ impl Class {
             name,
             key,
             slots: Arc::new(Semaphore::new(size)),
-            size,
+            size: AtomicUsize::new(size),
+            running: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
-            max_queued,
+            max_queued: AtomicUsize::new(max_queued),
             // Until something has run: a tenth of a second.
             mean_micros: AtomicU64::new(100_000),
             admitted: AtomicU64::new(0),
@@ -84,9 +87,10 @@ impl Class {
 
     /// Seconds until a slot is likely free for a request behind the queue.
     fn retry_after(&self) -> u64 {
-        let ahead = self.queued.load(Ordering::Relaxed) + self.size;
+        let size = self.size.load(Ordering::Relaxed);
+        let ahead = self.queued.load(Ordering::Relaxed) + size;
         let micros = self.mean_micros.load(Ordering::Relaxed) as f64;
-        let seconds = micros * ahead as f64 / self.size.max(1) as f64 / 1e6;
+        let seconds = micros * ahead as f64 / size.max(1) as f64 / 1e6;
         (seconds.ceil() as u64).clamp(1, 3600)
     }
 
@@ -97,13 +101,33 @@ impl Class {
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "{why}: {} {} requests are running (the server's {}) and {} wait: retry in {retry} s",
-                self.size,
+                self.size.load(Ordering::Relaxed),
                 self.name,
                 self.key,
                 self.queued.load(Ordering::Relaxed)
             ),
         )
         .retry_after(retry)
+    }
+
+    /// `size` slots and a queue of `max_queued` from now on: more slots are
+    /// free at once; fewer are taken as running requests give theirs back.
+    fn resize(self: &Arc<Self>, size: usize, max_queued: usize) {
+        self.max_queued.store(max_queued, Ordering::Relaxed);
+        let old = self.size.swap(size, Ordering::Relaxed);
+        if size > old {
+            self.slots.add_permits(size - old);
+        } else if size < old {
+            let owed = old - size - self.slots.forget_permits(old - size);
+            if owed > 0 {
+                let class = Arc::clone(self);
+                tokio::spawn(async move {
+                    if let Ok(permits) = class.slots.acquire_many(owed as u32).await {
+                        permits.forget();
+                    }
+                });
+            }
+        }
     }
 
     fn record(&self, took: Duration) {
@@ -122,10 +146,10 @@ impl Class {
 pub struct Admission {
     cheap: Arc<Class>,
     scan: Arc<Class>,
-    /// Longest a request waits in a queue.
-    wait: Duration,
+    /// Longest a request waits in a queue, ms.
+    wait_ms: AtomicU64,
     /// Most rows a cheap request decodes.
-    cheap_rows: u64,
+    cheap_rows: AtomicU64,
 }
 
 /// A slot of one class, held while the request runs; its run time is
@@ -139,6 +163,7 @@ pub struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        self.class.running.fetch_sub(1, Ordering::Relaxed);
         self.class.record(self.started.elapsed());
     }
 }
@@ -177,14 +202,31 @@ impl Admission {
         Self {
             cheap: Arc::new(Class::new("cheap", "max_concurrent", cheap, max_queued)),
             scan: Arc::new(Class::new("scan", "max_scans", scan, max_queued)),
-            wait,
-            cheap_rows,
+            wait_ms: AtomicU64::new(millis(wait)),
+            cheap_rows: AtomicU64::new(cheap_rows),
         }
+    }
+
+    /// The bounds of [`Admission::new`] from now on (a reload of `serve`'s
+    /// configuration); the requests running keep their slots. Needs the
+    /// runtime: fewer slots are taken back by a task as they come free.
+    pub fn resize(
+        &self,
+        cheap: usize,
+        scan: usize,
+        max_queued: usize,
+        wait: Duration,
+        cheap_rows: u64,
+    ) {
+        self.cheap.resize(cheap, max_queued);
+        self.scan.resize(scan, max_queued);
+        self.wait_ms.store(millis(wait), Ordering::Relaxed);
+        self.cheap_rows.store(cheap_rows, Ordering::Relaxed);
     }
 
     /// The class of a request that decodes about `rows` rows.
     pub fn cost_of_rows(&self, rows: u64) -> Cost {
-        if rows <= self.cheap_rows {
+        if rows <= self.cheap_rows.load(Ordering::Relaxed) {
             Cost::Cheap
         } else {
             Cost::Scan
@@ -205,6 +247,7 @@ impl Admission {
         let class = self.class(cost);
         let ticket = |permit| {
             class.admitted.fetch_add(1, Ordering::Relaxed);
+            class.running.fetch_add(1, Ordering::Relaxed);
             Ticket {
                 _permit: permit,
                 class: Arc::clone(class),
@@ -214,13 +257,14 @@ impl Admission {
         if let Ok(permit) = Arc::clone(&class.slots).try_acquire_owned() {
             return Ok(ticket(permit));
         }
-        if class.queued.fetch_add(1, Ordering::Relaxed) >= class.max_queued {
+        if class.queued.fetch_add(1, Ordering::Relaxed) >= class.max_queued.load(Ordering::Relaxed)
+        {
             class.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(class.refusal("the queue is full"));
         }
         let waiting = Waiting(&class.queued);
-        let acquired =
-            tokio::time::timeout(self.wait, Arc::clone(&class.slots).acquire_owned()).await;
+        let wait = Duration::from_millis(self.wait_ms.load(Ordering::Relaxed));
+        let acquired = tokio::time::timeout(wait, Arc::clone(&class.slots).acquire_owned()).await;
         drop(waiting);
         match acquired {
             Ok(Ok(permit)) => Ok(ticket(permit)),
@@ -232,7 +276,7 @@ impl Admission {
     pub fn counts(&self) -> [ClassCounts; 2] {
         [&self.cheap, &self.scan].map(|class| ClassCounts {
             name: class.name,
-            running: class.size - class.slots.available_permits(),
+            running: class.running.load(Ordering::Relaxed),
             queued: class.queued.load(Ordering::Relaxed),
             admitted: class.admitted.load(Ordering::Relaxed),
             refused: class.refused.load(Ordering::Relaxed),
@@ -240,9 +284,37 @@ impl Admission {
     }
 }
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn resized_classes_admit_as_many_as_their_new_slots() {
+        let admission = Admission::new(1, 1, 0, Duration::from_millis(10), CHEAP_ROWS);
+        let first = admission.admit(Cost::Scan).await.unwrap();
+        assert!(admission.admit(Cost::Scan).await.is_err());
+        admission.resize(1, 3, 0, Duration::from_millis(10), 10);
+        let more = [
+            admission.admit(Cost::Scan).await.unwrap(),
+            admission.admit(Cost::Scan).await.unwrap(),
+        ];
+        assert!(admission.admit(Cost::Scan).await.is_err());
+        assert_eq!(admission.cost_of_rows(11), Cost::Scan);
+        // Down to one: the running three keep theirs, and one slot is left
+        // once they are done.
+        admission.resize(1, 1, 0, Duration::from_millis(10), 10);
+        assert_eq!(admission.counts()[1].running, 3);
+        drop(first);
+        drop(more);
+        tokio::task::yield_now().await;
+        let again = admission.admit(Cost::Scan).await.unwrap();
+        assert!(admission.admit(Cost::Scan).await.is_err());
+        drop(again);
+    }
 
     #[tokio::test]
     async fn a_full_scan_class_refuses_scans_with_a_retry_after_and_still_admits_cheap_work() {

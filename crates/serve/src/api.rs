@@ -103,8 +103,8 @@ pub struct AppState {
     pub dumps_dir: PathBuf,
     /// The bearer token, if the API needs one.
     pub token: Option<String>,
-    /// Bounds of requests.
-    pub limits: ApiLimits,
+    /// Bounds of requests (changed by a reload: read them with `limits()`).
+    pub limits: std::sync::RwLock<ApiLimits>,
     /// Live capture, if any.
     pub live: Option<Live>,
     /// When the server started.
@@ -138,7 +138,17 @@ pub struct AppState {
     pub connections: Arc<crate::listen::ConnectionCounts>,
     /// Names a request's `Host` may give besides loopback's, when the API
     /// has no token ([`require_host`]).
-    pub allowed_hosts: Vec<String>,
+    pub allowed_hosts: std::sync::RwLock<Vec<String>>,
+}
+
+impl AppState {
+    /// The bounds of requests now.
+    pub fn limits(&self) -> ApiLimits {
+        *self
+            .limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 type Shared = Arc<AppState>;
@@ -345,7 +355,7 @@ pub fn router(state: Shared) -> Router {
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(DefaultBodyLimit::max(state.limits().max_body_bytes))
         // gzip for clients that ask (`Accept-Encoding: gzip`), at the fastest
         // level so that a large pcap download is not bound by the compressor.
         // Streams stay streams.
@@ -381,16 +391,26 @@ async fn require_host(State(state): State<Shared>, request: Request, next: Next)
         .map(|value| value.to_str().unwrap_or("?"))
         .or_else(|| request.uri().host());
     match host {
-        Some(host) if !host_allowed(host, &state.allowed_hosts) => ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Host {:?} is not this server's: without a token it answers requests to \
+        Some(host)
+            if !host_allowed(
+                host,
+                &state
+                    .allowed_hosts
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ) =>
+        {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Host {:?} is not this server's: without a token it answers requests to \
                  localhost or an address only (add the name to [api] allowed_hosts, or set a \
                  token)",
-                ascii(host)
-            ),
-        )
-        .into_response(),
+                    ascii(host)
+                ),
+            )
+            .into_response()
+        }
         _ => next.run(request).await,
     }
 }
@@ -551,7 +571,7 @@ pub(crate) async fn run_admitted<T: Send + 'static>(
     // A little after the work's own bound, so that work which cancels itself
     // (SQL) reports first.
     let answer =
-        match tokio::time::timeout(state.limits.timeout + Duration::from_secs(2), result).await {
+        match tokio::time::timeout(state.limits().timeout + Duration::from_secs(2), result).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -561,7 +581,7 @@ pub(crate) async fn run_admitted<T: Send + 'static>(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!(
                     "the request took longer than the server's timeout_secs ({} s)",
-                    state.limits.timeout.as_secs()
+                    state.limits().timeout.as_secs()
                 ),
             )),
         };
@@ -590,11 +610,11 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
         "capture": capture,
         "cluster": cluster,
         "limits": {
-            "max_rows": state.limits.max_rows,
-            "max_body_bytes": state.limits.max_body_bytes,
-            "timeout_secs": state.limits.timeout.as_secs(),
-            "max_concurrent": state.limits.max_concurrent,
-            "max_scans": state.limits.max_scans,
+            "max_rows": state.limits().max_rows,
+            "max_body_bytes": state.limits().max_body_bytes,
+            "timeout_secs": state.limits().timeout.as_secs(),
+            "max_concurrent": state.limits().max_concurrent,
+            "max_scans": state.limits().max_scans,
         },
     }))
 }
@@ -638,7 +658,7 @@ struct QueryParams {
 }
 
 fn row_limit(state: &AppState, limit: Option<u64>) -> ApiResult<u64> {
-    let max = state.limits.max_rows;
+    let max = state.limits().max_rows;
     match limit {
         Some(0) => Err(ApiError::bad_request("limit must be positive")),
         Some(n) if n > max => Err(ApiError::bad_request(format!(
@@ -1052,7 +1072,7 @@ async fn sql(
             format,
         }
     };
-    let answer = run_statement(&state, statement, state.limits.sql(max_rows)).await?;
+    let answer = run_statement(&state, statement, state.limits().sql(max_rows)).await?;
     let mut response = ([(header::CONTENT_TYPE, format.media_type())], answer.body).into_response();
     for (name, value) in &answer.headers {
         if let (Ok(name), Ok(value)) = (
@@ -1253,12 +1273,12 @@ async fn trigger(
         .spawn(move || {
             let _permit = permit;
             match dumper.dump_as(filter, at_ns, before, after, &file) {
-                Ok(report) if !report.complete => eprintln!(
-                    "hindsight: dump {label} is incomplete: the capture did not reach the \
+                Ok(report) if !report.complete => log::warn!(
+                    "dump {label} is incomplete: the capture did not reach the \
                      window's end in time"
                 ),
                 Ok(_) => {}
-                Err(error) => eprintln!("hindsight: dump {label}: {error}"),
+                Err(error) => log::warn!("dump {label}: {error}"),
             }
         })
         .map_err(|e| ApiError::internal(&e.into()))?;
@@ -1392,7 +1412,7 @@ pub async fn refresh(state: Shared, every: Duration) {
         })
         .await;
         if let Ok(Err(error)) = reloaded {
-            eprintln!("hindsight serve: cannot reload the archive: {error}");
+            log::warn!("cannot reload the archive: {error}");
         }
     }
 }

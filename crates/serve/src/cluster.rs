@@ -195,7 +195,7 @@ async fn sync(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> A
     let request: SyncRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("bad sync: {e}")))?;
     let answer = index.sync(from, &request).map_err(|e| {
-        eprintln!(
+        log::warn!(
             "cluster: refused a sync from {from} as {:?}: {e}",
             request.node
         );
@@ -217,7 +217,7 @@ async fn summaries(
     let count = upload.summaries.len();
     let named = upload.node.clone();
     index.add(from, upload, body.len() as u64).map_err(|e| {
-        eprintln!("cluster: refused summaries from {from} as {named:?}: {e}");
+        log::warn!("cluster: refused summaries from {from} as {named:?}: {e}");
         index_error(e)
     })?;
     Ok(axum::Json(json!({"taken": count})).into_response())
@@ -365,7 +365,7 @@ async fn fragment(
     let answer = crate::api::run_statement(
         &state,
         crate::worker::Statement::Fragment(body.to_vec()),
-        state.limits.sql(state.limits.max_rows),
+        state.limits().sql(state.limits().max_rows),
     )
     .await?;
     Ok((

@@ -380,6 +380,18 @@ pub struct ApiSection {
 }
 
 impl ApiSection {
+    /// The bounds of requests this section sets.
+    pub fn limits(&self) -> crate::api::ApiLimits {
+        crate::api::ApiLimits {
+            max_body_bytes: self.max_body_bytes,
+            max_rows: self.max_rows,
+            timeout: Duration::from_secs(self.timeout_secs),
+            max_concurrent: self.max_concurrent,
+            max_scans: self.max_scans,
+            max_memory_bytes: self.max_memory_mib.saturating_mul(1 << 20),
+        }
+    }
+
     /// What every statement's operators may reserve at once, bytes.
     pub fn total_memory_bytes(&self) -> usize {
         self.max_total_memory_mib

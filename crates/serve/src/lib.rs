@@ -4,6 +4,7 @@
 //! retention and triggers (see `hindsight_live`), and the HTTP API and web UI
 //! over the archive (see [`api`]), until SIGTERM or SIGINT: then the API stops
 //! taking requests, the ring drains into the archive, and the archive seals.
+//! SIGHUP reloads what can change without stopping the capture (`reload`).
 //!
 //! A SIGKILL loses only what was not sealed: the next start recovers the archive
 //! as `ingest` does (temporary files removed, every catalogued segment intact).
@@ -14,6 +15,7 @@ pub mod cluster;
 mod config;
 pub mod listen;
 mod metrics;
+mod reload;
 mod watches;
 pub mod worker;
 
@@ -32,7 +34,7 @@ use hindsight_store::archive::Serving;
 use hindsight_trigger::DumpTemplate;
 use tokio::sync::Semaphore;
 
-use self::api::{ApiLimits, AppState, Live};
+use self::api::{AppState, Live};
 pub use self::config::ServeConfig;
 use self::config::seconds;
 
@@ -48,8 +50,11 @@ pub struct Options {
     pub listen: Option<std::net::SocketAddr>,
     /// Listen beyond loopback without a token.
     pub insecure_no_token: bool,
-    /// Run as a statement worker of a server (see [`worker`]), not as one.
-    pub statement_worker: Option<worker::WorkerOptions>,
+    /// Run as a statement worker of a server (see [`worker`]) within this
+    /// many MiB, not as one.
+    pub statement_worker: Option<usize>,
+    /// A statement worker's parsed footers kept between statements, MiB.
+    pub footer_cache_mib: usize,
 }
 
 /// How often the reader looks for sealed or expired segments when no request
@@ -62,20 +67,19 @@ const DRAIN_REQUESTS: Duration = Duration::from_secs(10);
 
 /// Runs `hindsight serve` until SIGTERM or SIGINT.
 pub fn run(args: Options) -> Result<()> {
-    if let Some(options) = &args.statement_worker {
-        return worker::serve_statements(options);
+    if let Some(memory_mib) = args.statement_worker {
+        return worker::serve_statements(&worker::WorkerOptions {
+            archive: args.archive.clone().unwrap_or_default(),
+            memory_mib,
+            footer_cache_mib: args.footer_cache_mib,
+            config: args.config.clone(),
+        });
     }
-    let mut config = match &args.config {
-        Some(path) => ServeConfig::load(path)?,
-        None => ServeConfig::default(),
+    let overrides = reload::Overrides {
+        archive: args.archive.clone(),
+        listen: args.listen,
     };
-    if let Some(archive) = args.archive {
-        config.archive = Some(archive);
-    }
-    if let Some(listen) = args.listen {
-        config.api.listen = listen;
-    }
-    config.validate()?;
+    let (config, serve_table) = reload::load(args.config.as_deref(), &overrides)?;
     let root = config.archive.clone().context(
         "no archive: give --archive DIR or `archive = \"DIR\"` in the configuration file",
     )?;
@@ -111,8 +115,8 @@ pub fn run(args: Options) -> Result<()> {
                  authenticating proxy in front and give --insecure-no-token)"
             );
         }
-        eprintln!(
-            "hindsight serve: WARNING: listening on {listen} without a token \
+        log::warn!(
+            "listening on {listen} without a token \
              (--insecure-no-token): anyone who reaches it can read the archive"
         );
     }
@@ -125,6 +129,12 @@ pub fn run(args: Options) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the HTTP runtime")?;
+    // Caught from here on (its default action ends the process): one that
+    // comes before the reloader runs waits for it.
+    let hangups = {
+        let _entered = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+    };
     // Listen first: a taken port fails before anything is captured.
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind(config.api.listen))
@@ -160,8 +170,8 @@ pub fn run(args: Options) -> Result<()> {
             url: format!("http://{}", std::net::SocketAddr::new(host, address.port())),
         };
         if let Err(error) = serving.write(&root) {
-            eprintln!(
-                "hindsight serve: cannot write {}: {error}; the command-line tools will \
+            log::warn!(
+                "cannot write {}: {error}; the command-line tools will \
                  read the sealed segments only",
                 root.join(hindsight_store::archive::SERVING_FILE).display()
             );
@@ -215,14 +225,7 @@ pub fn run(args: Options) -> Result<()> {
         archive: archive.clone(),
         dumps_dir,
         token,
-        limits: ApiLimits {
-            max_body_bytes: config.api.max_body_bytes,
-            max_rows: config.api.max_rows,
-            timeout: Duration::from_secs(config.api.timeout_secs),
-            max_concurrent: config.api.max_concurrent,
-            max_scans: config.api.max_scans,
-            max_memory_bytes: config.api.max_memory_mib.saturating_mul(1 << 20),
-        },
+        limits: std::sync::RwLock::new(config.api.limits()),
         live,
         started: Instant::now(),
         admission: admission::Admission::new(
@@ -244,7 +247,7 @@ pub fn run(args: Options) -> Result<()> {
             .map(|cluster| cluster::ClusterState::new(cluster, archive, max_rows)),
         requests: std::sync::Mutex::default(),
         connections: Arc::default(),
-        allowed_hosts: config.api.allowed_hosts.clone(),
+        allowed_hosts: std::sync::RwLock::new(config.api.allowed_hosts.clone()),
         workers,
     });
     let syncing = state
@@ -255,8 +258,8 @@ pub fn run(args: Options) -> Result<()> {
     let stop_copying = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let copying = start_copying(Arc::clone(&state.reader), Arc::clone(&stop_copying));
     let reader_at_end = Arc::clone(&state.reader);
-    eprintln!(
-        "hindsight serve: archive {}, {}; {}; listening on http://{address}",
+    log::info!(
+        "archive {}, {}; {}; listening on http://{address}",
         root.display(),
         match &recorder {
             Some((recorder, interface)) => format!(
@@ -281,6 +284,15 @@ pub fn run(args: Options) -> Result<()> {
             (None, None) => "API without a token".to_owned(),
         }
     );
+    let reloader = reload::Reloader::new(
+        args.config.clone(),
+        overrides,
+        &root,
+        serve_table,
+        recorder
+            .as_ref()
+            .map(|(recorder, _)| recorder.retention_control()),
+    )?;
     let app = api::router(Arc::clone(&state));
     let connections = Arc::clone(&state.connections);
     let connection_limits = listen::ConnectionLimits {
@@ -295,19 +307,20 @@ pub fn run(args: Options) -> Result<()> {
             Duration::from_secs(5),
         ));
         let refresher = tokio::spawn(api::refresh(Arc::clone(&state), REFRESH));
+        let reloading = tokio::spawn(reload::on_sighup(Arc::clone(&state), reloader, hangups));
         let (stopping, stop) = tokio::sync::watch::channel(false);
         let server = listen::serve(listener, app, connection_limits, connections, stop);
         let mut server = std::pin::pin!(server);
         tokio::select! {
             () = &mut server => {}
             name = shutdown_signal() => {
-                eprintln!("hindsight serve: {name}: stopping");
+                log::info!("{name}: stopping");
                 let _ = stopping.send(true);
                 // Requests in flight get a bound, then the archive seals anyway.
                 let _ = tokio::time::timeout(DRAIN_REQUESTS, server).await;
             }
             () = archiver_failed(archiver_counters) => {
-                eprintln!("hindsight serve: the archiver stopped on an error: stopping");
+                log::warn!("the archiver stopped on an error: stopping");
                 let _ = stopping.send(true);
                 // Requests in flight get a bound, then the archive seals anyway.
                 let _ = tokio::time::timeout(DRAIN_REQUESTS, server).await;
@@ -315,6 +328,7 @@ pub fn run(args: Options) -> Result<()> {
         };
         sampler.abort();
         refresher.abort();
+        reloading.abort();
     });
     Serving::remove(&root);
     if let Some(stop) = stop_sync {
@@ -333,8 +347,8 @@ pub fn run(args: Options) -> Result<()> {
     if let Some((recorder, _)) = recorder {
         let counters = recorder.counters();
         let summary = recorder.stop()?;
-        eprintln!(
-            "hindsight serve: captured {} packets ({} dropped by the kernel, {} by the \
+        log::info!(
+            "captured {} packets ({} dropped by the kernel, {} by the \
              interface); archived {} ({} ring chunks missed; {} missed by the trigger \
              analyzer); {} dump(s); archive sealed",
             summary.captured,
@@ -427,19 +441,19 @@ fn copy_segments(reader: &hindsight_reader::Reader, said: &mut Said) {
     match hindsight_sql::objects::copy_archive(reader.root(), &settings) {
         Ok((copied, line)) => {
             if said.resumed() {
-                eprintln!("hindsight serve: copies to {} resumed", settings.url);
+                log::info!("copies to {} resumed", settings.url);
             }
             if copied.segments > 0 || copied.local_removed > 0 {
-                eprintln!("hindsight serve: {line}");
+                log::info!("{line}");
             }
             for problem in said.new_problems(copied.problems) {
-                eprintln!("hindsight serve: warning: {problem}");
+                log::warn!("{problem}");
             }
         }
         Err(error) => {
             if said.failed(Instant::now()) {
-                eprintln!(
-                    "hindsight serve: cannot copy segments to {}: {error} (tried again every {} s, said again every {} s)",
+                log::warn!(
+                    "cannot copy segments to {}: {error} (tried again every {} s, said again every {} s)",
                     settings.url,
                     COPY_EVERY.as_secs(),
                     SAY_AGAIN_EVERY.as_secs()
@@ -545,7 +559,7 @@ fn start_watches(
         watches,
     )?;
     if !names.is_empty() {
-        eprintln!("hindsight serve: watching {}", names.join(", "));
+        log::info!("watching {}", names.join(", "));
     }
     Ok(hub)
 }
@@ -598,17 +612,14 @@ fn start_capture(
         .with_context(|| format!("cannot record into {}", root.display()))?;
     let recovery = &opened.recovery;
     if !recovery.temp_files_removed.is_empty() || !opened.reindexed.is_empty() {
-        eprintln!(
-            "hindsight serve: recovered the archive: {} unsealed temporary file(s) removed, \
+        log::info!(
+            "recovered the archive: {} unsealed temporary file(s) removed, \
              {} segment(s) re-indexed",
             recovery.temp_files_removed.len(),
             opened.reindexed.len()
         );
     }
-    eprintln!(
-        "hindsight serve: ring {}",
-        human_bytes((capture.ring_mib as u64) << 20)
-    );
+    log::info!("ring {}", human_bytes((capture.ring_mib as u64) << 20));
     Ok((recorder, capture.interface.clone()))
 }
 

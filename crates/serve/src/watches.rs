@@ -188,7 +188,7 @@ async fn create(
     }
     // Planned against the archive before it runs, on a blocking thread.
     let reader = Arc::clone(&state.reader);
-    let memory = state.limits.max_memory_bytes;
+    let memory = state.limits().max_memory_bytes;
     let checked = spec.clone();
     let needs_home = analysis.is_some();
     tokio::task::spawn_blocking(move || -> ApiResult<()> {

@@ -403,7 +403,7 @@ impl Workers {
             Err(Failure::Died(why)) => {
                 self.died.fetch_add(1, Ordering::Relaxed);
                 let words = worker.last_words();
-                eprintln!("hindsight: a statement worker died ({why}): {words}");
+                log::warn!("a statement worker died ({why}): {words}");
                 let refused = words
                     .split(" / ")
                     .find(|line| line.starts_with("memory allocation of"));
@@ -491,7 +491,7 @@ fn relay_stderr(stderr: std::process::ChildStderr, pid: u32, words: &Mutex<Vec<S
     use std::io::BufRead;
     for line in std::io::BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
-        eprintln!("hindsight: statement worker {pid}: {line}");
+        log::warn!("statement worker {pid}: {line}");
         // Not the frames of a backtrace: what it said.
         let trimmed = line.trim_start();
         let frame = trimmed.starts_with("at ")

@@ -11,14 +11,14 @@ use hindsight_output::Format;
 
 use crate::{
     Answered, Cancel, ConnQuestion, Connection, Limits, Output, PacketPlan, PacketQuestion, Page,
-    Questions, SqlQuestion,
+    Questions, SharedLimits, SqlQuestion,
 };
 
 /// A cluster, through its client.
 #[derive(Clone, Debug)]
 pub struct Cluster {
     client: ClusterClient,
-    limits: Limits,
+    limits: SharedLimits,
 }
 
 impl Cluster {
@@ -31,7 +31,7 @@ impl Cluster {
     pub fn new(client: ClusterClient) -> Self {
         Self {
             client,
-            limits: Limits::default(),
+            limits: SharedLimits::default(),
         }
     }
 
@@ -39,7 +39,15 @@ impl Cluster {
     /// error, not a short answer; a statement runs within their time,
     /// cancel flag and memory.
     pub fn with_limits(self, limits: Limits) -> Self {
-        Self { limits, ..self }
+        Self {
+            limits: SharedLimits::new(limits),
+            ..self
+        }
+    }
+
+    /// The limits of this service and its clones, which may be changed.
+    pub fn limits(&self) -> &SharedLimits {
+        &self.limits
     }
 
     /// How a federated answer went, as the asker is told.
@@ -84,7 +92,7 @@ impl Questions for Cluster {
                 filter: question.filter.clone(),
                 time: question.time,
                 limit: question.limit,
-                max_rows: self.limits.max_rows,
+                max_rows: self.limits.get().max_rows,
                 count: question.count,
             },
         }))
@@ -120,9 +128,10 @@ impl Questions for Cluster {
             !question.allow_writes,
             "a cluster's statements only read: statements that write run on one archive"
         );
+        let bounds = self.limits.get();
         let limits = hindsight_sql::Limits {
             max_rows: Some(question.max_rows),
-            ..self.limits.statement()
+            ..bounds.statement()
         };
         let out: &mut dyn Write = out.open()?;
         let outcome = hindsight_cluster::sql::answer(
@@ -132,7 +141,7 @@ impl Questions for Cluster {
             format,
             out,
             &limits,
-            self.limits.memory_bytes,
+            bounds.memory_bytes,
         )?;
         Ok(Self::answered(&outcome))
     }

@@ -28,6 +28,35 @@ pub use snapshots::{Snapshots, ascii, header_text};
 
 pub use hindsight_model::connection::ConnEntry;
 pub use hindsight_reader::{Histogram, Limits};
+
+/// The limits of a question service, shared by its clones: a running server
+/// may change them (`serve` reloading its configuration), and every question
+/// asked after that is bound by the new ones.
+#[derive(Clone, Debug, Default)]
+pub struct SharedLimits(std::sync::Arc<std::sync::RwLock<Limits>>);
+
+impl SharedLimits {
+    /// Shares `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(limits)))
+    }
+
+    /// The limits now.
+    pub fn get(&self) -> Limits {
+        match self.0.read() {
+            Ok(limits) => limits.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Bounds the questions asked from now on by `limits`.
+    pub fn set(&self, limits: Limits) {
+        match self.0.write() {
+            Ok(mut held) => *held = limits,
+            Err(poisoned) => *poisoned.into_inner() = limits,
+        }
+    }
+}
 pub use hindsight_sql::Cancel;
 
 /// Response header of an answer that went without something (damaged

@@ -14,14 +14,14 @@ use hindsight_store::{TailView, TimeRange};
 use crate::local::{conn_query, search_request};
 use crate::{
     Answered, Cancel, ConnQuestion, Histogram, Output, PacketPlan, PacketQuestion, Page, Questions,
-    SqlQuestion, write_found,
+    SharedLimits, SqlQuestion, write_found,
 };
 
 /// The archive a reader holds open, within `limits` (rows and time).
 #[derive(Clone, Debug)]
 pub struct Snapshots {
     reader: Arc<Reader>,
-    limits: Limits,
+    limits: SharedLimits,
     tail: Option<TailView>,
 }
 
@@ -30,9 +30,14 @@ impl Snapshots {
     pub fn new(reader: Arc<Reader>, limits: Limits) -> Self {
         Self {
             reader,
-            limits,
+            limits: SharedLimits::new(limits),
             tail: None,
         }
+    }
+
+    /// The limits of this service and its clones, which may be changed.
+    pub fn limits(&self) -> &SharedLimits {
+        &self.limits
     }
 
     /// With `tail` for the unsealed rows instead of the reader's own (a
@@ -127,7 +132,7 @@ impl Questions for Snapshots {
             snapshot,
             request,
             plan,
-            limits: self.limits.clone(),
+            limits: self.limits.get(),
             count: question.count,
         }))
     }
@@ -154,7 +159,8 @@ impl Questions for Snapshots {
             "statements asked of a running server only read: a statement that writes runs on \
              the archive itself"
         );
-        let session = self.snapshot()?.sql(&self.limits)?;
+        let bounds = self.limits.get();
+        let session = self.snapshot()?.sql(&bounds)?;
         session.check(&question.text)?;
         if question.explain {
             writeln!(out.open()?, "{}", session.explain(&question.text)?)?;
@@ -162,7 +168,7 @@ impl Questions for Snapshots {
         }
         let limits = hindsight_sql::Limits {
             max_rows: Some(question.max_rows),
-            ..self.limits.statement()
+            ..bounds.statement()
         };
         session.run(&question.text, format, out.open()?, &limits)?;
         Ok(Answered::went_without(session.skipped()))

@@ -139,6 +139,30 @@ impl Retention {
             .map_or(0, |i| i + 1)
     }
 
+    /// What differs in how packets are routed to classes (their names,
+    /// filters, interfaces, in order) between `self` and `other`, if anything:
+    /// a running writer keeps segments of each class apart, so it takes new
+    /// bounds but not new classes.
+    pub fn classes_changed(&self, other: &Self) -> Option<String> {
+        let routes = |r: &Self| {
+            r.classes
+                .iter()
+                .map(|c| (c.name.clone(), c.filter.clone(), c.interface))
+                .collect::<Vec<_>>()
+        };
+        let names = |r: &Self| {
+            let names: Vec<&str> = r.classes.iter().map(|c| c.name.as_str()).collect();
+            format!("[{}]", names.join(", "))
+        };
+        (routes(self) != routes(other)).then(|| {
+            format!(
+                "the retention classes or their filters changed (from {} to {})",
+                names(self),
+                names(other)
+            )
+        })
+    }
+
     /// The name of class `index` (`None`: the default class).
     pub fn class_name(&self, index: usize) -> Option<&str> {
         index

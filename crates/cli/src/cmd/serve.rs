@@ -22,6 +22,9 @@ pub struct Args {
     /// read the archive. Only behind a proxy that authenticates (docs/serve.md).
     #[arg(long)]
     insecure_no_token: bool,
+    /// How it logs on stderr: plain lines, or json (one object a line, for log shippers).
+    #[arg(long, value_name = "plain|json", default_value = "plain")]
+    log_format: hindsight_output::log::LogFormat,
     /// Run as a statement worker of a server, limited to this many MiB
     /// (the server starts its workers so; see `hindsight_serve::worker`).
     #[arg(long, hide = true, value_name = "MIB", requires = "archive")]
@@ -33,21 +36,14 @@ pub struct Args {
 
 /// Runs `hindsight serve`.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let worker_archive = args.archive.clone().unwrap_or_default();
-    let worker_config = args.config.clone();
+    hindsight_output::log::init(args.log_format);
     hindsight_serve::run(hindsight_serve::Options {
         config: args.config,
         archive: args.archive,
         listen: args.listen,
         insecure_no_token: args.insecure_no_token,
-        statement_worker: args.statement_worker.map(|memory_mib| {
-            hindsight_serve::worker::WorkerOptions {
-                archive: worker_archive,
-                memory_mib,
-                footer_cache_mib: args.footer_cache_mib,
-                config: worker_config,
-            }
-        }),
+        statement_worker: args.statement_worker,
+        footer_cache_mib: args.footer_cache_mib,
     })?;
     Ok(ExitCode::SUCCESS)
 }
