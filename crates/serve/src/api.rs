@@ -603,6 +603,7 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
         let config = cluster.client.config();
         json!({"node": config.name, "nodes": config.nodes.len()})
     });
+    let limits = state.limits();
     Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
@@ -610,11 +611,11 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
         "capture": capture,
         "cluster": cluster,
         "limits": {
-            "max_rows": state.limits().max_rows,
-            "max_body_bytes": state.limits().max_body_bytes,
-            "timeout_secs": state.limits().timeout.as_secs(),
-            "max_concurrent": state.limits().max_concurrent,
-            "max_scans": state.limits().max_scans,
+            "max_rows": limits.max_rows,
+            "max_body_bytes": limits.max_body_bytes,
+            "timeout_secs": limits.timeout.as_secs(),
+            "max_concurrent": limits.max_concurrent,
+            "max_scans": limits.max_scans,
         },
     }))
 }
