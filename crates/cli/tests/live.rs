@@ -1656,6 +1656,22 @@ fn sighup_takes_a_watch_an_api_limit_and_a_retention_bound_while_capturing() {
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(health()["limits"]["max_rows"], 10);
     assert_eq!(watches(), ["udps"]);
+    // Nor does an analysis on an archive without a home network, refused as
+    // at start and through the API.
+    std::fs::write(
+        &config,
+        format!(
+            "archive = {:?}\n[capture]\ninterface = \"hs-a\"\nseal_secs = 1\n\
+             [api]\nlisten = \"127.0.0.1:0\"\nmax_rows = 20\n\
+             [[watch]]\nname = \"scans\"\nanalysis = \"portscan\"\n",
+            archive.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    signal(&serve, "HUP");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(health()["limits"]["max_rows"], 10);
+    assert_eq!(watches(), ["udps"]);
 
     signal(&serve, "TERM");
     let mut serve = serve;
@@ -1668,6 +1684,7 @@ fn sighup_takes_a_watch_an_api_limit_and_a_retention_bound_while_capturing() {
         "SIGHUP: [[watch]] udps: started",
         "SIGHUP: the retention of config.toml: taken",
         "SIGHUP: refused, the configuration in use is kept",
+        "watch \"scans\" runs an analysis, which needs the home network",
     ] {
         assert!(log.contains(said), "{said}: {log}");
     }

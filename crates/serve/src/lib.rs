@@ -508,6 +508,16 @@ fn start_watches(
     };
     let snapshot = reader.snapshot()?;
     let session = snapshot.sql(&limits)?;
+    let watches = config
+        .watch
+        .iter()
+        .map(|section| section.watch(&config.watches))
+        .collect::<Result<Vec<_>>>()?;
+    let analysing = watches.iter().find(|w| w.analysis.is_some());
+    if let Some(refusal) = watches::without_home(&snapshot, analysing.map(|w| w.spec.name.as_str()))
+    {
+        bail!(refusal);
+    }
     let mut watcher =
         hindsight_watch::Watcher::dynamic(session, hindsight_flow::FlowTableConfig::default())?;
     if let Some(workers) = workers {
@@ -528,20 +538,6 @@ fn start_watches(
         last = Arc::clone(&snapshot);
         snapshot.sql(&limits).ok()
     });
-    let watches = config
-        .watch
-        .iter()
-        .map(|section| section.watch(&config.watches))
-        .collect::<Result<Vec<_>>>()?;
-    if let Some(watch) = watches.iter().find(|w| w.analysis.is_some())
-        && snapshot_home_is_empty(reader)
-    {
-        bail!(
-            "[[watch]] {}: the analyses need the home network: [network] home in the \
-             archive's config.toml",
-            watch.spec.name
-        );
-    }
     let names: Vec<String> = watches.iter().map(|w| w.spec.name.clone()).collect();
     let hub = hindsight_watch::hub::Hub::start(
         hindsight_watch::hub::Feed {
@@ -562,12 +558,6 @@ fn start_watches(
         log::info!("watching {}", names.join(", "));
     }
     Ok(hub)
-}
-
-fn snapshot_home_is_empty(reader: &Reader) -> bool {
-    reader
-        .snapshot()
-        .map_or(true, |snapshot| snapshot.settings().home.is_empty())
 }
 
 /// Opens the archive for writing and starts capturing on the configured interface.

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use hindsight_live::RetentionControl;
 use hindsight_store::settings::{Retention, archive_settings};
 
@@ -306,7 +306,14 @@ impl WatchChanges {
                 memory_bytes: Some(config.api.max_memory_mib.saturating_mul(1 << 20)),
                 ..Default::default()
             };
-            let session = state.reader.snapshot()?.sql(&limits)?;
+            let snapshot = state.reader.snapshot()?;
+            let analysing = changes.add.iter().find(|w| w.analysis.is_some());
+            if let Some(refusal) =
+                crate::watches::without_home(&snapshot, analysing.map(|w| w.spec.name.as_str()))
+            {
+                bail!(refusal);
+            }
+            let session = snapshot.sql(&limits)?;
             for watch in &changes.add {
                 hindsight_watch::check(&session, &watch.spec)
                     .with_context(|| format!("[[watch]] {}", watch.spec.name))?;

@@ -190,13 +190,11 @@ async fn create(
     let reader = Arc::clone(&state.reader);
     let memory = state.limits().max_memory_bytes;
     let checked = spec.clone();
-    let needs_home = analysis.is_some();
+    let needs_home = analysis.is_some().then(|| checked.name.clone());
     tokio::task::spawn_blocking(move || -> ApiResult<()> {
         let snapshot = reader.snapshot().map_err(ApiError::of_reader)?;
-        if needs_home && snapshot.settings().home.is_empty() {
-            return Err(ApiError::bad_request(
-                "the analyses need the home network: [network] home in the archive's config.toml",
-            ));
+        if let Some(refusal) = without_home(&snapshot, needs_home.as_deref()) {
+            return Err(ApiError::bad_request(refusal));
         }
         let limits = hindsight_reader::Limits {
             memory_bytes: Some(memory),
@@ -221,6 +219,22 @@ async fn create(
         .map_err(|e| ApiError::new(StatusCode::CONFLICT, e.to_string()))?;
     let info = hub.get(&name).ok_or_else(|| not_found(&name))?;
     Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+/// Why `watch` (the first watch that runs an analysis, if any) cannot run
+/// on this archive: the analyses need its home network. One check for the
+/// configuration at start, a reload and the API.
+pub(crate) fn without_home(
+    snapshot: &hindsight_reader::Snapshot,
+    watch: Option<&str>,
+) -> Option<String> {
+    let watch = watch?;
+    snapshot.settings().home.is_empty().then(|| {
+        format!(
+            "watch {watch:?} runs an analysis, which needs the home network: \
+             [network] home in the archive's config.toml"
+        )
+    })
 }
 
 /// A watch's error as the API answers it: a statement that writes is 403,
