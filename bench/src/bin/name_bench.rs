@@ -239,6 +239,7 @@ fn main() {
                 time: TimeRange::ALL,
                 limit: args.page,
                 after: None,
+                timeout: None,
             };
             let page = snapshot.connections(&query).expect("a lookup");
             latencies.push(started.elapsed());

@@ -322,6 +322,40 @@ fn cut_deleted_segments_and_a_damaged_catalog_line_are_skipped_and_repaired() {
     assert!(stderr(&sql).contains("incomplete"), "{}", stderr(&sql));
     // Connections come from the connection index: they still answer.
     ok(&run(&cut, &["flows", "--ip", "0.0.0.0/0", "--limit", "5"]));
+    // A scan of the flows segments leaves a damaged one out and says so, as
+    // SQL over them does.
+    let flows_cut = dir.path().join("flows-cut");
+    copy_dir(&base, &flows_cut);
+    let flows: Vec<&Segment> = listed.iter().filter(|s| s.table == "flows").collect();
+    let flows_file = flows_cut.join(&flows.last().unwrap().file);
+    let flows_bytes = std::fs::read(&flows_file).unwrap();
+    std::fs::write(&flows_file, &flows_bytes[..flows_bytes.len() / 2]).unwrap();
+    let scanned = run(&flows_cut, &["flows", "udp", "-F", "jsonl", "-n", "100000"]);
+    assert!(scanned.status.success(), "{}", stderr(&scanned));
+    assert!(
+        stderr(&scanned).contains(&format!("flows segment {}", flows_file.display()))
+            && stderr(&scanned).contains("left out"),
+        "{}",
+        stderr(&scanned)
+    );
+    let sql = run(
+        &flows_cut,
+        &[
+            "sql",
+            "SELECT count(*) AS n FROM flows WHERE ip_proto = 17",
+            "-F",
+            "csv",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&sql.stdout).trim(),
+        format!(
+            "n\n{}",
+            String::from_utf8_lossy(&scanned.stdout).lines().count()
+        ),
+        "{}",
+        stderr(&sql)
+    );
     let check = run(&cut, &["check"]);
     assert_eq!(check.status.code(), Some(1));
     let report = String::from_utf8_lossy(&check.stdout).into_owned();

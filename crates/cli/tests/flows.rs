@@ -356,15 +356,178 @@ fn the_connection_index_answers_by_address_and_network() {
     let page = ok(&first_page);
     assert_eq!(page.lines().count(), 2);
     assert!(filtered.starts_with(&page));
-    // The index is keyed by address: a filter without one is refused, clearly.
-    let no_address = hindsight(&["flows", "tcp.port == 80", "--archive", archive_arg]);
-    assert!(!no_address.status.success());
-    assert!(String::from_utf8_lossy(&no_address.stderr).contains("keyed by address"));
+    // A filter without an address is scanned (the test below): an index
+    // lookup's cursor is not one of its pages'.
+    let index_cursor = "00".repeat(40);
+    let crossed_back = hindsight(&[
+        "flows",
+        "tcp.port == 80",
+        "--after",
+        &index_cursor,
+        "--archive",
+        archive_arg,
+    ]);
+    assert!(!crossed_back.status.success());
+    assert!(
+        String::from_utf8_lossy(&crossed_back.stderr)
+            .contains("not one that a page of this filter"),
+        "{}",
+        String::from_utf8_lossy(&crossed_back.stderr)
+    );
 
     // Bad input is an error naming it.
     let bad = hindsight(&["flows", "--ip", "10.0.0.300", "--archive", archive_arg]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("10.0.0.300"));
+}
+
+/// The connections `hindsight flows` lists for `args`, followed page by
+/// page through the cursors it prints: each as start (ns), protocol,
+/// originator and responder with their ports.
+fn listed_connections(archive: &str, args: &[&str], page: usize) -> Vec<String> {
+    let mut listed = Vec::new();
+    let mut after: Option<String> = None;
+    let page = page.to_string();
+    loop {
+        let mut all = vec![
+            "flows",
+            "--archive",
+            archive,
+            "--format",
+            "jsonl",
+            "--limit",
+        ];
+        all.push(&page);
+        all.extend(args);
+        if let Some(cursor) = &after {
+            all.extend(["--after", cursor.as_str()]);
+        }
+        let output = hindsight(&all);
+        for line in ok(&output).lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            listed.push(format!(
+                "{} {} {} {} {} {}",
+                v["start_ns"],
+                v["proto"],
+                v["orig_addr"].as_str().unwrap(),
+                v["orig_port"],
+                v["resp_addr"].as_str().unwrap(),
+                v["resp_port"]
+            ));
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        match stderr.split("add --after ").nth(1) {
+            Some(rest) => after = Some(rest.split_whitespace().next().unwrap().to_owned()),
+            None => return listed,
+        }
+    }
+}
+
+#[test]
+fn connections_of_a_filter_without_addresses_are_scanned_as_sql_finds_them() {
+    let work = tempfile::tempdir().unwrap();
+    let archive = work.path().join("archive");
+    // Segments of ten minutes: a page's cursor crosses segments.
+    common::ingest_whole(&lan_hour(), &archive, &["--partition-secs", "600"]);
+    let archive = archive.to_str().unwrap();
+    let (start, end) = ("2012-11-23T17:10:00Z", "2012-11-23T17:45:00Z");
+    let sql = |condition: &str| -> Vec<String> {
+        let statement = format!(
+            "SELECT CAST(ts AS BIGINT) AS ns, ip_proto, ip_str(src_addr) AS o, src_port, \
+             ip_str(dst_addr) AS r, dst_port FROM flows \
+             WHERE ts >= TIMESTAMP '{start}' AND ts < TIMESTAMP '{end}' AND ({condition})"
+        );
+        let csv = ok(&hindsight(&[
+            "sql",
+            "--archive",
+            archive,
+            "--format",
+            "csv",
+            &statement,
+        ]));
+        csv.lines()
+            .skip(1)
+            .map(|line| line.replace(',', " "))
+            .collect()
+    };
+    let window = ["--between", start, end];
+    for (filter, condition) in [
+        (
+            "udp port 53",
+            "ip_proto = 17 AND (src_port = 53 OR dst_port = 53)",
+        ),
+        (
+            "tcp && !(tcp.flags.fin == 1)",
+            "ip_proto = 6 AND (tcp_flags & 1) = 0",
+        ),
+        ("icmp", "ip_proto = 1"),
+        (
+            "udp.dstport >= 1024 && !(udp.port == 137)",
+            "ip_proto = 17 AND dst_port >= 1024 AND src_port <> 137 AND dst_port <> 137",
+        ),
+        (
+            "dns.qry.type == 1 && dns.flags.rcode == 3",
+            "dns_qtype = 1 AND dns_rcode = 3",
+        ),
+        ("service == \"dns\"", "service = 'dns'"),
+        ("", "true"),
+    ] {
+        let mut args = window.to_vec();
+        if !filter.is_empty() {
+            args.push(filter);
+        }
+        let mut whole = listed_connections(archive, &args, 100_000);
+        let paged = listed_connections(archive, &args, 37);
+        let mut expected = sql(condition);
+        assert!(!expected.is_empty(), "{filter}");
+        // A page's order is the scan's: segment, then row.
+        assert_eq!(paged, whole, "{filter}: pages of 37");
+        whole.sort();
+        expected.sort();
+        assert_eq!(whole, expected, "{filter}");
+    }
+
+    // The first HTTP transaction's numbers, on a capture that has them.
+    let http = work.path().join("http");
+    ingest(&fixtures_dir().join("ndpi").join("1kxun.pcap"), &http);
+    let http = http.to_str().unwrap();
+    for (filter, condition, at_least) in [
+        ("http.response.code >= 300", "http_status >= 300", 2),
+        (
+            "http.response.code == 200 && tcp.dstport == 80",
+            "http_status = 200 AND dst_port = 80",
+            2,
+        ),
+        ("http.response.code && !(service == \"http\")", "false", 0),
+        (
+            "service == \"dns\" || http.response.code < 200",
+            "service = 'dns' OR http_status < 200",
+            50,
+        ),
+    ] {
+        let statement = format!(
+            "SELECT CAST(ts AS BIGINT) AS ns, ip_proto, ip_str(src_addr) AS o, src_port, \
+             ip_str(dst_addr) AS r, dst_port FROM flows WHERE {condition}"
+        );
+        let csv = ok(&hindsight(&[
+            "sql",
+            "--archive",
+            http,
+            "--format",
+            "csv",
+            &statement,
+        ]));
+        let mut expected: Vec<String> = csv
+            .lines()
+            .skip(1)
+            .map(|line| line.replace(',', " "))
+            .collect();
+        let mut listed = listed_connections(http, &[filter], 5);
+        assert!(expected.len() >= at_least, "{filter}: {expected:?}");
+        listed.sort();
+        expected.sort();
+        assert_eq!(listed, expected, "{filter}");
+    }
 }
 
 #[test]

@@ -200,6 +200,29 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     for connection in connections {
         assert!(connection["orig_addr"] == RARE || connection["resp_addr"] == RARE);
     }
+    // A filter with no address scans the flows segments: what SQL finds.
+    let scanned = get(
+        &server,
+        "/api/v1/flows?filter=udp%20port%2053&limit=50000",
+        t,
+    )
+    .json();
+    let sql = post(
+        &server,
+        "/api/v1/sql",
+        json!({"sql": "SELECT count(*) AS n FROM flows \
+                       WHERE ip_proto = 17 AND (src_port = 53 OR dst_port = 53)"})
+        .to_string()
+        .as_bytes(),
+    );
+    let dns = scanned["connections"].as_array().unwrap();
+    assert!(dns.len() > 50, "{}", dns.len());
+    assert_eq!(sql.json()["n"], dns.len());
+    assert!(scanned["next"].is_null());
+    // No filter at all: every connection, a page at a time.
+    let all = get(&server, "/api/v1/flows", t).json();
+    assert_eq!(all["connections"].as_array().unwrap().len(), 1000);
+    assert!(all["next"].is_string(), "{all}");
 
     // Metrics, dumps, the contract.
     let metrics = get(&server, "/metrics", t);
@@ -242,7 +265,6 @@ fn the_api_answers_like_the_command_line_and_refuses_bad_requests() {
     get(&server, "/api/v1/query?limit=-1", t).error(400, "limit");
     get(&server, "/api/v1/query?since=yesterday-ish", t).error(400, "cannot read");
     get(&server, "/api/v1/histogram?buckets=0", t).error(400, "buckets");
-    get(&server, "/api/v1/flows", t).error(400, "give an ip");
     get(&server, "/api/v1/flows?ip=10.0.0.300", t).error(400, "10.0.0.300");
     get(&server, "/api/v1/dumps/..%2Fconfig.toml", t).error(400, "not a dump name");
     get(&server, "/api/v1/dumps/dump-1-x.pcap", t).error(404, "no dump named");
@@ -855,6 +877,26 @@ fn the_sessions_view_finds_a_connection_by_sni_and_downloads_its_packets_in_head
         descending.windows(2).all(|w| w[0] >= w[1]),
         "{descending:?}"
     );
+
+    // A filter that names no address or name: the flows segments scanned,
+    // the sessions SQL finds.
+    let sql = ok(&hindsight(&[
+        "sql",
+        "--archive",
+        archive.to_str().unwrap(),
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM flows WHERE ip_proto = 6 AND (src_port = 443 OR dst_port = 443)",
+    ]));
+    let expected: usize = sql.lines().nth(1).unwrap().parse().unwrap();
+    assert!(expected > 1, "{expected}");
+    browser.type_into("#filter", "tcp port 443");
+    browser.click("#search");
+    let status = browser.wait_for(&format!(
+        "const s = document.getElementById('status').textContent; \
+         return s.includes('{expected} sessions') ? s : ''"
+    ));
+    assert_eq!(status, format!("{expected} sessions."));
 }
 
 /// A metric's value in `/metrics` (its sample with exactly `labels`).

@@ -430,16 +430,39 @@ impl Expr {
     }
 }
 
+impl CmpOp {
+    /// Whether `a` stands in this relation to `b`.
+    pub fn holds<T: Ord>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+
+    /// The operator as written (`==`, `<=`...).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "==",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
 fn write_operator(f: &mut fmt::Formatter<'_>, comparison: &Comparison) -> fmt::Result {
     let symbol = match (comparison.op, comparison.quantifier) {
         (CmpOp::Eq, Quantifier::Any) => "==",
         (CmpOp::Eq, Quantifier::All) => "===",
         (CmpOp::Ne, Quantifier::All) => "!=",
         (CmpOp::Ne, Quantifier::Any) => "!==",
-        (CmpOp::Lt, _) => "<",
-        (CmpOp::Le, _) => "<=",
-        (CmpOp::Gt, _) => ">",
-        (CmpOp::Ge, _) => ">=",
+        (op, _) => op.symbol(),
     };
     f.write_str(symbol)
 }

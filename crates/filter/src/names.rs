@@ -15,7 +15,7 @@ use hindsight_model::AppFields;
 use hindsight_model::app::{NameKind, NameLookup};
 
 use super::Filter;
-use super::ast::Expr;
+use super::ast::{CmpOp, Expr};
 use super::payload::Pattern;
 
 /// A text field of a connection.
@@ -45,6 +45,17 @@ pub enum TextField {
     HttpContentType,
     /// `ssh.protocol`: either side's identification string.
     SshProtocol,
+    /// `service`: Zeek's service name of the connection (`dns`, `ssl`,
+    /// `http`, `quic`, `ssh`).
+    Service,
+    /// `http.response.code`: the first response's status (a number).
+    HttpResponseCode,
+    /// `dns.qry.type`: the first query's type (a number).
+    DnsQryType,
+    /// `dns.flags.rcode`: the first response's code (a number).
+    DnsRcode,
+    /// `quic.version`: the QUIC version of the Initial (a number).
+    QuicVersion,
 }
 
 /// Every text field with its canonical name, then other names it answers to.
@@ -61,6 +72,11 @@ pub const TEXT_FIELDS: &[(&str, TextField)] = &[
     ("http.user_agent", TextField::HttpUserAgent),
     ("http.content_type", TextField::HttpContentType),
     ("ssh.protocol", TextField::SshProtocol),
+    ("service", TextField::Service),
+    ("http.response.code", TextField::HttpResponseCode),
+    ("dns.qry.type", TextField::DnsQryType),
+    ("dns.flags.rcode", TextField::DnsRcode),
+    ("quic.version", TextField::QuicVersion),
 ];
 
 /// Other names of text fields (Zeek's and the fingerprints' short names,
@@ -105,6 +121,29 @@ impl TextField {
         })
     }
 
+    /// True for a field whose value is a number, compared with `==`, `!=`,
+    /// `<`, `<=`, `>` and `>=`.
+    pub fn is_number(self) -> bool {
+        matches!(
+            self,
+            TextField::HttpResponseCode
+                | TextField::DnsQryType
+                | TextField::DnsRcode
+                | TextField::QuicVersion
+        )
+    }
+
+    /// The value of a number field in `app`, if it has one.
+    fn number(self, app: &AppFields) -> Option<u64> {
+        match self {
+            TextField::HttpResponseCode => app.http.as_ref()?.status.map(u64::from),
+            TextField::DnsQryType => app.dns.as_ref().map(|dns| u64::from(dns.qtype)),
+            TextField::DnsRcode => app.dns.as_ref()?.rcode.map(u64::from),
+            TextField::QuicVersion => app.quic_version.map(u64::from),
+            _ => None,
+        }
+    }
+
     /// Calls `f` with each value of the field in `app` (most fields have at
     /// most one); stops at the first true and returns it.
     fn any_value(self, app: &AppFields, mut f: impl FnMut(&str) -> bool) -> bool {
@@ -121,6 +160,11 @@ impl TextField {
             TextField::HttpMethod => http.and_then(|h| h.method.as_deref()),
             TextField::HttpUserAgent => http.and_then(|h| h.user_agent.as_deref()),
             TextField::HttpContentType => http.and_then(|h| h.content_type.as_deref()),
+            TextField::Service => app.service(),
+            TextField::HttpResponseCode
+            | TextField::DnsQryType
+            | TextField::DnsRcode
+            | TextField::QuicVersion => None,
             TextField::TlsAlpn => {
                 return tls.is_some_and(|t| t.alpn.iter().any(|alpn| f(alpn)));
             }
@@ -156,6 +200,8 @@ pub enum TextOp {
     Contains(String),
     /// Some value matches the expression (case-insensitive, as in Wireshark).
     Matches(Pattern),
+    /// A number field's value stands in this relation to the number.
+    Compare(CmpOp, u64),
 }
 
 /// A test of a connection's text field.
@@ -173,6 +219,14 @@ impl TextTest {
         let Some(app) = app else {
             return false;
         };
+        if self.field.is_number() {
+            let value = self.field.number(app);
+            return match self.op {
+                TextOp::Exists => value.is_some(),
+                TextOp::Compare(op, number) => value.is_some_and(|value| op.holds(value, number)),
+                _ => false,
+            };
+        }
         match &self.op {
             TextOp::Ne(text) => {
                 let mut present = false;
@@ -194,6 +248,7 @@ impl TextTest {
             TextOp::Ne(text) => value != text,
             TextOp::Contains(text) => value.contains(text.as_str()),
             TextOp::Matches(pattern) => pattern.is_match(value.as_bytes()),
+            TextOp::Compare(..) => false,
         }
     }
 
@@ -244,6 +299,7 @@ impl fmt::Display for TextTest {
             TextOp::Matches(pattern) => {
                 write!(f, "{} matches {}", self.field, quoted(pattern.source()))
             }
+            TextOp::Compare(op, number) => write!(f, "{} {} {number}", self.field, op.symbol()),
         }
     }
 }
@@ -488,6 +544,60 @@ mod tests {
         assert_eq!(lookups("http.request.uri contains \"/admin\""), None);
         assert_eq!(lookups("ja4 == \"x\" || tcp.port == 80"), None);
         assert_eq!(lookups("!(ja4 == \"x\")"), None);
+    }
+
+    #[test]
+    fn number_fields_compare_numbers_and_print_as_parsed() {
+        let app = AppFields {
+            http: Some(hindsight_model::app::HttpFields {
+                status: Some(503),
+                ..Default::default()
+            }),
+            dns: Some(hindsight_model::app::DnsFields {
+                qtype: 28,
+                rcode: None,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let passes = |text: &str| {
+            let filter = Filter::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            // What it prints parses back to the same filter.
+            let printed = filter.to_string();
+            assert_eq!(
+                Filter::parse(&printed).ok(),
+                Some(filter.clone()),
+                "{printed}"
+            );
+            let record = hindsight_model::PacketRecord::default();
+            filter.matches_connection(&record, Some(&app))
+        };
+        assert!(passes("http.response.code >= 500"));
+        assert!(passes("http.response.code == 0x1f7"));
+        assert!(!passes("http.response.code < 500"));
+        assert!(passes("http.response.code"));
+        assert!(passes("dns.qry.type == 28 && !dns.flags.rcode"));
+        assert!(!passes("dns.flags.rcode == 0"));
+        assert!(!passes("dns.flags.rcode != 0"));
+        assert!(!passes("quic.version"));
+        assert!(passes("service == \"ssl\" || service == \"http\""));
+        assert_eq!(lookups_of_text("http.response.code >= 500"), None);
+        for (refused, why) in [
+            ("http.response.code contains \"5\"", "is a number"),
+            ("http.response.code == \"x\"", "a number"),
+            ("dns.qry.type > 99999999999999999999999", "too large"),
+            ("quic.version == 0x1_0000_0000_0", "not a valid"),
+        ] {
+            let error = Filter::parse(refused).err().map(|e| e.to_string());
+            assert!(
+                error.as_deref().is_some_and(|e| e.contains(why)),
+                "{refused}: {error:?}"
+            );
+        }
+    }
+
+    fn lookups_of_text(text: &str) -> Option<Vec<NameLookup>> {
+        Filter::parse(text).ok().and_then(|f| f.name_lookups())
     }
 
     #[test]

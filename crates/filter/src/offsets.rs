@@ -437,14 +437,7 @@ impl Relation {
         ) else {
             return Ok(false);
         };
-        Ok(match self.op {
-            CmpOp::Eq => a == b,
-            CmpOp::Ne => a != b,
-            CmpOp::Lt => a < b,
-            CmpOp::Le => a <= b,
-            CmpOp::Gt => a > b,
-            CmpOp::Ge => a >= b,
-        })
+        Ok(self.op.holds(a, b))
     }
 
     /// Returns true if the relation reads the packet's bytes (not only `len`).
@@ -483,15 +476,7 @@ impl fmt::Display for Arith {
 
 impl fmt::Display for Relation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let op = match self.op {
-            CmpOp::Eq => "==",
-            CmpOp::Ne => "!=",
-            CmpOp::Lt => "<",
-            CmpOp::Le => "<=",
-            CmpOp::Gt => ">",
-            CmpOp::Ge => ">=",
-        };
-        write!(f, "{} {op} {}", self.left, self.right)
+        write!(f, "{} {} {}", self.left, self.op.symbol(), self.right)
     }
 }
 

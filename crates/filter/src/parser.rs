@@ -662,6 +662,9 @@ impl<'t, 'a> Parser<'t, 'a> {
     /// `!=` a string, `contains` a string, `matches` "regex", or nothing
     /// (the field is there).
     fn text_test(&mut self, field: TextField) -> Result<Expr, ParseError> {
+        if field.is_number() {
+            return self.number_test(field);
+        }
         let text_of = |parser: &mut Self| -> Result<String, ParseError> {
             let token = match parser.advance() {
                 Some(token) if matches!(token.kind, TokenKind::Word | TokenKind::Str) => token,
@@ -706,6 +709,36 @@ impl<'t, 'a> Parser<'t, 'a> {
                 ));
             }
             _ => TextOp::Exists,
+        };
+        Ok(Expr::Text(Box::new(TextTest { field, op })))
+    }
+
+    /// A test of a connection's number field, its name already read: a
+    /// comparison with a number, or nothing (the field is there).
+    fn number_test(&mut self, field: TextField) -> Result<Expr, ParseError> {
+        let op = match self.peek() {
+            Some(token) => match comparison_operator(token) {
+                Some((op, _)) => {
+                    self.advance();
+                    let number = match self.advance() {
+                        Some(value) if value.kind == TokenKind::Word => parse_uint(value.text)
+                            .map_err(|message| self.error_at(value, message))?,
+                        other => return Err(self.unexpected(other, "a number")),
+                    };
+                    TextOp::Compare(op, number)
+                }
+                None if ["contains", "matches", "in"]
+                    .iter()
+                    .any(|w| is_word(token, w)) =>
+                {
+                    return Err(self.error_at(
+                        token,
+                        format!("{field} is a number: compare it with ==, !=, <, <=, > or >="),
+                    ));
+                }
+                None => TextOp::Exists,
+            },
+            None => TextOp::Exists,
         };
         Ok(Expr::Text(Box::new(TextTest { field, op })))
     }

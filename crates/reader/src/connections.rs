@@ -3,6 +3,7 @@
 //! time with a cursor.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hindsight_filter::Filter;
 use hindsight_index::Stored;
@@ -12,7 +13,7 @@ use hindsight_model::app::NameLookup;
 use hindsight_model::{
     Addr16, FlowRecord, PacketHeaders, PacketRecord, SegmentId, ip_proto, network_range,
 };
-use hindsight_store::TimeRange;
+use hindsight_store::{Archive, FooterCache, TimeRange};
 
 use crate::ReaderError;
 
@@ -29,6 +30,9 @@ pub struct ConnQuery {
     pub limit: usize,
     /// The key the previous page ended with ([`Connections::next`]).
     pub after: Option<Vec<u8>>,
+    /// A scan of the `flows` segments ([`Self::scans`]) stops with
+    /// [`LimitExceeded::Time`](crate::LimitExceeded) past this.
+    pub timeout: Option<Duration>,
 }
 
 impl ConnQuery {
@@ -56,22 +60,22 @@ impl ConnQuery {
             // Found by the name keys at lookup: an exact name or a domain's
             // range before addresses, addresses before every name of a kind.
             (None, Some(_)) if exact_names => Ok(Vec::new()),
-            (None, Some(filter)) => match (filter.address_ranges(), names) {
-                (Some(ranges), _) => Ok(ranges),
-                (None, Some(_)) => Ok(Vec::new()),
-                (None, None) => Err(ReaderError::Request(
-                    "the connection index is keyed by address and by name: give an ip, or a \
-                     filter that names the addresses every connection must have (such as \
-                     `host 10.1.2.3 and port 53`) or a name it keeps (dns.qry.name, \
-                     tls.handshake.extensions_server_name, http.host, http.user_agent, \
-                     tls.handshake.ja3, tls.handshake.ja3s, ja4)"
-                        .to_owned(),
-                )),
-            },
-            (None, None) => Err(ReaderError::Request(
-                "give an ip (ADDR or CIDR), or a filter that names addresses".to_owned(),
-            )),
+            (None, Some(filter)) => Ok(filter.address_ranges().unwrap_or_default()),
+            // Every connection in the window, scanned.
+            (None, None) => Ok(Vec::new()),
         }
+    }
+
+    /// Whether the lookup scans the `flows` segments: no address range and
+    /// no name or Community ID the index is keyed by (`udp port 53`, a
+    /// state, a JA3S, no filter at all).
+    pub fn scans(&self) -> bool {
+        self.ranges.is_empty()
+            && self.filter.as_ref().is_none_or(|filter| {
+                filter.address_ranges().is_none()
+                    && filter.community_ids().is_none()
+                    && filter.name_lookups().is_none()
+            })
     }
 }
 
@@ -88,15 +92,21 @@ pub struct Connections {
     /// cursor that resumes after it); empty for a lookup by address, whose
     /// entries are in their keys' order.
     pub places: Vec<Vec<u8>>,
+    /// What a scan left out, a line each (a damaged `flows` segment).
+    pub skipped: Vec<String>,
 }
 
 /// The connections of `query` from the index and from the records of the
 /// unsealed tail that the index has not committed, in the index's order: the
 /// tail's entries are placed by the keys the index will give them, so a cursor
 /// pages across both.
+///
+/// A query that [scans](ConnQuery::scans) reads the `flows` segments of
+/// `segments` (the archive and the reader's footers) instead of the index.
 pub(crate) fn lookup(
     index: Option<&ConnectionIndex>,
     tail: &[(SegmentId, Arc<[FlowRecord]>)],
+    segments: Option<(&Archive, &FooterCache)>,
     query: &ConnQuery,
 ) -> Result<Connections, ReaderError> {
     let community_seed = index.map_or(DEFAULT_COMMUNITY_SEED, ConnectionIndex::community_seed);
@@ -109,6 +119,22 @@ pub(crate) fn lookup(
             .as_ref()
             .is_none_or(|f| f.matches_connection(&as_packet(entry), entry.app.as_deref()))
     };
+    if query.scans() {
+        let Some((archive, footers)) = segments else {
+            return Err(ReaderError::Request(
+                "this lookup reads the connection index alone; a filter that names no address \
+                 or name scans the flows segments, which needs the archive's catalog"
+                    .to_owned(),
+            ));
+        };
+        let source = crate::scan::Source {
+            archive,
+            footers,
+            tail,
+            community_seed,
+        };
+        return crate::scan::scan(&source, query, &keep);
+    }
     if query.ranges.is_empty()
         && let Some(filter) = &filter
         && filter.community_ids().is_none()
@@ -187,7 +213,7 @@ pub(crate) fn lookup(
         entries,
         next,
         community_seed,
-        places: Vec::new(),
+        ..Connections::default()
     })
 }
 
@@ -225,6 +251,7 @@ fn lookup_names(
         next: page.next,
         community_seed,
         places: page.places,
+        ..Connections::default()
     };
     if connections.next.is_some() {
         return Ok(connections);

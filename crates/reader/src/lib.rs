@@ -22,6 +22,7 @@
 
 mod connections;
 mod histogram;
+mod scan;
 mod summary;
 
 use std::path::{Path, PathBuf};
@@ -664,7 +665,8 @@ impl Snapshot {
     pub fn connections(&self, query: &ConnQuery) -> Result<Connections, ReaderError> {
         let tail = self.tail.as_ref().map(|tail| tail.flows.as_slice());
         let index = self.open_connections()?.map(|open| open.index.as_ref());
-        connections::lookup(index, tail.unwrap_or_default(), query)
+        let segments = Some((self.archive.as_ref(), self.footers.as_ref()));
+        connections::lookup(index, tail.unwrap_or_default(), segments, query)
     }
 
     /// A SQL session over this snapshot (`packets` and `flows`), read-only,
@@ -708,7 +710,13 @@ impl Snapshot {
 /// the catalog nor the address index, whose cost grows with the archive
 /// (a 500 M-packet archive's catalog is 16,000 entries) and which the lookup
 /// never reads.
+///
+/// A query that [scans](ConnQuery::scans) the `flows` segments opens the
+/// archive's catalog after all.
 pub fn sealed_connections(root: &Path, query: &ConnQuery) -> Result<Connections, ReaderError> {
+    if query.scans() {
+        return Reader::open(root)?.snapshot()?.connections(query);
+    }
     Archive::check_reader(root).map_err(|source| ReaderError::Open {
         root: root.to_owned(),
         source,
@@ -721,7 +729,7 @@ pub fn sealed_connections(root: &Path, query: &ConnQuery) -> Result<Connections,
                 source,
             }
         })?;
-    connections::lookup(index.as_ref(), &[], query)
+    connections::lookup(index.as_ref(), &[], None, query)
 }
 
 /// The long-lived reader of one archive.

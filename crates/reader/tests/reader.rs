@@ -144,6 +144,7 @@ fn the_reader_holds_one_snapshot_and_reloads_when_a_segment_is_sealed_or_expired
         time: TimeRange::ALL,
         limit,
         after,
+        timeout: None,
     };
     let whole = after.connections(&query(100_000, None)).unwrap();
     assert!(whole.next.is_none());
@@ -257,6 +258,7 @@ fn a_reader_with_the_writers_tail_answers_before_the_seal_and_exactly_once_after
                 time: TimeRange::ALL,
                 limit: 100_000,
                 after: None,
+                timeout: None,
             })
             .unwrap()
             .entries

@@ -1144,7 +1144,12 @@ async fn flows(
         after: params.after,
     };
     let questions = questions(&state, params.cluster)?;
-    let page = blocking(&state, Cost::Cheap, move |_| {
+    // A filter that names no address or name scans the flows segments.
+    let cost = match hindsight_service::scans(&question) {
+        true => Cost::Scan,
+        false => Cost::Cheap,
+    };
+    let page = blocking(&state, cost, move |_| {
         questions.page(&question).map_err(ApiError::of)
     })
     .await?;
@@ -1200,6 +1205,13 @@ async fn flows(
     };
     if params.cluster {
         super::cluster::federated_headers(&mut response, &page.answered);
+    }
+    // What a scan left out (a damaged flows segment).
+    if page.answered.incomplete
+        && let Some(value) = hindsight_service::header_text(&page.answered.notes)
+            .and_then(|text| HeaderValue::from_str(&text).ok())
+    {
+        response.headers_mut().insert(INCOMPLETE_HEADER, value);
     }
     Ok(response)
 }

@@ -22,7 +22,7 @@ use hindsight_query::search::SearchStats;
 use hindsight_store::TimeRange;
 
 pub use cluster::Cluster;
-pub use local::Local;
+pub use local::{Local, scans};
 pub use serving::{Client, Serving};
 pub use snapshots::{Snapshots, ascii, header_text};
 
@@ -247,6 +247,22 @@ impl Page {
                 ..Answered::default()
             },
         }
+    }
+
+    /// One archive's page as its reader looked it up: with what a scan
+    /// left out as warnings, the answer then incomplete.
+    pub fn of_lookup(page: hindsight_reader::Connections) -> Self {
+        let next = page.next.as_deref().map(hindsight_reader::encode_cursor);
+        let skipped = page.skipped;
+        let mut this = Self::of_archive(page.entries, page.places, page.community_seed, next);
+        if !skipped.is_empty() {
+            this.answered.incomplete = true;
+            this.answered.notes = skipped
+                .into_iter()
+                .map(|line| format!("warning: {line}"))
+                .collect();
+        }
+        this
     }
 
     /// Writes the page as `format` to `out`.

@@ -10,7 +10,7 @@ use hindsight_output::Format;
 use hindsight_query::search::{
     PacketSearch, SearchPlan, SearchRequest, incomplete_lines, unknown_line,
 };
-use hindsight_reader::{ConnQuery, decode_cursor, encode_cursor};
+use hindsight_reader::{ConnQuery, decode_cursor};
 use hindsight_sql::{Limits, SqlSession};
 
 use crate::{
@@ -112,12 +112,7 @@ impl Questions for Local {
     fn page(&self, question: &ConnQuestion) -> Result<Page> {
         let query = conn_query(question)?;
         let page = hindsight_reader::sealed_connections(&self.root, &query)?;
-        Ok(Page::of_archive(
-            page.entries,
-            page.places,
-            page.community_seed,
-            page.next.as_deref().map(encode_cursor),
-        ))
+        Ok(Page::of_lookup(page))
     }
 
     fn sql(
@@ -162,5 +157,14 @@ pub(crate) fn conn_query(question: &ConnQuestion) -> Result<ConnQuery> {
         time: question.time,
         limit: question.limit,
         after: question.after.as_deref().map(decode_cursor).transpose()?,
+        timeout: None,
     })
+}
+
+/// Whether an archive answers `question` by scanning its `flows` segments
+/// (a filter that names no address and no name the index keeps), which
+/// costs what a scan costs; an invalid question is left to be refused
+/// when asked.
+pub fn scans(question: &ConnQuestion) -> bool {
+    conn_query(question).is_ok_and(|query| query.scans())
 }

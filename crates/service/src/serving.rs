@@ -132,14 +132,18 @@ impl Questions for Serving {
         params.extend(question.after.clone().map(|after| ("after", after)));
         params.push(("stored", "true".to_owned()));
         let asked = self.client.get("flows", &params).and_then(|answer| {
+            let answered = answer.answered();
             let page = hindsight_cluster::client::parse_connections(&answer.json()?)
                 .map_err(anyhow::Error::msg)?;
-            Ok(page)
+            Ok((page, answered))
         });
         match asked {
-            Ok((entries, next, seed)) => {
+            Ok(((entries, next, seed), answered)) => {
                 let entries = entries.into_iter().map(|(_, entry)| entry).collect();
                 let mut page = Page::of_archive(entries, Vec::new(), seed, next);
+                // What a scan left out, as the server said it.
+                page.answered.incomplete = answered.incomplete;
+                page.answered.notes = answered.notes;
                 page.answered.notes.push(self.answered_note());
                 Ok(page)
             }

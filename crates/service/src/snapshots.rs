@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use hindsight_output::Format;
 use hindsight_query::search::{SearchPlan, SearchRequest, unknown_line};
-use hindsight_reader::{HistogramMethod, Limits, Reader, Snapshot};
+use hindsight_reader::{ConnQuery, HistogramMethod, Limits, Reader, Snapshot};
 use hindsight_store::{TailView, TimeRange};
 
 use crate::local::{conn_query, search_request};
@@ -138,14 +138,12 @@ impl Questions for Snapshots {
     }
 
     fn page(&self, question: &ConnQuestion) -> Result<Page> {
-        let query = conn_query(question)?;
+        let query = ConnQuery {
+            timeout: self.limits.get().timeout,
+            ..conn_query(question)?
+        };
         let page = self.snapshot()?.connections(&query)?;
-        Ok(Page::of_archive(
-            page.entries,
-            page.places,
-            page.community_seed,
-            page.next.as_deref().map(hindsight_reader::encode_cursor),
-        ))
+        Ok(Page::of_lookup(page))
     }
 
     fn sql(

@@ -1,6 +1,7 @@
 //! `hindsight flows [FILTER] --ip ADDR|CIDR --archive DIR`: the connections of an
-//! address or network, answered from the connection index alone (Diventi's
-//! lookup), optionally narrowed by a filter in the query language.
+//! address, a network, a name or any filter: from the connection index
+//! (Diventi's lookup) where the filter names addresses or names, else by a
+//! scan of the `flows` segments in the window.
 
 use std::process::ExitCode;
 
@@ -15,8 +16,10 @@ use crate::cmd::query::WindowArgs;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Keep the connections that match this filter (Wireshark or tcpdump syntax,
-    /// as for `query`), on their addresses, ports, protocol and TCP flags; `ip.src`
-    /// is the originator. Without --ip, the filter must name addresses.
+    /// as for `query`), on their addresses, ports, protocol, TCP flags and
+    /// application fields; `ip.src` is the originator. Addresses and names
+    /// (dns.qry.name, http.host, a JA3, ...) are looked up in the index; any
+    /// other filter, or none, scans the window's connection records.
     #[arg(value_name = "FILTER")]
     filter: Option<String>,
     /// The address or network whose connections to list: 10.1.2.3, 10.1.2.0/24, 2001:db8::/32.
